@@ -1,0 +1,31 @@
+//! `api_keys`: who may call the API; only a hash of each token is kept.
+
+use sea_orm::entity::prelude::*;
+
+/// One API key.
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "api_keys")]
+pub struct Model {
+    /// Time-ordered (v7) id; also the rate-limit subject.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    /// Label chosen by the operator.
+    pub name: String,
+    /// `admin` or `partner`.
+    pub role: String,
+    /// For partners: JSON array of endpoint ids the key may use.
+    pub endpoint_scope: Option<Json>,
+    /// SHA-256 (hex) of the token.
+    #[sea_orm(unique)]
+    pub token_hash: String,
+    /// When the key was created.
+    pub created_at: DateTimeUtc,
+    /// When the key was revoked; revoked keys authenticate nothing.
+    pub revoked_at: Option<DateTimeUtc>,
+}
+
+/// No relations.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,30 @@
+//! `submissions`: each payload a partner submitted, with its idempotency key and content hash.
+
+use sea_orm::entity::prelude::*;
+
+/// One accepted submission.
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "submissions")]
+pub struct Model {
+    /// Time-ordered (v7) id.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    /// The endpoint the payload is for.
+    pub endpoint_id: Uuid,
+    /// Unique per endpoint when present; NULL keys never collide.
+    pub idempotency_key: Option<String>,
+    /// The submitted JSON, delivered as the webhook body.
+    pub payload: Json,
+    /// SHA-256 (hex) of the payload's canonical form: "same content" for idempotency.
+    pub payload_hash: String,
+    /// The API key that submitted it.
+    pub submitted_by: Option<Uuid>,
+    /// When it was stored.
+    pub created_at: DateTimeUtc,
+}
+
+/// No relations are navigated through SeaORM; joins are explicit queries.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,68 @@
+//! `webhook_deliveries`: the delivery state machine of one submission, with its claim lease.
+
+use sea_orm::entity::prelude::*;
+
+/// Where a delivery stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+pub enum DeliveryState {
+    /// Waiting for `next_attempt_at`.
+    #[sea_orm(string_value = "pending")]
+    Pending,
+    /// Claimed by a worker until `claim_expires_at`.
+    #[sea_orm(string_value = "processing")]
+    Processing,
+    /// A 2xx answer was recorded.
+    #[sea_orm(string_value = "delivered")]
+    Delivered,
+    /// The cycle's attempts ran out; an operator may replay it.
+    #[sea_orm(string_value = "failed")]
+    Failed,
+}
+
+impl DeliveryState {
+    /// The value stored in the `state` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Processing => "processing",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+        }
+    }
+}
+
+/// One delivery (exactly one per submission).
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "webhook_deliveries")]
+pub struct Model {
+    /// Time-ordered (v7) id; also the stable `webhook-id` header.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    /// The submission delivered (unique).
+    pub submission_id: Uuid,
+    /// Denormalised from the submission for filtering and claiming.
+    pub endpoint_id: Uuid,
+    /// Current state.
+    pub state: DeliveryState,
+    /// Attempts made in the current cycle (reset by a replay).
+    pub cycle_attempts: i32,
+    /// When the delivery is next due (for `processing`, when its lease runs out).
+    pub next_attempt_at: Option<DateTimeUtc>,
+    /// The token of the claim currently allowed to record a result.
+    pub claim_token: Option<Uuid>,
+    /// When the current claim's lease expires.
+    pub claim_expires_at: Option<DateTimeUtc>,
+    /// The last attempt's error, if it failed.
+    pub last_error: Option<String>,
+    /// When the delivery was created.
+    pub created_at: DateTimeUtc,
+    /// When the delivery last changed.
+    pub updated_at: DateTimeUtc,
+}
+
+/// No relations are navigated through SeaORM; joins are explicit queries.
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,15 @@
+//! Courier's schema migrations: one ordered list, applied identically on PostgreSQL and SQLite.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_create_tables;
+
+/// The ordered list of Courier's migrations.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261130_000001_create_tables::Migration)]
+    }
+}

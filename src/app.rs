@@ -1,0 +1,50 @@
+//! Assembles a running Courier: state, schema and router, served until the shutdown token fires.
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServeArgs;
+use crate::db::Db;
+use crate::http;
+use crate::schema::{self, CourierSchema};
+use crate::state::AppState;
+
+/// One Courier application instance: its own state over its own database pool.
+pub struct App {
+    state: AppState,
+    schema: CourierSchema,
+}
+
+impl App {
+    /// Builds an instance over `db` (already migrated) that stops when `shutdown` is cancelled.
+    pub fn new(db: Db, config: ServeArgs, shutdown: CancellationToken) -> Self {
+        let state = AppState::new(db, config, shutdown);
+        let schema = schema::build(Some(state.clone()));
+        App { state, schema }
+    }
+
+    /// The shared state, for callers that drive services directly.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// The HTTP router.
+    pub fn router(&self) -> Router {
+        http::router(self.schema.clone(), self.state.clone())
+    }
+
+    /// Serves HTTP on `listener` until the shutdown token is cancelled, then lets
+    /// in-flight requests finish.
+    pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
+        let shutdown = self.state.shutdown.clone();
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "listening");
+        }
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await?;
+        tracing::info!("HTTP server stopped");
+        Ok(())
+    }
+}

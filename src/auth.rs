@@ -1,0 +1,237 @@
+//! API keys: minting and hashing tokens, looking them up, and what each role and scope allows.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use entity::api_key;
+use rand::RngCore as _;
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::db::{self, Db};
+use crate::error::{Error, Result};
+
+/// Every token starts with this, so leaked tokens are easy to recognise and scan for.
+const TOKEN_PREFIX: &str = "courier_";
+
+/// What an API key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Submit to and read only the endpoints in its scope.
+    Partner,
+}
+
+impl Role {
+    /// The value stored in `api_keys.role`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Partner => "partner",
+        }
+    }
+
+    fn parse(value: &str) -> Option<Self> {
+        match value {
+            "admin" => Some(Role::Admin),
+            "partner" => Some(Role::Partner),
+            _ => None,
+        }
+    }
+}
+
+/// The authenticated caller of one request or WebSocket connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The API key's id (also the rate-limit subject).
+    pub key_id: Uuid,
+    /// What the key may do.
+    pub role: Role,
+    /// For partners, the endpoints the key may use.
+    pub scope: Vec<Uuid>,
+}
+
+impl Identity {
+    /// Refuses anyone but an admin.
+    pub fn require_admin(&self) -> Result<()> {
+        match self.role {
+            Role::Admin => Ok(()),
+            Role::Partner => Err(Error::Forbidden("this operation requires an admin key")),
+        }
+    }
+
+    /// Whether the caller may see and use `endpoint_id`.
+    pub fn can_access(&self, endpoint_id: Uuid) -> bool {
+        self.role == Role::Admin || self.scope.contains(&endpoint_id)
+    }
+
+    /// Refuses an endpoint outside the caller's scope.
+    pub fn require_access(&self, endpoint_id: Uuid) -> Result<()> {
+        if self.can_access(endpoint_id) {
+            Ok(())
+        } else {
+            Err(Error::Forbidden(
+                "this endpoint is outside the API key's scope",
+            ))
+        }
+    }
+
+    /// The endpoints a listing must be limited to: `None` for admins (everything).
+    pub fn visible_endpoints(&self) -> Option<&[Uuid]> {
+        match self.role {
+            Role::Admin => None,
+            Role::Partner => Some(&self.scope),
+        }
+    }
+}
+
+/// A key just created: its id and the token, which is never stored and never shown again.
+#[derive(Debug)]
+pub struct NewApiKey {
+    /// The key's id.
+    pub id: Uuid,
+    /// The bearer token.
+    pub token: String,
+}
+
+/// Creates an API key and returns its token. Partner keys need at least one endpoint,
+/// and every endpoint named must exist.
+pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> Result<NewApiKey> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(Error::bad_input("name must be 1 to 200 characters"));
+    }
+    match role {
+        Role::Partner if scope.is_empty() => {
+            return Err(Error::bad_input(
+                "a partner key needs at least one --endpoint",
+            ));
+        }
+        Role::Admin if !scope.is_empty() => {
+            return Err(Error::bad_input("an admin key is not limited to endpoints"));
+        }
+        _ => {}
+    }
+    let found = entity::endpoint::Entity::find()
+        .filter(entity::endpoint::Column::Id.is_in(scope.iter().copied()))
+        .all(db.conn())
+        .await?;
+    if let Some(missing) = scope.iter().find(|id| !found.iter().any(|e| e.id == **id)) {
+        return Err(Error::bad_input(format!(
+            "endpoint {missing} does not exist"
+        )));
+    }
+
+    let token = mint_token();
+    let id = Uuid::now_v7();
+    let scope_json = (role == Role::Partner)
+        .then(|| serde_json::Value::Array(scope.iter().map(|id| id.to_string().into()).collect()));
+    api_key::ActiveModel {
+        id: Set(id),
+        name: Set(name.to_owned()),
+        role: Set(role.as_str().to_owned()),
+        endpoint_scope: Set(scope_json),
+        token_hash: Set(hash_token(&token)),
+        created_at: Set(db::now()),
+        revoked_at: Set(None),
+    }
+    .insert(db.conn())
+    .await?;
+    Ok(NewApiKey { id, token })
+}
+
+/// Resolves an `Authorization` header value (`Bearer <token>`) to the caller.
+pub async fn authenticate(db: &Db, authorization: Option<&str>) -> Result<Identity> {
+    let token = authorization
+        .and_then(bearer_token)
+        .ok_or(Error::Unauthenticated)?;
+    let key = api_key::Entity::find()
+        .filter(api_key::Column::TokenHash.eq(hash_token(token)))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .one(db.conn())
+        .await?
+        .ok_or(Error::Unauthenticated)?;
+    identity_of(key)
+}
+
+fn identity_of(key: api_key::Model) -> Result<Identity> {
+    let role = Role::parse(&key.role).ok_or(Error::Unauthenticated)?;
+    let scope = key
+        .endpoint_scope
+        .as_ref()
+        .and_then(|value| value.as_array())
+        .map(|ids| {
+            ids.iter()
+                .filter_map(|id| id.as_str().and_then(|s| Uuid::parse_str(s).ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Identity {
+        key_id: key.id,
+        role,
+        scope,
+    })
+}
+
+/// Extracts the token from `Bearer <token>` (scheme matched case-insensitively).
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// 32 random bytes, URL-safe base64, behind a recognisable prefix.
+fn mint_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// SHA-256 of the token, hex. Tokens carry 256 bits of entropy, so a fast hash is enough.
+pub fn hash_token(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    let mut hex = String::with_capacity(64);
+    for byte in digest {
+        hex.push_str(&format!("{byte:02x}"));
+    }
+    hex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_requires_a_token() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("abc"), None);
+    }
+
+    #[test]
+    fn tokens_are_random_and_hashes_are_stable_hex() {
+        let a = mint_token();
+        let b = mint_token();
+        assert_ne!(a, b);
+        assert!(a.starts_with(TOKEN_PREFIX));
+        assert_eq!(hash_token(&a), hash_token(&a));
+        assert_eq!(hash_token(&a).len(), 64);
+        assert_ne!(hash_token(&a), hash_token(&b));
+    }
+
+    #[test]
+    fn partners_see_only_their_scope() {
+        let endpoint = Uuid::now_v7();
+        let partner = Identity {
+            key_id: Uuid::now_v7(),
+            role: Role::Partner,
+            scope: vec![endpoint],
+        };
+        assert!(partner.can_access(endpoint));
+        assert!(!partner.can_access(Uuid::now_v7()));
+        assert!(partner.require_admin().is_err());
+    }
+}

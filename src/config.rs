@@ -1,0 +1,181 @@
+//! Every tunable, documented once: the command line, each flag backed by an environment variable.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Courier: webhook delivery with durable retries, replay and live delivery events.
+#[derive(Debug, Parser)]
+#[command(name = "courier", version, about, long_about = None)]
+pub struct Cli {
+    /// Database settings shared by every command.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Log output format.
+    #[arg(long, env = "COURIER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// What to do; `serve` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Courier's commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the GraphQL API and the in-process delivery worker (the default).
+    Serve(Box<ServeArgs>),
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Print the GraphQL schema (SDL) and exit.
+    Schema,
+    /// Manage API keys.
+    #[command(subcommand)]
+    ApiKey(ApiKeyCommand),
+}
+
+/// `courier api-key ...`
+#[derive(Debug, Subcommand)]
+pub enum ApiKeyCommand {
+    /// Create a key and print its token, once, alone on stdout.
+    Create(CreateApiKeyArgs),
+}
+
+/// Arguments of `courier api-key create`.
+#[derive(Debug, Args)]
+pub struct CreateApiKeyArgs {
+    /// A label for the key.
+    #[arg(long)]
+    pub name: String,
+    /// `admin` may do everything; `partner` only what its endpoints allow.
+    #[arg(long, value_enum)]
+    pub role: RoleArg,
+    /// An endpoint id the key may use (partner keys; repeat for several).
+    #[arg(long = "endpoint", value_name = "ID")]
+    pub endpoints: Vec<uuid::Uuid>,
+}
+
+/// The roles an API key can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    /// Everything.
+    Admin,
+    /// Submit to and read the endpoints in its scope.
+    Partner,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Where the database is.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// `postgres://...` for production; `sqlite://FILE?mode=rwc` for the embedded default.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://courier.db?mode=rwc",
+        global = true
+    )]
+    pub database_url: String,
+
+    /// Connections in this process's database pool.
+    #[arg(
+        long,
+        env = "COURIER_DB_POOL_SIZE",
+        default_value_t = 10,
+        global = true
+    )]
+    pub db_pool_size: u32,
+}
+
+/// Settings of `courier serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address the HTTP API listens on.
+    #[arg(long, env = "COURIER_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+
+    /// Deliveries in flight per process; 0 runs the API only, with no worker.
+    #[arg(long, env = "COURIER_WORKER_CONCURRENCY", default_value_t = 16)]
+    pub worker_concurrency: u32,
+
+    /// How long a claim is held before another worker may reclaim the delivery.
+    #[arg(long, env = "COURIER_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease_secs: u64,
+
+    /// Attempts per cycle before a delivery is `failed`.
+    #[arg(long, env = "COURIER_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_attempts: u32,
+
+    /// First retry delay in milliseconds; it doubles per attempt, with jitter.
+    #[arg(long, env = "COURIER_RETRY_BASE_MS", default_value_t = 1_000)]
+    pub retry_base_ms: u64,
+
+    /// Longest retry delay in milliseconds.
+    #[arg(long, env = "COURIER_RETRY_MAX_MS", default_value_t = 3_600_000)]
+    pub retry_max_ms: u64,
+
+    /// Timeout of one webhook request (connect and total), in milliseconds.
+    #[arg(long, env = "COURIER_REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_ms: u64,
+
+    /// How often the worker looks for due deliveries when no wake-up arrives, in milliseconds.
+    #[arg(long, env = "COURIER_POLL_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub poll_interval_ms: u64,
+
+    /// Submissions per API key per window; unset means unlimited.
+    #[arg(long, env = "COURIER_RATE_LIMIT")]
+    pub rate_limit: Option<u32>,
+
+    /// Length of the rate-limit window in seconds.
+    #[arg(long, env = "COURIER_RATE_LIMIT_WINDOW_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate_limit_window_secs: u64,
+
+    /// Largest accepted submission payload, in bytes.
+    #[arg(long, env = "COURIER_MAX_PAYLOAD_BYTES", default_value_t = 256 * 1024)]
+    pub max_payload_bytes: usize,
+
+    /// Allow webhook URLs that resolve to loopback, private or link-local addresses.
+    #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_private_destinations: bool,
+
+    /// Largest accepted HTTP request body, in bytes.
+    #[arg(long, env = "COURIER_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// On SIGTERM, how long in-flight deliveries may run before the process exits.
+    #[arg(long, env = "COURIER_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
+}
+
+impl ServeArgs {
+    /// The settings `courier serve` would use with no flags: defaults overlaid by `COURIER_*` variables.
+    /// Environment variables still apply, so a bad `COURIER_*` value is an error here too.
+    pub fn from_env() -> Result<Self, clap::Error> {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        Only::try_parse_from(["courier"]).map(|only| only.serve)
+    }
+
+    /// The lease length as a duration.
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_secs)
+    }
+
+    /// The shutdown grace period as a duration.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+}

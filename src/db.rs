@@ -1,0 +1,144 @@
+//! Connecting, migrating, and the one place where PostgreSQL and SQLite differ.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use migration::{Migrator, MigratorTrait};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    SqliteTransactionMode, SqlxPostgresConnector, SqlxSqliteConnector, Statement,
+    TransactionOptions, TransactionTrait,
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+/// Arbitrary constant naming the advisory lock that serialises migrations across processes.
+const MIGRATION_LOCK_KEY: i64 = 0x636f_7572_6965_72; // "courier"
+
+/// A handle on Courier's database: a cheap clone around the connection pool.
+#[derive(Clone, Debug)]
+pub struct Db {
+    conn: DatabaseConnection,
+    pg_pool: Option<sqlx::PgPool>,
+}
+
+impl Db {
+    /// Opens a pool for `url` (`postgres://` or `sqlite://`) with `pool_size` connections.
+    ///
+    /// SQLite gets WAL, a busy timeout and foreign keys so several connections can share the file.
+    pub async fn connect(url: &str, pool_size: u32) -> Result<Self, DbErr> {
+        let pool_size = pool_size.max(1);
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url).map_err(sqlx_err)?;
+            let pool = PgPoolOptions::new()
+                .max_connections(pool_size)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await
+                .map_err(sqlx_err)?;
+            Ok(Db {
+                conn: SqlxPostgresConnector::from_sqlx_postgres_pool(pool.clone()),
+                pg_pool: Some(pool),
+            })
+        } else if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)
+                .map_err(sqlx_err)?
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(10))
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(pool_size)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await
+                .map_err(sqlx_err)?;
+            Ok(Db {
+                conn: SqlxSqliteConnector::from_sqlx_sqlite_pool(pool),
+                pg_pool: None,
+            })
+        } else {
+            Err(DbErr::Custom(format!(
+                "unsupported DATABASE_URL scheme (expected postgres:// or sqlite:): {}",
+                redact(url)
+            )))
+        }
+    }
+
+    /// The SeaORM connection.
+    pub fn conn(&self) -> &DatabaseConnection {
+        &self.conn
+    }
+
+    /// The underlying PostgreSQL pool (for LISTEN), when on PostgreSQL.
+    pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
+        self.pg_pool.as_ref()
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> DbBackend {
+        self.conn.get_database_backend()
+    }
+
+    /// Applies pending migrations. Safe to run from several processes at once:
+    /// on PostgreSQL an advisory transaction lock makes later runs wait and then find nothing to do.
+    pub async fn migrate(&self) -> Result<(), DbErr> {
+        let txn = self.begin_write().await?;
+        if self.backend() == DbBackend::Postgres {
+            txn.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_advisory_xact_lock($1)",
+                [MIGRATION_LOCK_KEY.into()],
+            ))
+            .await?;
+        }
+        Migrator::up(&txn, None).await?;
+        txn.commit().await
+    }
+
+    /// Starts a transaction that will write. On SQLite it takes the write lock up
+    /// front (`BEGIN IMMEDIATE`), so it waits on the busy timeout instead of failing
+    /// when it later upgrades a read lock.
+    pub async fn begin_write(&self) -> Result<DatabaseTransaction, DbErr> {
+        let options = match self.backend() {
+            DbBackend::Sqlite => TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..TransactionOptions::default()
+            },
+            _ => TransactionOptions::default(),
+        };
+        self.conn.begin_with_options(options).await
+    }
+
+    /// `SELECT 1`, for readiness checks.
+    pub async fn ping(&self) -> Result<(), DbErr> {
+        self.conn.ping().await
+    }
+
+    /// Closes the pool.
+    pub async fn close(self) -> Result<(), DbErr> {
+        self.conn.close().await
+    }
+}
+
+/// The current time as stored: UTC, truncated to microseconds (PostgreSQL's precision),
+/// so a value read back compares equal to the value written on both backends.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+/// Hides the password of a database URL for error messages and logs.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn sqlx_err(err: sqlx::Error) -> DbErr {
+    DbErr::Conn(sea_orm::RuntimeErr::SqlxError(err.into()))
+}

@@ -1,0 +1,88 @@
+//! The service-layer error type: database errors classified once, each variant given its client-facing code.
+
+use sea_orm::{DbErr, SqlErr};
+
+/// Result of a service operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a domain operation can answer besides success.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No credentials, or credentials that match no live API key.
+    #[error("a valid API key is required")]
+    Unauthenticated,
+    /// The caller is known but may not do this.
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// The thing named does not exist.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// The input cannot be accepted as given.
+    #[error("{0}")]
+    BadInput(String),
+    /// The idempotency key was used before with different content.
+    #[error("idempotency key already used with a different payload")]
+    IdempotencyConflict,
+    /// The caller is over its rate limit.
+    #[error("rate limit exceeded; retry in {retry_after_secs}s")]
+    RateLimited {
+        /// Seconds until the current window ends.
+        retry_after_secs: u64,
+    },
+    /// Only `failed` deliveries may be replayed.
+    #[error("delivery is {state}, only failed deliveries can be replayed")]
+    NotReplayable {
+        /// The state the delivery is in.
+        state: &'static str,
+    },
+    /// A uniqueness constraint settled a race against this operation.
+    #[error("unique constraint violated: {0}")]
+    UniqueViolation(String),
+    /// Anything the caller cannot fix: logged in full, reported generically.
+    #[error("database error")]
+    Database(#[source] DbErr),
+}
+
+impl Error {
+    /// Shorthand for [`Error::BadInput`].
+    pub fn bad_input(message: impl Into<String>) -> Self {
+        Error::BadInput(message.into())
+    }
+
+    /// The stable code clients see in `extensions.code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Unauthenticated => "UNAUTHENTICATED",
+            Error::Forbidden(_) => "FORBIDDEN",
+            Error::NotFound(_) => "NOT_FOUND",
+            Error::BadInput(_) => "BAD_USER_INPUT",
+            Error::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            Error::RateLimited { .. } => "RATE_LIMITED",
+            Error::NotReplayable { .. } => "DELIVERY_NOT_REPLAYABLE",
+            Error::UniqueViolation(_) | Error::Database(_) => "INTERNAL_SERVER_ERROR",
+        }
+    }
+}
+
+impl From<DbErr> for Error {
+    /// The one place database errors are classified: constraint races become
+    /// [`Error::UniqueViolation`] so callers can settle them; everything else is internal.
+    fn from(err: DbErr) -> Self {
+        match err.sql_err() {
+            Some(SqlErr::UniqueConstraintViolation(detail)) => Error::UniqueViolation(detail),
+            _ => Error::Database(err),
+        }
+    }
+}
+
+/// Renders an error with every `source()` below it, for logs.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

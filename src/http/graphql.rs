@@ -1,0 +1,234 @@
+//! `/graphql` over HTTP, per the GraphQL-over-HTTP specification: POST for everything,
+//! GET for queries (or GraphiQL for a browser), media types negotiated, 4xx for requests that cannot run.
+
+use async_graphql::http::GraphiQLSource;
+use async_graphql::parser::types::OperationType;
+use async_graphql::{ErrorExtensionValues, ServerError, Value, Variables};
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use serde::Deserialize;
+
+use super::negotiate::{self, MediaType};
+use super::HttpState;
+use crate::auth::{self, Identity};
+use crate::error::{error_chain, Error};
+
+/// The body of a GraphQL POST: `query` is required, `variables` must be an object.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRequest {
+    query: String,
+    #[serde(default)]
+    operation_name: Option<String>,
+    #[serde(default)]
+    variables: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl WireRequest {
+    fn into_request(self) -> async_graphql::Request {
+        let mut request = async_graphql::Request::new(self.query);
+        if let Some(name) = self.operation_name {
+            request = request.operation_name(name);
+        }
+        if let Some(variables) = self.variables {
+            request = request.variables(Variables::from_json(serde_json::Value::Object(variables)));
+        }
+        request
+    }
+}
+
+/// `POST /graphql`.
+pub async fn post(State(state): State<HttpState>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(media) = negotiate::response_media_type(&headers) else {
+        return not_acceptable();
+    };
+    if !negotiate::is_json_request(&headers) {
+        return request_error(
+            media,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "BAD_USER_INPUT",
+            "content-type must be application/json",
+        );
+    }
+    let identity = match authenticate(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(err) => return auth_error(media, err),
+    };
+    let request = match serde_json::from_slice::<WireRequest>(&body) {
+        Ok(wire) => wire.into_request(),
+        Err(err) => {
+            return request_error(
+                media,
+                StatusCode::BAD_REQUEST,
+                "BAD_USER_INPUT",
+                &format!("the body is not a GraphQL request: {err}"),
+            );
+        }
+    };
+    execute(&state, media, request.data(identity)).await
+}
+
+/// `GET /graphql`: GraphiQL for a browser or a bare GET; otherwise a query from the URL.
+pub async fn get(
+    State(state): State<HttpState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    if negotiate::wants_html(&headers) || !query.split('&').any(|pair| pair.starts_with("query=")) {
+        return graphiql();
+    }
+    let Some(media) = negotiate::response_media_type(&headers) else {
+        return not_acceptable();
+    };
+    let identity = match authenticate(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(err) => return auth_error(media, err),
+    };
+    let mut request = match async_graphql::http::parse_query_string(&query) {
+        Ok(request) => request,
+        Err(err) => {
+            return request_error(
+                media,
+                StatusCode::BAD_REQUEST,
+                "BAD_USER_INPUT",
+                &format!("the query string is not a GraphQL request: {err}"),
+            );
+        }
+    };
+    if selects_mutation(&mut request) {
+        let mut response = request_error(
+            media,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "BAD_USER_INPUT",
+            "mutations must be sent with POST",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    execute(&state, media, request.data(identity)).await
+}
+
+/// Whether the operation a GET would run is a mutation (GET must not change anything).
+fn selects_mutation(request: &mut async_graphql::Request) -> bool {
+    let name = request.operation_name.clone();
+    let Ok(document) = request.parsed_query() else {
+        return false;
+    };
+    document.operations.iter().any(|(op_name, op)| {
+        op.node.ty == OperationType::Mutation
+            && (name.is_none() || op_name.map(|n| n.as_str()) == name.as_deref())
+    })
+}
+
+async fn authenticate(state: &HttpState, headers: &HeaderMap) -> Result<Identity, Error> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    auth::authenticate(&state.app.db, authorization).await
+}
+
+async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Request) -> Response {
+    let mut response = state.schema.execute(request).await;
+    // Parse and validation failures (and the depth/complexity limits) never reach a resolver:
+    // they come back with no data and no error path. Such a request could not be executed.
+    let not_executed = response.data == Value::Null
+        && !response.errors.is_empty()
+        && response.errors.iter().all(|error| error.path.is_empty());
+    let status = if not_executed && media == MediaType::GraphqlResponse {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let body = if not_executed {
+        for error in &mut response.errors {
+            ensure_code(error, "BAD_USER_INPUT");
+        }
+        serde_json::to_vec(&serde_json::json!({ "errors": response.errors }))
+    } else {
+        serde_json::to_vec(&response)
+    };
+    let mut http = match body {
+        Ok(body) => (status, [(header::CONTENT_TYPE, media.content_type())], body).into_response(),
+        Err(err) => {
+            tracing::error!(error = %error_chain(&err), "serialising a GraphQL response failed");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
+    http.headers_mut().extend(response.http_headers);
+    http
+}
+
+fn ensure_code(error: &mut ServerError, code: &str) {
+    let extensions = error
+        .extensions
+        .get_or_insert_with(ErrorExtensionValues::default);
+    if extensions.get("code").is_none() {
+        extensions.set("code", code);
+    }
+}
+
+/// A response for a request that was refused before execution.
+fn request_error(media: MediaType, status: StatusCode, code: &str, message: &str) -> Response {
+    let body = serde_json::json!({
+        "errors": [{ "message": message, "extensions": { "code": code } }]
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, media.content_type())],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn auth_error(media: MediaType, err: Error) -> Response {
+    match err {
+        Error::Unauthenticated => {
+            let status = match media {
+                MediaType::GraphqlResponse => StatusCode::UNAUTHORIZED,
+                MediaType::Json => StatusCode::OK,
+            };
+            let mut response = request_error(media, status, err.code(), &err.to_string());
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
+        other => {
+            tracing::error!(error = %error_chain(&other), "authenticating a request failed");
+            request_error(
+                media,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "INTERNAL_SERVER_ERROR",
+                "internal error",
+            )
+        }
+    }
+}
+
+fn not_acceptable() -> Response {
+    (
+        StatusCode::NOT_ACCEPTABLE,
+        format!(
+            "acceptable response types: {}, {}",
+            negotiate::GRAPHQL_RESPONSE_JSON,
+            negotiate::APPLICATION_JSON
+        ),
+    )
+        .into_response()
+}
+
+fn graphiql() -> Response {
+    Html(
+        GraphiQLSource::build()
+            .endpoint("/graphql")
+            .subscription_endpoint("/graphql/ws")
+            .title("Courier")
+            .finish(),
+    )
+    .into_response()
+}

@@ -1,0 +1,111 @@
+//! The HTTP surface: routes for GraphQL (HTTP and WebSocket), health, readiness and metrics.
+
+mod graphql;
+mod negotiate;
+mod websocket;
+
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::metrics::{HttpLabels, RouteLabels};
+use crate::schema::CourierSchema;
+use crate::state::AppState;
+
+/// What every handler gets: the schema and the application state.
+#[derive(Clone)]
+pub struct HttpState {
+    /// The executable GraphQL schema.
+    pub schema: CourierSchema,
+    /// The application state.
+    pub app: AppState,
+}
+
+/// Builds the router with its limits, tracing and metrics.
+pub fn router(schema: CourierSchema, app: AppState) -> Router {
+    let body_limit = app.config.max_body_bytes;
+    let state = HttpState { schema, app };
+    Router::new()
+        .route("/graphql", get(graphql::get).post(graphql::post))
+        .route("/graphql/ws", get(websocket::upgrade))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            record_request,
+        ))
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::new())
+        .with_state(state)
+}
+
+/// Liveness: the process is up.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the database answers.
+async fn readyz(State(state): State<HttpState>) -> Response {
+    match state.app.db.ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(err) => {
+            tracing::warn!(error = %err, "readiness check failed");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+        }
+    }
+}
+
+/// Prometheus scrape endpoint.
+async fn metrics(State(state): State<HttpState>) -> Response {
+    match state.app.metrics.render() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "rendering metrics failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+/// Counts every request by route and status, and times it.
+async fn record_request(State(state): State<HttpState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let metrics = &state.app.metrics;
+    metrics
+        .http_duration
+        .get_or_create(&RouteLabels {
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .http_requests
+        .get_or_create(&HttpLabels {
+            route,
+            method,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}

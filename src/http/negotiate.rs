@@ -1,0 +1,130 @@
+//! GraphQL-over-HTTP content negotiation: which media type to answer with, and which status codes that implies.
+
+use axum::http::{header, HeaderMap};
+
+/// The GraphQL-over-HTTP response media type.
+pub const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
+/// The legacy response media type, used only when the client asks for it.
+pub const APPLICATION_JSON: &str = "application/json";
+
+/// The media type a response is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaType {
+    /// `application/graphql-response+json`: request errors get 4xx statuses.
+    GraphqlResponse,
+    /// `application/json`: every well-formed request gets 200.
+    Json,
+}
+
+impl MediaType {
+    /// The `Content-Type` header value.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            MediaType::GraphqlResponse => "application/graphql-response+json; charset=utf-8",
+            MediaType::Json => "application/json; charset=utf-8",
+        }
+    }
+}
+
+/// Picks the response media type from `Accept`; `None` when nothing acceptable was offered.
+/// No header, `*/*` and `application/*` get the GraphQL-over-HTTP type; ties prefer it too.
+pub fn response_media_type(headers: &HeaderMap) -> Option<MediaType> {
+    let accept: Vec<&str> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    if accept.is_empty() {
+        return Some(MediaType::GraphqlResponse);
+    }
+    let mut best: Option<(f32, MediaType)> = None;
+    for range in accept.iter().flat_map(|value| value.split(',')) {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let quality = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        let candidate = match media.as_str() {
+            GRAPHQL_RESPONSE_JSON | "*/*" | "application/*" => MediaType::GraphqlResponse,
+            APPLICATION_JSON => MediaType::Json,
+            _ => continue,
+        };
+        if quality <= 0.0 {
+            continue;
+        }
+        let better = match best {
+            None => true,
+            Some((q, current)) => {
+                quality > q
+                    || (quality == q
+                        && current == MediaType::Json
+                        && candidate == MediaType::GraphqlResponse)
+            }
+        };
+        if better {
+            best = Some((quality, candidate));
+        }
+    }
+    best.map(|(_, media)| media)
+}
+
+/// Whether a request body is declared as JSON (`application/json`, any parameters).
+pub fn is_json_request(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case(APPLICATION_JSON))
+}
+
+/// Whether the client prefers an HTML page (a browser opening GraphiQL).
+pub fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(header::ACCEPT, value);
+        }
+        headers
+    }
+
+    #[test]
+    fn negotiates_like_the_graphql_over_http_spec() {
+        assert_eq!(
+            response_media_type(&HeaderMap::new()),
+            Some(MediaType::GraphqlResponse)
+        );
+        assert_eq!(
+            response_media_type(&accept("*/*")),
+            Some(MediaType::GraphqlResponse)
+        );
+        assert_eq!(
+            response_media_type(&accept("application/json")),
+            Some(MediaType::Json)
+        );
+        assert_eq!(
+            response_media_type(&accept(
+                "application/graphql-response+json, application/json;q=0.9"
+            )),
+            Some(MediaType::GraphqlResponse)
+        );
+        assert_eq!(
+            response_media_type(&accept(
+                "application/graphql-response+json;q=0.5, application/json"
+            )),
+            Some(MediaType::Json)
+        );
+        assert_eq!(response_media_type(&accept("text/plain")), None);
+    }
+}

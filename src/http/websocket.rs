@@ -1,0 +1,65 @@
+//! `/graphql/ws`: GraphQL over WebSocket in both protocols (`graphql-transport-ws` and the legacy `graphql-ws`),
+//! authenticated by the `connection_init` payload.
+
+use async_graphql::http::ALL_WEBSOCKET_PROTOCOLS;
+use async_graphql::Data;
+use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
+use axum::extract::{State, WebSocketUpgrade};
+use axum::response::Response;
+
+use super::HttpState;
+use crate::auth;
+use crate::schema::ApiError;
+
+/// Upgrades to a GraphQL WebSocket session; it ends when the client leaves or the process shuts down.
+pub async fn upgrade(
+    State(state): State<HttpState>,
+    protocol: GraphQLProtocol,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    upgrade
+        .protocols(ALL_WEBSOCKET_PROTOCOLS)
+        .on_upgrade(move |socket| async move {
+            let db = state.app.db.clone();
+            let shutdown = state.app.shutdown.clone();
+            let session = GraphQLWebSocket::new(socket, state.schema.clone(), protocol)
+                .on_connection_init(move |payload| async move {
+                    let authorization = authorization_of(&payload);
+                    let identity = auth::authenticate(&db, authorization.as_deref())
+                        .await
+                        .map_err(|err| async_graphql::Error::from(ApiError::from(err)))?;
+                    let mut data = Data::default();
+                    data.insert(identity);
+                    Ok(data)
+                })
+                .serve();
+            tokio::select! {
+                () = session => {}
+                () = shutdown.cancelled() => {}
+            }
+        })
+}
+
+/// The `Authorization` entry of a `connection_init` payload, its key matched case-insensitively.
+fn authorization_of(payload: &serde_json::Value) -> Option<String> {
+    payload.as_object().and_then(|object| {
+        object
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case("authorization"))
+            .and_then(|(_, value)| value.as_str().map(str::to_owned))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorization_key_is_case_insensitive() {
+        let payload = serde_json::json!({ "authorization": "Bearer x" });
+        assert_eq!(authorization_of(&payload).as_deref(), Some("Bearer x"));
+        let payload = serde_json::json!({ "Authorization": "Bearer y" });
+        assert_eq!(authorization_of(&payload).as_deref(), Some("Bearer y"));
+        assert_eq!(authorization_of(&serde_json::json!(null)), None);
+    }
+}

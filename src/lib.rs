@@ -1,0 +1,32 @@
+//! Courier: a webhook delivery service.
+//!
+//! # Map
+//! - [`config`]: every tunable (flags backed by `COURIER_*` variables).
+//! - [`commands`]: what each CLI command does; [`app`] assembles a running instance.
+//! - [`http`]: routes: `/graphql` (HTTP and WebSocket), `/healthz`, `/readyz`, `/metrics`.
+//! - [`schema`]: GraphQL types and resolvers, one module per domain; no SQL.
+//! - [`service`]: domain operations and their transactions; no GraphQL.
+//! - [`auth`]: API keys, roles and scopes. [`destination`]: which webhook URLs are allowed.
+//! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ.
+//! - [`error`]: the service error type and its mapping to GraphQL error codes.
+//! - [`metrics`], [`telemetry`]: Prometheus metrics and structured logs.
+//!
+//! # How a request flows
+//! HTTP -> [`http`] (media type, body limit, API key) -> [`schema`] resolver ->
+//! [`service`] operation (one transaction; races settled by the database) -> database.
+//! Errors travel back as [`error::Error`] and are mapped once to `extensions.code`.
+
+pub mod app;
+pub mod auth;
+pub mod commands;
+pub mod config;
+pub mod db;
+pub mod destination;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod schema;
+pub mod service;
+pub mod signing;
+pub mod state;
+pub mod telemetry;

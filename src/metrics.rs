@@ -1,0 +1,238 @@
+//! Prometheus metrics: one registry per process, injected through the app state, rendered at `/metrics`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_graphql::extensions::{
+    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery,
+};
+use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection};
+use async_graphql::{ServerResult, Value, Variables};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::state::AppState;
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Labels of HTTP request metrics: the matched route and the status code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// Route pattern (`/graphql`, ...), or `unmatched`.
+    pub route: String,
+    /// HTTP method.
+    pub method: String,
+    /// Response status code.
+    pub status: u16,
+}
+
+/// Labels of HTTP latency: the matched route.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// Route pattern, or `unmatched`.
+    pub route: String,
+}
+
+/// Labels of GraphQL operation metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// `query`, `mutation` or `subscription`.
+    pub kind: String,
+    /// The first root field selected (a schema field name, so the set is bounded).
+    pub operation: String,
+    /// `ok`, or the first error's `extensions.code`.
+    pub outcome: String,
+}
+
+/// Every metric Courier records.
+pub struct Metrics {
+    registry: Registry,
+    /// HTTP requests by route, method and status.
+    pub http_requests: Family<HttpLabels, Counter>,
+    /// HTTP request latency by route.
+    pub http_duration: HistogramFamily<RouteLabels>,
+    /// Executed GraphQL operations by kind, root field and outcome.
+    pub graphql_operations: Family<OperationLabels, Counter>,
+    /// GraphQL execution latency by kind, root field and outcome.
+    pub graphql_duration: HistogramFamily<OperationLabels>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms .. ~8 s
+    Histogram::new(exponential_buckets(0.0005, 2.0, 15))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("courier");
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        let http_duration: HistogramFamily<RouteLabels> =
+            Family::new_with_constructor(latency_histogram);
+        let graphql_operations = Family::<OperationLabels, Counter>::default();
+        let graphql_duration: HistogramFamily<OperationLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "http_requests",
+            "HTTP requests by route, method and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route",
+            http_duration.clone(),
+        );
+        registry.register(
+            "graphql_operations",
+            "Executed GraphQL operations by kind, root field and outcome",
+            graphql_operations.clone(),
+        );
+        registry.register(
+            "graphql_operation_duration_seconds",
+            "GraphQL execution latency by kind, root field and outcome",
+            graphql_duration.clone(),
+        );
+        Metrics {
+            registry,
+            http_requests,
+            http_duration,
+            graphql_operations,
+            graphql_duration,
+        }
+    }
+}
+
+impl Metrics {
+    /// The registry, for modules that register metrics of their own at start-up.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    /// Renders every metric in the Prometheus / OpenMetrics text format.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// async-graphql extension recording each executed operation in [`Metrics`].
+pub struct GraphqlMetrics;
+
+impl ExtensionFactory for GraphqlMetrics {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(GraphqlMetricsExtension::default())
+    }
+}
+
+/// Per-request half of [`GraphqlMetrics`]: remembers the parsed operations until execution.
+#[derive(Default)]
+struct GraphqlMetricsExtension {
+    operations: Mutex<Vec<ParsedOperation>>,
+}
+
+struct ParsedOperation {
+    name: Option<String>,
+    kind: &'static str,
+    root_field: String,
+}
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for GraphqlMetricsExtension {
+    async fn parse_query(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        query: &str,
+        variables: &Variables,
+        next: NextParseQuery<'_>,
+    ) -> ServerResult<ExecutableDocument> {
+        let document = next.run(ctx, query, variables).await?;
+        let parsed = document
+            .operations
+            .iter()
+            .map(|(name, operation)| ParsedOperation {
+                name: name.map(|n| n.to_string()),
+                kind: match operation.node.ty {
+                    OperationType::Query => "query",
+                    OperationType::Mutation => "mutation",
+                    OperationType::Subscription => "subscription",
+                },
+                root_field: operation
+                    .node
+                    .selection_set
+                    .node
+                    .items
+                    .iter()
+                    .find_map(|item| match &item.node {
+                        Selection::Field(field) => Some(field.node.name.node.to_string()),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| "fragment".to_owned()),
+            })
+            .collect();
+        if let Ok(mut operations) = self.operations.lock() {
+            *operations = parsed;
+        }
+        Ok(document)
+    }
+
+    async fn execute(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        operation_name: Option<&str>,
+        next: NextExecute<'_>,
+    ) -> async_graphql::Response {
+        let started = Instant::now();
+        let response = next.run(ctx, operation_name).await;
+        let Some(state) = ctx.data_opt::<AppState>() else {
+            return response;
+        };
+        let (kind, operation) = match self.operations.lock() {
+            Ok(operations) => operations
+                .iter()
+                .find(|op| operation_name.is_none() || op.name.as_deref() == operation_name)
+                .map(|op| (op.kind, op.root_field.clone()))
+                .unwrap_or(("unknown", "unknown".to_owned())),
+            Err(_) => ("unknown", "unknown".to_owned()),
+        };
+        let outcome = response
+            .errors
+            .first()
+            .map(|error| {
+                error
+                    .extensions
+                    .as_ref()
+                    .and_then(|ext| ext.get("code"))
+                    .and_then(|code| match code {
+                        Value::String(code) => Some(code.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| "error".to_owned())
+            })
+            .unwrap_or_else(|| "ok".to_owned());
+        let labels = OperationLabels {
+            kind: kind.to_owned(),
+            operation,
+            outcome,
+        };
+        state
+            .metrics
+            .graphql_operations
+            .get_or_create(&labels)
+            .inc();
+        state
+            .metrics
+            .graphql_duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        response
+    }
+}

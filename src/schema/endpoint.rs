@@ -1,0 +1,154 @@
+//! GraphQL for endpoints: the `Endpoint` type, its queries and its mutations.
+
+use async_graphql::connection::{Connection, Edge};
+use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
+use chrono::{DateTime, Utc};
+use entity::endpoint;
+
+use super::error::ApiResult;
+use super::scalars::{caller, parse_id, state};
+use crate::service::endpoints::{EndpointPatch, NewEndpoint};
+use crate::service::pagination::{encode_cursor, PageRequest};
+
+/// A webhook destination. Its signing secret is never readable; it is returned
+/// once, when minted, in `EndpointWithSecret`.
+pub struct Endpoint(pub endpoint::Model);
+
+#[Object]
+impl Endpoint {
+    /// Stable identifier.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    /// Human-readable label.
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    /// The URL webhooks are POSTed to.
+    async fn url(&self) -> &str {
+        &self.0.url
+    }
+    /// Disabled endpoints accept no submissions and receive no deliveries.
+    async fn disabled(&self) -> bool {
+        self.0.disabled
+    }
+    /// When the endpoint was created.
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    /// When the endpoint last changed.
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+}
+
+/// An endpoint with its signing secret, present only when this operation minted it.
+#[derive(SimpleObject)]
+pub struct EndpointWithSecret {
+    /// The endpoint as stored.
+    endpoint: Endpoint,
+    /// `whsec_...`: shown once; store it to verify signatures.
+    secret: Option<String>,
+}
+
+impl From<crate::service::endpoints::EndpointWithSecret> for EndpointWithSecret {
+    fn from(value: crate::service::endpoints::EndpointWithSecret) -> Self {
+        EndpointWithSecret {
+            endpoint: Endpoint(value.endpoint),
+            secret: value.secret,
+        }
+    }
+}
+
+/// Input of `createEndpoint`.
+#[derive(InputObject)]
+pub struct CreateEndpointInput {
+    /// Label, 1 to 200 characters.
+    name: String,
+    /// `http` or `https` URL with a host.
+    url: String,
+}
+
+/// Input of `updateEndpoint`; omitted fields stay as they are.
+#[derive(InputObject)]
+pub struct UpdateEndpointInput {
+    /// New label.
+    name: Option<String>,
+    /// New URL; a different URL mints a new signing secret.
+    url: Option<String>,
+    /// Disable or re-enable the endpoint.
+    disabled: Option<bool>,
+}
+
+/// Endpoint queries.
+#[derive(Default)]
+pub struct EndpointQuery;
+
+#[Object]
+impl EndpointQuery {
+    /// One endpoint by id; null when there is none.
+    async fn endpoint(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Endpoint>> {
+        let id = parse_id(&id, "id")?;
+        let found = state(ctx)?.endpoints.get(caller(ctx)?, id).await?;
+        Ok(found.map(Endpoint))
+    }
+
+    /// The endpoints the caller may see, oldest first.
+    async fn endpoints(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> ApiResult<Connection<String, Endpoint>> {
+        let request = PageRequest::new(first, after.as_deref())?;
+        let page = state(ctx)?.endpoints.list(caller(ctx)?, request).await?;
+        let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
+        connection.edges.extend(
+            page.items
+                .into_iter()
+                .map(|row| Edge::new(encode_cursor(row.id), Endpoint(row))),
+        );
+        Ok(connection)
+    }
+}
+
+/// Endpoint mutations.
+#[derive(Default)]
+pub struct EndpointMutation;
+
+#[Object]
+impl EndpointMutation {
+    /// Creates an endpoint and mints its signing secret (admin only).
+    async fn create_endpoint(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateEndpointInput,
+    ) -> ApiResult<EndpointWithSecret> {
+        let input = NewEndpoint {
+            name: input.name,
+            url: input.url,
+        };
+        let created = state(ctx)?.endpoints.create(caller(ctx)?, input).await?;
+        Ok(created.into())
+    }
+
+    /// Changes an endpoint (admin only). A new URL mints a new secret, returned here once.
+    async fn update_endpoint(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        input: UpdateEndpointInput,
+    ) -> ApiResult<EndpointWithSecret> {
+        let id = parse_id(&id, "id")?;
+        let patch = EndpointPatch {
+            name: input.name,
+            url: input.url,
+            disabled: input.disabled,
+        };
+        let updated = state(ctx)?
+            .endpoints
+            .update(caller(ctx)?, id, patch)
+            .await?;
+        Ok(updated.into())
+    }
+}

@@ -1,0 +1,52 @@
+//! The GraphQL-layer error: the one place service errors become GraphQL errors with `extensions.code`.
+
+use async_graphql::ErrorExtensions as _;
+
+use crate::error::{error_chain, Error};
+
+/// What resolvers return on failure. It deliberately has no `Display`, so `?` can
+/// only reach a GraphQL error through the mapping below, never through
+/// async-graphql's message-only blanket conversion.
+#[derive(Clone)]
+pub struct ApiError(async_graphql::Error);
+
+/// Result of a resolver.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<ApiError> for async_graphql::Error {
+    fn from(ApiError(err): ApiError) -> Self {
+        err
+    }
+}
+
+impl<E: Into<Error>> From<E> for ApiError {
+    fn from(err: E) -> Self {
+        ApiError(to_graphql(err.into()))
+    }
+}
+
+/// Maps a service error to its GraphQL form; internal causes are logged, never sent.
+fn to_graphql(err: Error) -> async_graphql::Error {
+    let code = err.code();
+    match &err {
+        Error::UniqueViolation(_) | Error::Database(_) => {
+            tracing::error!(error = %error_chain(&err), "internal error");
+            async_graphql::Error::new("internal error").extend_with(|_, e| e.set("code", code))
+        }
+        Error::RateLimited { retry_after_secs } => {
+            let retry_after = *retry_after_secs;
+            async_graphql::Error::new(err.to_string()).extend_with(|_, e| {
+                e.set("code", code);
+                e.set("retryAfter", retry_after);
+            })
+        }
+        Error::NotReplayable { state } => {
+            let state = state.to_ascii_uppercase();
+            async_graphql::Error::new(err.to_string()).extend_with(|_, e| {
+                e.set("code", code);
+                e.set("state", state.as_str());
+            })
+        }
+        _ => async_graphql::Error::new(err.to_string()).extend_with(|_, e| e.set("code", code)),
+    }
+}

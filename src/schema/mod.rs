@@ -1,0 +1,51 @@
+//! The GraphQL schema: roots merged from one module per domain; resolvers call the service layer only.
+
+mod endpoint;
+mod error;
+mod scalars;
+
+use async_graphql::{EmptySubscription, MergedObject, Schema};
+
+use crate::state::AppState;
+
+pub use endpoint::Endpoint;
+pub use error::{ApiError, ApiResult};
+
+/// Deepest selection a query may make.
+pub const MAX_QUERY_DEPTH: usize = 12;
+/// Largest total complexity (roughly, fields selected) of one query.
+pub const MAX_QUERY_COMPLEXITY: usize = 2_000;
+
+/// Every query, merged from the domain modules.
+#[derive(MergedObject, Default)]
+#[graphql(name = "Query")]
+pub struct QueryRoot(endpoint::EndpointQuery);
+
+/// Every mutation, merged from the domain modules.
+#[derive(MergedObject, Default)]
+#[graphql(name = "Mutation")]
+pub struct MutationRoot(endpoint::EndpointMutation);
+
+/// Courier's executable schema.
+pub type CourierSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+
+/// Builds the schema with its limits; `state` is given to every resolver.
+pub fn build(state: Option<AppState>) -> CourierSchema {
+    let mut builder = Schema::build(
+        QueryRoot::default(),
+        MutationRoot::default(),
+        EmptySubscription,
+    )
+    .limit_depth(MAX_QUERY_DEPTH)
+    .limit_complexity(MAX_QUERY_COMPLEXITY)
+    .extension(crate::metrics::GraphqlMetrics);
+    if let Some(state) = state {
+        builder = builder.data(state);
+    }
+    builder.finish()
+}
+
+/// The SDL `courier schema` prints and `schema.graphql` holds.
+pub fn sdl() -> String {
+    build(None).sdl()
+}

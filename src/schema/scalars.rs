@@ -1,0 +1,26 @@
+//! Helpers shared by resolvers: the caller's identity, the app state, and ID parsing.
+
+use async_graphql::{Context, ID};
+use uuid::Uuid;
+
+use crate::auth::Identity;
+use crate::error::Error;
+use crate::state::AppState;
+
+/// The caller of this request; every operation needs one.
+pub fn caller<'a>(ctx: &Context<'a>) -> Result<&'a Identity, Error> {
+    ctx.data_opt::<Identity>().ok_or(Error::Unauthenticated)
+}
+
+/// The application state given to the schema.
+pub fn state<'a>(ctx: &Context<'a>) -> Result<&'a AppState, Error> {
+    ctx.data_opt::<AppState>()
+        .ok_or(Error::Database(sea_orm::DbErr::Custom(
+            "schema built without state".into(),
+        )))
+}
+
+/// Parses a GraphQL `ID` as a UUID; anything else is `BAD_USER_INPUT`.
+pub fn parse_id(id: &ID, what: &str) -> Result<Uuid, Error> {
+    Uuid::parse_str(id.as_str()).map_err(|_| Error::bad_input(format!("{what} is not a valid ID")))
+}

@@ -1,0 +1,128 @@
+//! Keyset pagination: page sizes bounded, cursors opaque and validated.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// Page size when the client gives none.
+pub const DEFAULT_PAGE_SIZE: usize = 20;
+/// Largest page a client may ask for.
+pub const MAX_PAGE_SIZE: usize = 100;
+
+/// Prefix inside every cursor, so cursors can change shape later without ambiguity.
+const CURSOR_VERSION: &str = "v1:";
+
+/// A validated page request: how many rows, and the id to continue after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Rows wanted (0..=MAX_PAGE_SIZE).
+    pub first: usize,
+    /// Continue strictly after this id, in the listing's order.
+    pub after: Option<Uuid>,
+}
+
+impl PageRequest {
+    /// Validates the Relay `first` / `after` arguments.
+    pub fn new(first: Option<i32>, after: Option<&str>) -> Result<Self> {
+        let first = match first {
+            None => DEFAULT_PAGE_SIZE,
+            Some(n) if n < 0 => return Err(Error::bad_input("first must not be negative")),
+            Some(n) if n as usize > MAX_PAGE_SIZE => {
+                return Err(Error::bad_input(format!(
+                    "first must be at most {MAX_PAGE_SIZE}"
+                )));
+            }
+            Some(n) => n as usize,
+        };
+        let after = after.map(decode_cursor).transpose()?;
+        Ok(PageRequest { first, after })
+    }
+
+    /// Rows to fetch: one more than wanted, to learn whether a next page exists.
+    pub fn fetch_limit(&self) -> u64 {
+        self.first as u64 + 1
+    }
+}
+
+/// One page of rows in listing order.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The rows.
+    pub items: Vec<T>,
+    /// Whether rows follow the last one.
+    pub has_next_page: bool,
+}
+
+impl<T> Page<T> {
+    /// Trims a result fetched with [`PageRequest::fetch_limit`] to the page.
+    pub fn from_overfetch(mut items: Vec<T>, request: &PageRequest) -> Self {
+        let has_next_page = items.len() > request.first;
+        items.truncate(request.first);
+        Page {
+            items,
+            has_next_page,
+        }
+    }
+}
+
+/// The opaque cursor for a row id.
+pub fn encode_cursor(id: Uuid) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}{id}"))
+}
+
+/// Reads a cursor made by [`encode_cursor`]; anything else is `BAD_USER_INPUT`.
+pub fn decode_cursor(cursor: &str) -> Result<Uuid> {
+    let invalid = || Error::bad_input("after is not a valid cursor");
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| invalid())?;
+    let id = text.strip_prefix(CURSOR_VERSION).ok_or_else(invalid)?;
+    Uuid::parse_str(id).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let id = Uuid::now_v7();
+        assert_eq!(decode_cursor(&encode_cursor(id)).ok(), Some(id));
+        for garbage in [
+            "",
+            "!!!",
+            "djE6bm90LWEtdXVpZA",
+            &URL_SAFE_NO_PAD.encode(id.to_string()),
+        ] {
+            assert!(decode_cursor(garbage).is_err(), "{garbage} accepted");
+        }
+    }
+
+    #[test]
+    fn page_sizes_are_bounded() {
+        assert_eq!(
+            PageRequest::new(None, None).map(|p| p.first).ok(),
+            Some(DEFAULT_PAGE_SIZE)
+        );
+        assert!(PageRequest::new(Some(-1), None).is_err());
+        assert!(PageRequest::new(Some(MAX_PAGE_SIZE as i32 + 1), None).is_err());
+        assert_eq!(
+            PageRequest::new(Some(0), None).map(|p| p.first).ok(),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn overfetch_reveals_the_next_page() {
+        let request = PageRequest {
+            first: 2,
+            after: None,
+        };
+        let page = Page::from_overfetch(vec![1, 2, 3], &request);
+        assert_eq!(page.items, vec![1, 2]);
+        assert!(page.has_next_page);
+        let page = Page::from_overfetch(vec![1, 2], &request);
+        assert!(!page.has_next_page);
+    }
+}
