@@ -117,9 +117,10 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     };
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("Ctrl-C received, shutting down"),
-        () = terminate => tracing::info!("SIGTERM received, shutting down"),
-    }
+    let signal = tokio::select! {
+        () = ctrl_c => "Ctrl-C",
+        () = terminate => "SIGTERM",
+    };
     shutdown.cancel();
+    tracing::info!(signal, "shutting down");
 }

@@ -14,7 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 /// Arbitrary constant naming the advisory lock that serialises migrations across processes.
-const MIGRATION_LOCK_KEY: i64 = 0x636f_7572_6965_72; // "courier"
+const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
 
 /// A handle on Courier's database: a cheap clone around the connection pool.
 #[derive(Clone, Debug)]

@@ -10,10 +10,11 @@ use super::scalars::{caller, parse_id, state};
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
 use crate::service::pagination::{encode_cursor, PageRequest};
 
-/// A webhook destination. Its signing secret is never readable; it is returned
-/// once, when minted, in `EndpointWithSecret`.
+/// A webhook destination (wraps the stored row).
 pub struct Endpoint(pub endpoint::Model);
 
+/// A webhook destination. Its signing secret is never readable; it is returned
+/// once, when minted, in `EndpointWithSecret`.
 #[Object]
 impl Endpoint {
     /// Stable identifier.
@@ -84,6 +85,7 @@ pub struct UpdateEndpointInput {
 #[derive(Default)]
 pub struct EndpointQuery;
 
+/// Endpoint queries.
 #[Object]
 impl EndpointQuery {
     /// One endpoint by id; null when there is none.
@@ -116,6 +118,7 @@ impl EndpointQuery {
 #[derive(Default)]
 pub struct EndpointMutation;
 
+/// Endpoint mutations.
 #[Object]
 impl EndpointMutation {
     /// Creates an endpoint and mints its signing secret (admin only).

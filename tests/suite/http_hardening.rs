@@ -1,0 +1,308 @@
+//! Bad and hostile HTTP input: clear 4xx answers with codes, never a 5xx, never a half-written row.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::endpoints::endpoint_count;
+use crate::on_both_backends;
+use crate::support::{gql_error_code, Backend, TestApp, TestDb};
+
+async fn post_raw(
+    app: &TestApp,
+    token: &str,
+    content_type: &str,
+    body: impl Into<reqwest::Body>,
+) -> (StatusCode, String) {
+    let response = app
+        .request(Method::POST, "/graphql")
+        .bearer_auth(token)
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status();
+    (status, response.text().await.unwrap_or_default())
+}
+
+async fn malformed_requests_get_400_with_a_code(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    for body in [
+        "{not json",
+        "[]",
+        "\"a string\"",
+        "{}",
+        "{\"query\": 42}",
+        "{\"query\": \"{ endpoints { edges { cursor } } }\", \"variables\": [1]}",
+        "{\"query\": \"mutation { createEndpoint(input: {name: \\\"x\\\", url: \\\"https://example.com\\\"}) { endpoint { id } } }\"",
+    ] {
+        let (status, text) = post_raw(&app, &admin, "application/json", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} -> {text}");
+        let parsed: Value = serde_json::from_str(&text).expect("a JSON error body");
+        assert_eq!(gql_error_code(&parsed), Some("BAD_USER_INPUT"), "{text}");
+    }
+    for query in [
+        "{ endpoints { edges ",
+        "{ noSuchField }",
+        "mutation { createEndpoint { id } }",
+    ] {
+        let (status, text) = post_raw(
+            &app,
+            &admin,
+            "application/json",
+            json!({ "query": query }).to_string(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query} -> {text}");
+        let parsed: Value = serde_json::from_str(&text).expect("json");
+        assert!(
+            parsed.get("data").is_none(),
+            "a request that did not run has no data: {text}"
+        );
+        assert_eq!(gql_error_code(&parsed), Some("BAD_USER_INPUT"), "{text}");
+    }
+    assert_eq!(endpoint_count(&app).await, 0, "nothing was written");
+}
+
+async fn oversized_bodies_get_413_and_write_nothing(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn_with(&db, |config| config.max_body_bytes = 64 * 1024).await;
+    let admin = app.admin_token().await;
+    let huge_name = "x".repeat(100 * 1024);
+    let body = json!({
+        "query": "mutation($name: String!) { createEndpoint(input: {name: $name, url: \"https://example.com\"}) { endpoint { id } } }",
+        "variables": { "name": huge_name },
+    });
+    let (status, _) = post_raw(&app, &admin, "application/json", body.to_string()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+
+    // Without a Content-Length (chunked), the limit still holds.
+    let chunks: Vec<Result<String, std::io::Error>> = vec![Ok(body.to_string())];
+    let stream = futures_util::stream::iter(chunks);
+    let (status, _) = post_raw(
+        &app,
+        &admin,
+        "application/json",
+        reqwest::Body::wrap_stream(stream),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(endpoint_count(&app).await, 0);
+}
+
+on_both_backends!(
+    malformed_requests_get_400_with_a_code,
+    oversized_bodies_get_413_and_write_nothing
+);
+
+#[tokio::test]
+async fn too_deep_or_too_complex_queries_are_refused() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let deep = format!(
+        "{{ __schema {{ types {{ fields {{ type {{ {} name {} }} }} }} }} }}",
+        "ofType { ".repeat(10),
+        "} ".repeat(10)
+    );
+    let (status, text) = post_raw(
+        &app,
+        &admin,
+        "application/json",
+        json!({ "query": deep }).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(
+        text.contains("BAD_USER_INPUT") && text.to_lowercase().contains("deep"),
+        "{text}"
+    );
+
+    let aliases: String = (0..1000)
+        .map(|i| format!("a{i}: endpoints {{ edges {{ cursor }} }} "))
+        .collect();
+    let (status, text) = post_raw(
+        &app,
+        &admin,
+        "application/json",
+        json!({ "query": format!("{{ {aliases} }}") }).to_string(),
+    )
+    .await;
+    let head: String = text.chars().take(300).collect();
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{head}");
+    assert!(text.to_lowercase().contains("complex"), "{head}");
+}
+
+#[tokio::test]
+async fn media_types_and_methods_follow_graphql_over_http() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let query = json!({ "query": "{ endpoints { edges { cursor } } }" }).to_string();
+
+    let (status, _) = post_raw(&app, &admin, "text/plain", query.clone()).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+
+    let ok = app
+        .request(Method::POST, "/graphql")
+        .bearer_auth(&admin)
+        .header("content-type", "application/json; charset=utf-8")
+        .body(query.clone())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(ok.status(), StatusCode::OK);
+    let content_type = ok.headers()["content-type"]
+        .to_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        content_type.starts_with("application/graphql-response+json"),
+        "{content_type}"
+    );
+
+    // application/json when asked: a request that cannot run is still a 200 there.
+    let legacy = app
+        .request(Method::POST, "/graphql")
+        .bearer_auth(&admin)
+        .header("accept", "application/json")
+        .json(&json!({ "query": "{ noSuchField }" }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(legacy.status(), StatusCode::OK);
+    assert!(legacy.headers()["content-type"]
+        .to_str()
+        .unwrap_or_default()
+        .starts_with("application/json"));
+    let body: Value = legacy.json().await.expect("json");
+    assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+
+    let unacceptable = app
+        .request(Method::POST, "/graphql")
+        .bearer_auth(&admin)
+        .header("accept", "text/csv")
+        .json(&json!({ "query": "{ endpoints { edges { cursor } } }" }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(unacceptable.status(), StatusCode::NOT_ACCEPTABLE);
+
+    let get_query = app
+        .request(
+            Method::GET,
+            "/graphql?query=%7B%20endpoints%20%7B%20edges%20%7B%20cursor%20%7D%20%7D%20%7D",
+        )
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(get_query.status(), StatusCode::OK);
+    let body: Value = get_query.json().await.expect("json");
+    assert!(body["data"]["endpoints"]["edges"].is_array(), "{body}");
+
+    let get_mutation = app
+        .request(Method::GET, "/graphql?query=mutation%20%7B%20createEndpoint(input%3A%7Bname%3A%22x%22%2Curl%3A%22https%3A%2F%2Fexample.com%22%7D)%20%7B%20secret%20%7D%20%7D")
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(get_mutation.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(endpoint_count(&app).await, 0, "a GET never mutates");
+}
+
+#[tokio::test]
+async fn graphiql_health_readiness_and_metrics_answer_without_a_key() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let graphiql = app
+        .request(Method::GET, "/graphql")
+        .header("accept", "text/html")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(graphiql.status(), StatusCode::OK);
+    assert!(graphiql
+        .text()
+        .await
+        .unwrap_or_default()
+        .to_lowercase()
+        .contains("graphiql"));
+
+    for path in ["/healthz", "/readyz"] {
+        let response = app
+            .request(Method::GET, path)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+
+    let admin = app.admin_token().await;
+    app.graphql(&admin, "{ endpoints { edges { cursor } } }", json!({}))
+        .await;
+    let metrics = app
+        .request(Method::GET, "/metrics")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.unwrap_or_default();
+    assert!(
+        text.contains(
+            "courier_http_requests_total{route=\"/graphql\",method=\"POST\",status=\"200\"}"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("courier_graphql_operations_total{kind=\"query\",operation=\"endpoints\",outcome=\"ok\"} 1"), "{text}");
+    assert!(
+        text.contains("courier_http_request_duration_seconds_bucket"),
+        "{text}"
+    );
+
+    let missing = app
+        .request(Method::GET, "/no-such-page")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+
+    let url = app.url("/healthz");
+    tokio::time::timeout(std::time::Duration::from_secs(10), app.stop())
+        .await
+        .expect("the server stops promptly when shut down");
+    assert!(
+        reqwest::get(url).await.is_err(),
+        "nothing listens after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn readiness_fails_when_the_database_is_gone() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    app.state
+        .db
+        .conn()
+        .close_by_ref()
+        .await
+        .expect("close the pool");
+    let response = app
+        .request(Method::GET, "/readyz")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let health = app
+        .request(Method::GET, "/healthz")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(
+        health.status(),
+        StatusCode::OK,
+        "liveness does not depend on the database"
+    );
+}

@@ -1,0 +1,14 @@
+//! Courier's integration suite: every test builds its own database through the real migrations
+//! and talks to real app instances over HTTP and WebSocket.
+
+// Tests fail loudly: a panic with a message is the assertion.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod auth;
+mod cli;
+mod endpoint_race;
+mod endpoints;
+mod http_hardening;
+mod schema_drift;
+mod support;
+mod websocket;

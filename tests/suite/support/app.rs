@@ -1,0 +1,139 @@
+//! An in-process Courier instance on port 0 with its own connection pool, and a GraphQL client for it.
+
+use std::net::SocketAddr;
+
+use courier::app::App;
+use courier::auth::{self, Role};
+use courier::config::ServeArgs;
+use courier::state::AppState;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::TestDb;
+
+/// A running app instance. Each one has its own pool, like a separate process would.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its state (database pool, config, metrics).
+    pub state: AppState,
+    shutdown: CancellationToken,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+    client: reqwest::Client,
+}
+
+impl TestApp {
+    /// Starts an instance with test defaults (private destinations allowed, for local receivers).
+    pub async fn spawn(db: &TestDb) -> TestApp {
+        Self::spawn_with(db, |_| {}).await
+    }
+
+    /// Starts an instance after `configure` adjusts the settings.
+    pub async fn spawn_with(db: &TestDb, configure: impl FnOnce(&mut ServeArgs)) -> TestApp {
+        let mut config = ServeArgs::from_env().expect("default settings parse");
+        config.allow_private_destinations = true;
+        configure(&mut config);
+        let pool = db.connect(5).await;
+        let shutdown = CancellationToken::new();
+        let app = App::new(pool, config, shutdown.clone());
+        let state = app.state().clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+        let addr = listener.local_addr().expect("local address");
+        let handle = tokio::spawn(app.serve(listener));
+        TestApp {
+            base_url: format!("http://{addr}"),
+            addr,
+            state,
+            shutdown,
+            handle: Some(handle),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// Creates an API key directly in the database and returns its token.
+    pub async fn token(&self, role: Role, scope: &[Uuid]) -> String {
+        auth::create_api_key(&self.state.db, "test", role, scope)
+            .await
+            .expect("create an API key")
+            .token
+    }
+
+    /// An admin token.
+    pub async fn admin_token(&self) -> String {
+        self.token(Role::Admin, &[]).await
+    }
+
+    /// POSTs a GraphQL request and returns the JSON body (whatever the status).
+    pub async fn graphql(&self, token: &str, query: &str, variables: Value) -> Value {
+        self.post_graphql(
+            Some(token),
+            &json!({ "query": query, "variables": variables }),
+        )
+        .await
+        .json()
+        .await
+        .expect("a JSON body")
+    }
+
+    /// POSTs a JSON body to `/graphql` with an optional bearer token.
+    pub async fn post_graphql(&self, token: Option<&str>, body: &Value) -> reqwest::Response {
+        let mut request = self.client.post(self.url("/graphql")).json(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("the request was answered")
+    }
+
+    /// A request builder for any path.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client.request(method, self.url(path))
+    }
+
+    /// `base_url` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// Creates an endpoint as admin and returns `(id, secret)`.
+    pub async fn create_endpoint(&self, admin: &str, url: &str) -> (String, String) {
+        let body = self
+            .graphql(
+                admin,
+                "mutation($url: String!) { createEndpoint(input: {name: \"test\", url: $url}) { endpoint { id } secret } }",
+                json!({ "url": url }),
+            )
+            .await;
+        let created = &body["data"]["createEndpoint"];
+        let id = created["endpoint"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("created: {body}"));
+        let secret = created["secret"]
+            .as_str()
+            .unwrap_or_else(|| panic!("secret: {body}"));
+        (id.to_owned(), secret.to_owned())
+    }
+
+    /// Stops the instance and waits for its server to finish.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.await;
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// `errors[0].extensions.code` of a GraphQL response, if any.
+pub fn gql_error_code(body: &Value) -> Option<&str> {
+    body["errors"][0]["extensions"]["code"].as_str()
+}

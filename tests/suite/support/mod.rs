@@ -1,0 +1,32 @@
+//! Shared test support: fresh databases (SQLite files, PostgreSQL databases), app instances on port 0, and a GraphQL client.
+
+pub mod app;
+pub mod database;
+pub mod postgres_server;
+
+pub use app::{gql_error_code, TestApp};
+pub use database::{Backend, TestDb};
+
+/// Runs one async test body against both backends: `mod sqlite` is the fast suite,
+/// `mod postgres` proves the same behaviour on the production database.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
