@@ -199,10 +199,12 @@ fn auth_error(media: MediaType, err: Error) -> Response {
             response
         }
         other => {
+            // The key could not be checked (the database is unreachable): a
+            // temporary condition the client may retry, not a bad request.
             tracing::error!(error = %error_chain(&other), "authenticating a request failed");
             request_error(
                 media,
-                StatusCode::INTERNAL_SERVER_ERROR,
+                StatusCode::SERVICE_UNAVAILABLE,
                 "INTERNAL_SERVER_ERROR",
                 "internal error",
             )
