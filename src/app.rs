@@ -38,12 +38,19 @@ impl App {
     /// in-flight requests finish.
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
         let shutdown = self.state.shutdown.clone();
+        let pruner = tokio::spawn(
+            self.state
+                .submit_rate_limiter
+                .clone()
+                .prune_until(shutdown.clone()),
+        );
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "listening");
         }
         axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await?;
+        let _ = pruner.await;
         tracing::info!("HTTP server stopped");
         Ok(())
     }

@@ -128,6 +128,26 @@ pub fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
 }
 
+/// Whether an error is a transient conflict worth retrying: a PostgreSQL
+/// serialization failure (`40001`) or deadlock (`40P01`), or a busy/locked SQLite database.
+pub fn is_transient(err: &DbErr) -> bool {
+    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_err))
+    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_err))
+    | DbErr::Conn(sea_orm::RuntimeErr::SqlxError(sqlx_err))) = err
+    else {
+        return false;
+    };
+    let sqlx::Error::Database(db_err) = sqlx_err.as_ref() else {
+        return false;
+    };
+    let code = db_err.code().unwrap_or_default();
+    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
+    matches!(code.as_ref(), "40001" | "40P01")
+        || code
+            .parse::<i32>()
+            .is_ok_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
 /// Hides the password of a database URL for error messages and logs.
 pub fn redact(url: &str) -> String {
     match url::Url::parse(url) {

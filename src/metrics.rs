@@ -47,6 +47,13 @@ pub struct OperationLabels {
     pub outcome: String,
 }
 
+/// Labels of submission outcomes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `created`, `deduplicated`, `conflicted` or `rate_limited`.
+    pub outcome: &'static str,
+}
+
 /// Every metric Courier records.
 pub struct Metrics {
     registry: Registry,
@@ -58,6 +65,10 @@ pub struct Metrics {
     pub graphql_operations: Family<OperationLabels, Counter>,
     /// GraphQL execution latency by kind, root field and outcome.
     pub graphql_duration: HistogramFamily<OperationLabels>,
+    /// Submissions by outcome.
+    pub submissions: Family<OutcomeLabels, Counter>,
+    /// Rate-limit counter failures that let a request through unchecked.
+    pub rate_limit_errors: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -100,8 +111,22 @@ impl Default for Metrics {
             "GraphQL execution latency by kind, root field and outcome",
             graphql_duration.clone(),
         );
+        let submissions = Family::<OutcomeLabels, Counter>::default();
+        let rate_limit_errors = Counter::default();
+        registry.register(
+            "submissions",
+            "Submissions by outcome: created, deduplicated, conflicted, rate_limited",
+            submissions.clone(),
+        );
+        registry.register(
+            "rate_limit_errors",
+            "Rate-limit counter failures; each let a request through unchecked (alert on any)",
+            rate_limit_errors.clone(),
+        );
         Metrics {
             registry,
+            submissions,
+            rate_limit_errors,
             http_requests,
             http_duration,
             graphql_operations,
@@ -111,9 +136,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The registry, for modules that register metrics of their own at start-up.
-    pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
+    /// Counts one submission outcome.
+    pub fn submission(&self, outcome: &'static str) {
+        self.submissions
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 
     /// Renders every metric in the Prometheus / OpenMetrics text format.

@@ -1,13 +1,18 @@
 //! The application state: a cheap clone handed to every resolver, handler and background task.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeArgs;
 use crate::db::Db;
 use crate::metrics::Metrics;
+use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
+use crate::service::rate_limit::RateLimiter;
+use crate::service::submissions::Submissions;
 
 /// Everything a request or a background task needs, shared by reference count.
 #[derive(Clone, Debug)]
@@ -20,20 +25,46 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Cancelled when the process starts shutting down.
     pub shutdown: CancellationToken,
+    /// Poked when new work is committed, so a waiting worker looks for it at once.
+    pub wake_worker: Arc<Notify>,
     /// Endpoint operations.
     pub endpoints: Endpoints,
+    /// Submission operations.
+    pub submissions: Submissions,
+    /// Delivery operations.
+    pub deliveries: Deliveries,
+    /// The per-API-key submission limit.
+    pub submit_rate_limiter: RateLimiter,
 }
 
 impl AppState {
     /// Wires the services over `db` with `config`.
     pub fn new(db: Db, config: ServeArgs, shutdown: CancellationToken) -> Self {
-        let endpoints = Endpoints::new(db.clone(), config.allow_private_destinations);
+        let metrics = Arc::new(Metrics::default());
+        let wake_worker = Arc::new(Notify::new());
+        let submit_rate_limiter = RateLimiter::new(
+            db.clone(),
+            "submit",
+            config.rate_limit,
+            Duration::from_secs(config.rate_limit_window_secs),
+            metrics.clone(),
+        );
         AppState {
+            endpoints: Endpoints::new(db.clone(), config.allow_private_destinations),
+            submissions: Submissions::new(
+                db.clone(),
+                submit_rate_limiter.clone(),
+                config.max_payload_bytes,
+                wake_worker.clone(),
+                metrics.clone(),
+            ),
+            deliveries: Deliveries::new(db.clone()),
+            submit_rate_limiter,
+            wake_worker,
             db,
             config: Arc::new(config),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             shutdown,
-            endpoints,
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The GraphQL schema: roots merged from one module per domain; resolvers call the service layer only.
 
+mod delivery;
 mod endpoint;
 mod error;
 mod scalars;
+mod submission;
 
 use async_graphql::{EmptySubscription, MergedObject, Schema};
 
@@ -19,12 +21,16 @@ pub const MAX_QUERY_COMPLEXITY: usize = 2_000;
 /// Every query, merged from the domain modules.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(endpoint::EndpointQuery);
+pub struct QueryRoot(
+    endpoint::EndpointQuery,
+    submission::SubmissionQuery,
+    delivery::DeliveryQuery,
+);
 
 /// Every mutation, merged from the domain modules.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(endpoint::EndpointMutation);
+pub struct MutationRoot(endpoint::EndpointMutation, submission::SubmissionMutation);
 
 /// Courier's executable schema.
 pub type CourierSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;

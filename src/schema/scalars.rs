@@ -24,3 +24,10 @@ pub fn state<'a>(ctx: &Context<'a>) -> Result<&'a AppState, Error> {
 pub fn parse_id(id: &ID, what: &str) -> Result<Uuid, Error> {
     Uuid::parse_str(id.as_str()).map_err(|_| Error::bad_input(format!("{what} is not a valid ID")))
 }
+
+/// A row that a foreign key guarantees is gone: an internal error, never the caller's fault.
+pub fn missing(what: &str) -> Error {
+    Error::Database(sea_orm::DbErr::RecordNotFound(format!(
+        "{what} referenced by a foreign key"
+    )))
+}

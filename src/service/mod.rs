@@ -1,4 +1,8 @@
 //! Domain operations and their transactions. No GraphQL types here: resolvers call in, errors come out as [`crate::error::Error`].
 
+pub mod canonical;
+pub mod deliveries;
 pub mod endpoints;
 pub mod pagination;
+pub mod rate_limit;
+pub mod submissions;

@@ -9,6 +9,8 @@ mod cli;
 mod endpoint_race;
 mod endpoints;
 mod http_hardening;
+mod rate_limit;
 mod schema_drift;
+mod submissions;
 mod support;
 mod websocket;

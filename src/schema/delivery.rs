@@ -1,0 +1,141 @@
+//! GraphQL for deliveries: the `Delivery` and `DeliveryAttempt` types and their queries.
+
+use async_graphql::{Context, Enum, Object, ID};
+use chrono::{DateTime, Utc};
+use entity::delivery_attempt;
+use entity::webhook_delivery::{self, DeliveryState as StoredState};
+
+use super::endpoint::Endpoint;
+use super::error::ApiResult;
+use super::scalars::{caller, missing, parse_id, state};
+use super::submission::Submission;
+
+/// Where a delivery stands.
+#[derive(Enum, Copy, Clone, Debug, Eq, PartialEq)]
+pub enum DeliveryState {
+    /// Waiting for its next attempt.
+    Pending,
+    /// Claimed by a worker; an attempt is under way.
+    Processing,
+    /// The endpoint answered 2xx.
+    Delivered,
+    /// The cycle's attempts ran out; an operator may replay it.
+    Failed,
+}
+
+impl From<StoredState> for DeliveryState {
+    fn from(state: StoredState) -> Self {
+        match state {
+            StoredState::Pending => DeliveryState::Pending,
+            StoredState::Processing => DeliveryState::Processing,
+            StoredState::Delivered => DeliveryState::Delivered,
+            StoredState::Failed => DeliveryState::Failed,
+        }
+    }
+}
+
+/// The delivery of one submission to its endpoint (wraps the stored row).
+pub struct Delivery(pub webhook_delivery::Model);
+
+/// The delivery of one submission to its endpoint: its state, schedule and every attempt.
+#[Object]
+impl Delivery {
+    /// Stable identifier; also the `webhook-id` header of every attempt.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    /// Current state.
+    async fn state(&self) -> DeliveryState {
+        self.0.state.into()
+    }
+    /// Attempts made in the current cycle (a replay starts a new cycle).
+    async fn cycle_attempts(&self) -> i32 {
+        self.0.cycle_attempts
+    }
+    /// When the next attempt is due; null unless the delivery is pending.
+    async fn next_attempt_at(&self) -> Option<DateTime<Utc>> {
+        match self.0.state {
+            StoredState::Pending => self.0.next_attempt_at,
+            _ => None,
+        }
+    }
+    /// Why the last attempt failed, if it did.
+    async fn last_error(&self) -> Option<&str> {
+        self.0.last_error.as_deref()
+    }
+    /// When the delivery was created.
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+    /// When the delivery last changed.
+    async fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+    /// The endpoint delivered to.
+    async fn endpoint(&self, ctx: &Context<'_>) -> ApiResult<Endpoint> {
+        let found = state(ctx)?.endpoints.load(self.0.endpoint_id).await?;
+        Ok(Endpoint(found.ok_or_else(|| missing("endpoint"))?))
+    }
+    /// The submission delivered.
+    async fn submission(&self, ctx: &Context<'_>) -> ApiResult<Submission> {
+        let found = state(ctx)?.submissions.load(self.0.submission_id).await?;
+        Ok(Submission(found.ok_or_else(|| missing("submission"))?))
+    }
+    /// Every attempt, by lifetime number (numbers continue across replays).
+    async fn attempts(&self, ctx: &Context<'_>) -> ApiResult<Vec<DeliveryAttempt>> {
+        let attempts = state(ctx)?.deliveries.attempts(self.0.id).await?;
+        Ok(attempts.into_iter().map(DeliveryAttempt).collect())
+    }
+}
+
+/// One HTTP attempt (wraps the stored row).
+pub struct DeliveryAttempt(pub delivery_attempt::Model);
+
+/// One HTTP attempt to deliver a webhook.
+#[Object]
+impl DeliveryAttempt {
+    /// Lifetime number of the attempt for its delivery, from 1.
+    async fn number(&self) -> i32 {
+        self.0.number
+    }
+    /// The HTTP status the endpoint answered with, if it answered.
+    async fn status_code(&self) -> Option<i32> {
+        self.0.status_code
+    }
+    /// Why the attempt failed (non-2xx, timeout, connection error), if it did.
+    async fn error(&self) -> Option<&str> {
+        self.0.error.as_deref()
+    }
+    /// True when a newer claim had taken over the delivery before this result was recorded;
+    /// the result did not change the delivery's state.
+    async fn superseded(&self) -> bool {
+        self.0.superseded
+    }
+    /// When the request started.
+    async fn started_at(&self) -> DateTime<Utc> {
+        self.0.started_at
+    }
+    /// When the outcome was known.
+    async fn finished_at(&self) -> DateTime<Utc> {
+        self.0.finished_at
+    }
+    /// How long the request took, in milliseconds.
+    async fn duration_ms(&self) -> Option<i32> {
+        self.0.duration_ms
+    }
+}
+
+/// Delivery queries.
+#[derive(Default)]
+pub struct DeliveryQuery;
+
+/// Delivery queries.
+#[Object]
+impl DeliveryQuery {
+    /// One delivery by id; null when there is none.
+    async fn delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Delivery>> {
+        let id = parse_id(&id, "id")?;
+        let found = state(ctx)?.deliveries.get(caller(ctx)?, id).await?;
+        Ok(found.map(Delivery))
+    }
+}

@@ -1,0 +1,123 @@
+//! GraphQL for submissions: the `Submission` type, `submit`, and `submission(id)`.
+
+use async_graphql::{Context, InputObject, Json, Object, SimpleObject, ID};
+use axum::http::header::RETRY_AFTER;
+use chrono::{DateTime, Utc};
+use entity::submission;
+use serde_json::Value;
+
+use super::delivery::Delivery;
+use super::endpoint::Endpoint;
+use super::error::ApiResult;
+use super::scalars::{caller, missing, parse_id, state};
+use crate::error::Error;
+use crate::service::submissions::NewSubmission;
+
+/// A stored submission (wraps the stored row).
+pub struct Submission(pub submission::Model);
+
+/// A payload a partner submitted for an endpoint.
+#[Object]
+impl Submission {
+    /// Stable identifier.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    /// The endpoint it is for.
+    async fn endpoint(&self, ctx: &Context<'_>) -> ApiResult<Endpoint> {
+        let found = state(ctx)?.endpoints.load(self.0.endpoint_id).await?;
+        Ok(Endpoint(found.ok_or_else(|| missing("endpoint"))?))
+    }
+    /// The key that makes retries of this submission safe, if one was given.
+    async fn idempotency_key(&self) -> Option<&str> {
+        self.0.idempotency_key.as_deref()
+    }
+    /// The submitted JSON, delivered as the webhook body.
+    async fn payload(&self) -> Json<&Value> {
+        Json(&self.0.payload)
+    }
+    /// Its delivery.
+    async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
+        let found = state(ctx)?
+            .deliveries
+            .load_for_submission(self.0.id)
+            .await?;
+        Ok(Delivery(found.ok_or_else(|| missing("delivery"))?))
+    }
+    /// When it was stored.
+    async fn created_at(&self) -> DateTime<Utc> {
+        self.0.created_at
+    }
+}
+
+/// Input of `submit`.
+#[derive(InputObject)]
+pub struct SubmitInput {
+    /// The endpoint to deliver to.
+    endpoint_id: ID,
+    /// Any JSON value, delivered as the webhook body.
+    payload: Json<Value>,
+    /// Makes retrying safe: a repeat with the same key and the same content returns the
+    /// first submission (`created: false`); different content is `IDEMPOTENCY_CONFLICT`.
+    /// 1 to 255 characters.
+    idempotency_key: Option<String>,
+}
+
+/// The answer to `submit`.
+#[derive(SimpleObject)]
+pub struct SubmitResult {
+    /// False when an earlier submission with the same key was returned.
+    created: bool,
+    /// The submission.
+    submission: Submission,
+    /// Its delivery.
+    delivery: Delivery,
+}
+
+/// Submission queries.
+#[derive(Default)]
+pub struct SubmissionQuery;
+
+/// Submission queries.
+#[Object]
+impl SubmissionQuery {
+    /// One submission by id; null when there is none.
+    async fn submission(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Submission>> {
+        let id = parse_id(&id, "id")?;
+        let found = state(ctx)?.submissions.get(caller(ctx)?, id).await?;
+        Ok(found.map(Submission))
+    }
+}
+
+/// Submission mutations.
+#[derive(Default)]
+pub struct SubmissionMutation;
+
+/// Submission mutations.
+#[Object]
+impl SubmissionMutation {
+    /// Stores a payload for an endpoint and schedules its delivery. Safe to retry with an
+    /// idempotency key. Over the rate limit: `RATE_LIMITED` with `retryAfter` and a
+    /// `Retry-After` header.
+    async fn submit(&self, ctx: &Context<'_>, input: SubmitInput) -> ApiResult<SubmitResult> {
+        let endpoint_id = parse_id(&input.endpoint_id, "endpointId")?;
+        let input = NewSubmission {
+            endpoint_id,
+            payload: input.payload.0,
+            idempotency_key: input.idempotency_key,
+        };
+        match state(ctx)?.submissions.submit(caller(ctx)?, input).await {
+            Ok(outcome) => Ok(SubmitResult {
+                created: outcome.created,
+                submission: Submission(outcome.submission),
+                delivery: Delivery(outcome.delivery),
+            }),
+            Err(err) => {
+                if let Error::RateLimited { retry_after_secs } = &err {
+                    ctx.insert_http_header(RETRY_AFTER, retry_after_secs.to_string());
+                }
+                Err(err.into())
+            }
+        }
+    }
+}
