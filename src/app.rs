@@ -9,6 +9,7 @@ use crate::db::Db;
 use crate::http;
 use crate::schema::{self, CourierSchema};
 use crate::state::AppState;
+use crate::worker::Worker;
 
 /// One Courier application instance: its own state over its own database pool.
 pub struct App {
@@ -34,10 +35,18 @@ impl App {
         http::router(self.schema.clone(), self.state.clone())
     }
 
-    /// Serves HTTP on `listener` until the shutdown token is cancelled, then lets
-    /// in-flight requests finish.
+    /// Serves HTTP on `listener` (and runs the delivery worker unless its concurrency is 0)
+    /// until the shutdown token is cancelled, then lets in-flight work finish.
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
         let shutdown = self.state.shutdown.clone();
+        let wakeup = tokio::spawn(self.state.wakeup.clone().run(shutdown.clone()));
+        let worker = if self.state.config.worker_concurrency > 0 {
+            let worker = Worker::new(self.state.clone()).map_err(std::io::Error::other)?;
+            Some(tokio::spawn(worker.run()))
+        } else {
+            tracing::info!("COURIER_WORKER_CONCURRENCY=0: serving the API only");
+            None
+        };
         let pruner = tokio::spawn(
             self.state
                 .submit_rate_limiter
@@ -50,8 +59,12 @@ impl App {
         axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await?;
-        let _ = pruner.await;
         tracing::info!("HTTP server stopped");
+        if let Some(worker) = worker {
+            let _ = worker.await;
+        }
+        let _ = pruner.await;
+        let _ = wakeup.await;
         Ok(())
     }
 }

@@ -111,6 +111,24 @@ impl Db {
         self.conn.begin_with_options(options).await
     }
 
+    /// The clause that locks the rows a `SELECT` reads until the transaction ends:
+    /// ` FOR UPDATE` on PostgreSQL; nothing on SQLite, which rejects it and where the
+    /// write transaction (`BEGIN IMMEDIATE`) already excludes every other writer.
+    pub fn lock_rows(&self) -> &'static str {
+        match self.backend() {
+            DbBackend::Postgres => " FOR UPDATE",
+            _ => "",
+        }
+    }
+
+    /// `$1, $2, ...` numbered from `first`, for an `IN (...)` list of `count` values.
+    pub fn placeholders(first: usize, count: usize) -> String {
+        (first..first + count)
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// `SELECT 1`, for readiness checks.
     pub async fn ping(&self) -> Result<(), DbErr> {
         self.conn.ping().await

@@ -9,12 +9,21 @@
 //! - [`auth`]: API keys, roles and scopes. [`destination`]: which webhook URLs are allowed.
 //! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes.
+//! - [`worker`]: claims due deliveries, signs and sends them, records each attempt under
+//!   its claim's fence; [`wake`]: hints that wake workers (in-process and via NOTIFY).
 //! - [`metrics`], [`telemetry`]: Prometheus metrics and structured logs.
 //!
 //! # How a request flows
 //! HTTP -> [`http`] (media type, body limit, API key) -> [`schema`] resolver ->
 //! [`service`] operation (one transaction; races settled by the database) -> database.
 //! Errors travel back as [`error::Error`] and are mapped once to `extensions.code`.
+//!
+//! # How a delivery flows
+//! `submit` commits a submission and its `pending` delivery together, then hints the
+//! workers. A [`worker`] claims due rows (`FOR UPDATE SKIP LOCKED` plus a guarded UPDATE
+//! that sets a fresh claim token and lease), sends each webhook signed per Standard
+//! Webhooks with no transaction open, and records the attempt and the transition
+//! (`delivered`, a retry back to `pending`, or `failed`) only while its token still holds.
 
 pub mod app;
 pub mod auth;
@@ -30,3 +39,5 @@ pub mod service;
 pub mod signing;
 pub mod state;
 pub mod telemetry;
+pub mod wake;
+pub mod worker;

@@ -11,6 +11,7 @@ use async_graphql::{ServerResult, Value, Variables};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -47,10 +48,10 @@ pub struct OperationLabels {
     pub outcome: String,
 }
 
-/// Labels of submission outcomes.
+/// Labels of submission and attempt outcomes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `created`, `deduplicated`, `conflicted` or `rate_limited`.
+    /// What happened, e.g. `created` or `success`.
     pub outcome: &'static str,
 }
 
@@ -69,6 +70,18 @@ pub struct Metrics {
     pub submissions: Family<OutcomeLabels, Counter>,
     /// Rate-limit counter failures that let a request through unchecked.
     pub rate_limit_errors: Counter,
+    /// Deliveries claimed by this process's worker.
+    pub claims: Counter,
+    /// Delivery attempts by outcome.
+    pub attempts: Family<OutcomeLabels, Counter>,
+    /// Results that arrived after their claim was superseded.
+    pub superseded: Counter,
+    /// Seconds from submission to a 2xx answer.
+    pub delivery_latency: Histogram,
+    /// Deliveries being sent by this process right now.
+    pub in_flight: Gauge,
+    /// Deliveries due now and not yet claimed (measured at scrape time).
+    pub due_depth: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -123,8 +136,50 @@ impl Default for Metrics {
             "Rate-limit counter failures; each let a request through unchecked (alert on any)",
             rate_limit_errors.clone(),
         );
+        let claims = Counter::default();
+        let attempts = Family::<OutcomeLabels, Counter>::default();
+        let superseded = Counter::default();
+        let delivery_latency = latency_histogram();
+        let in_flight = Gauge::default();
+        let due_depth = Gauge::default();
+        registry.register(
+            "delivery_claims",
+            "Deliveries claimed by this process",
+            claims.clone(),
+        );
+        registry.register(
+            "delivery_attempts",
+            "Delivery attempts by outcome: success, http_status, timeout, connection, refused_destination",
+            attempts.clone(),
+        );
+        registry.register(
+            "delivery_superseded_results",
+            "Attempt results recorded after a newer claim took the delivery",
+            superseded.clone(),
+        );
+        registry.register(
+            "delivery_latency_seconds",
+            "Seconds from submission to a 2xx answer",
+            delivery_latency.clone(),
+        );
+        registry.register(
+            "deliveries_in_flight",
+            "Deliveries being sent by this process",
+            in_flight.clone(),
+        );
+        registry.register(
+            "deliveries_due",
+            "Deliveries due and not yet claimed",
+            due_depth.clone(),
+        );
         Metrics {
             registry,
+            claims,
+            attempts,
+            superseded,
+            delivery_latency,
+            in_flight,
+            due_depth,
             submissions,
             rate_limit_errors,
             http_requests,
@@ -136,6 +191,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one delivery attempt outcome.
+    pub fn attempt(&self, outcome: &'static str) {
+        self.attempts
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
     /// Counts one submission outcome.
     pub fn submission(&self, outcome: &'static str) {
         self.submissions

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeArgs;
@@ -13,6 +12,7 @@ use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
 use crate::service::rate_limit::RateLimiter;
 use crate::service::submissions::Submissions;
+use crate::wake::Wakeup;
 
 /// Everything a request or a background task needs, shared by reference count.
 #[derive(Clone, Debug)]
@@ -25,8 +25,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Cancelled when the process starts shutting down.
     pub shutdown: CancellationToken,
-    /// Poked when new work is committed, so a waiting worker looks for it at once.
-    pub wake_worker: Arc<Notify>,
+    /// Poked when new work is committed, so waiting workers look for it at once.
+    pub wakeup: Wakeup,
     /// Endpoint operations.
     pub endpoints: Endpoints,
     /// Submission operations.
@@ -41,7 +41,7 @@ impl AppState {
     /// Wires the services over `db` with `config`.
     pub fn new(db: Db, config: ServeArgs, shutdown: CancellationToken) -> Self {
         let metrics = Arc::new(Metrics::default());
-        let wake_worker = Arc::new(Notify::new());
+        let wakeup = Wakeup::new(db.clone());
         let submit_rate_limiter = RateLimiter::new(
             db.clone(),
             "submit",
@@ -55,12 +55,12 @@ impl AppState {
                 db.clone(),
                 submit_rate_limiter.clone(),
                 config.max_payload_bytes,
-                wake_worker.clone(),
+                wakeup.clone(),
                 metrics.clone(),
             ),
             deliveries: Deliveries::new(db.clone()),
             submit_rate_limiter,
-            wake_worker,
+            wakeup,
             db,
             config: Arc::new(config),
             metrics,

@@ -30,6 +30,17 @@ impl DeliveryState {
             DeliveryState::Failed => "failed",
         }
     }
+
+    /// The state stored as `value`, if it is one.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "pending" => Some(DeliveryState::Pending),
+            "processing" => Some(DeliveryState::Processing),
+            "delivered" => Some(DeliveryState::Delivered),
+            "failed" => Some(DeliveryState::Failed),
+            _ => None,
+        }
+    }
 }
 
 /// One delivery (exactly one per submission).

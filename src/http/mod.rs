@@ -64,8 +64,16 @@ async fn readyz(State(state): State<HttpState>) -> Response {
     }
 }
 
-/// Prometheus scrape endpoint.
+/// Prometheus scrape endpoint. The due-queue depth is measured now, for this scrape.
 async fn metrics(State(state): State<HttpState>) -> Response {
+    match state.app.deliveries.due_count().await {
+        Ok(due) => {
+            state.app.metrics.due_depth.set(due);
+        }
+        Err(err) => {
+            tracing::warn!(error = %crate::error::error_chain(&err), "measuring the due queue failed")
+        }
+    }
     match state.app.metrics.render() {
         Ok(text) => (
             [(

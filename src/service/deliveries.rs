@@ -1,11 +1,11 @@
 //! Reading deliveries and their attempts.
 
 use entity::{delivery_attempt, webhook_delivery};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Statement};
 use uuid::Uuid;
 
 use crate::auth::Identity;
-use crate::db::Db;
+use crate::db::{self, Db};
 use crate::error::Result;
 
 /// Delivery read operations.
@@ -49,6 +49,25 @@ impl Deliveries {
             .filter(webhook_delivery::Column::SubmissionId.eq(submission_id))
             .one(self.db.conn())
             .await?)
+    }
+
+    /// How many deliveries are due now (waiting to be claimed), for the queue-depth gauge.
+    pub async fn due_count(&self) -> Result<i64> {
+        const DUE_COUNT: &str = "SELECT COUNT(*) AS due FROM webhook_deliveries \
+             WHERE state IN ('pending', 'processing') AND next_attempt_at <= $1";
+        let row = self
+            .db
+            .conn()
+            .query_one_raw(Statement::from_sql_and_values(
+                self.db.backend(),
+                DUE_COUNT,
+                [db::now().into()],
+            ))
+            .await?;
+        Ok(row
+            .map(|row| row.try_get::<i64>("", "due"))
+            .transpose()?
+            .unwrap_or(0))
     }
 
     /// Every attempt of a delivery, by lifetime number.

@@ -6,7 +6,6 @@ use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
 use serde_json::Value;
-use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::auth::Identity;
@@ -15,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::service::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
+use crate::wake::Wakeup;
 
 /// Longest idempotency key, in characters.
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
@@ -47,24 +47,24 @@ pub struct Submissions {
     db: Db,
     rate_limiter: RateLimiter,
     max_payload_bytes: usize,
-    wake_worker: Arc<Notify>,
+    wakeup: Wakeup,
     metrics: Arc<Metrics>,
 }
 
 impl Submissions {
-    /// Submission operations on `db`; `wake_worker` is poked after each new delivery commits.
+    /// Submission operations on `db`; `wakeup` is hinted after each new delivery commits.
     pub fn new(
         db: Db,
         rate_limiter: RateLimiter,
         max_payload_bytes: usize,
-        wake_worker: Arc<Notify>,
+        wakeup: Wakeup,
         metrics: Arc<Metrics>,
     ) -> Self {
         Submissions {
             db,
             rate_limiter,
             max_payload_bytes,
-            wake_worker,
+            wakeup,
             metrics,
         }
     }
@@ -117,7 +117,7 @@ impl Submissions {
         {
             Ok(outcome) => {
                 self.metrics.submission("created");
-                self.wake_worker.notify_one();
+                self.wakeup.hint();
                 tracing::info!(
                     submission_id = %outcome.submission.id,
                     delivery_id = %outcome.delivery.id,

@@ -155,7 +155,9 @@ async fn serve_answers_and_exits_cleanly_on_sigterm() {
     .expect("read stderr")
     .expect("serve logs the address it listens on");
 
-    let health = reqwest::get(format!("http://{addr}/healthz"))
+    let health = crate::support::http_client()
+        .get(format!("http://{addr}/healthz"))
+        .send()
         .await
         .expect("healthz answers");
     assert!(health.status().is_success());

@@ -274,7 +274,7 @@ async fn graphiql_health_readiness_and_metrics_answer_without_a_key() {
         .await
         .expect("the server stops promptly when shut down");
     assert!(
-        reqwest::get(url).await.is_err(),
+        crate::support::http_client().get(url).send().await.is_err(),
         "nothing listens after shutdown"
     );
 }

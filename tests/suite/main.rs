@@ -5,7 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod auth;
+mod claims;
 mod cli;
+mod delivery;
 mod endpoint_race;
 mod endpoints;
 mod http_hardening;

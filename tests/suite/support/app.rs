@@ -28,7 +28,7 @@ pub struct TestApp {
 }
 
 impl TestApp {
-    /// Starts an instance with test defaults (private destinations allowed, for local receivers).
+    /// Starts an API-only instance (no worker) with private destinations allowed, for local receivers.
     pub async fn spawn(db: &TestDb) -> TestApp {
         Self::spawn_with(db, |_| {}).await
     }
@@ -37,6 +37,7 @@ impl TestApp {
     pub async fn spawn_with(db: &TestDb, configure: impl FnOnce(&mut ServeArgs)) -> TestApp {
         let mut config = ServeArgs::from_env().expect("default settings parse");
         config.allow_private_destinations = true;
+        config.worker_concurrency = 0;
         configure(&mut config);
         let pool = db.connect(5).await;
         let shutdown = CancellationToken::new();
@@ -51,7 +52,7 @@ impl TestApp {
             state,
             shutdown,
             handle: Some(handle),
-            client: reqwest::Client::new(),
+            client: super::http_client(),
         }
     }
 

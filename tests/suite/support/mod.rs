@@ -3,9 +3,18 @@
 pub mod app;
 pub mod database;
 pub mod postgres_server;
+pub mod receiver;
 
 pub use app::{gql_error_code, TestApp};
 pub use database::{Backend, TestDb};
+pub use receiver::{Receiver, Reply};
+
+/// An HTTP client for talking to test servers. reqwest is built without a bundled TLS
+/// crypto provider (Courier installs ring), so install it here before building clients.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
 
 /// Runs one async test body against both backends: `mod sqlite` is the fast suite,
 /// `mod postgres` proves the same behaviour on the production database.

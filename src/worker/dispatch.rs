@@ -1,0 +1,337 @@
+//! Sending one webhook: Standard Webhooks signature, one shared HTTP client with strict
+//! timeouts and no redirects or proxies, and the SSRF guard applied at connect time.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::redirect::Policy;
+use uuid::Uuid;
+
+use crate::destination;
+
+/// How much of a response body is read (and then discarded) before the connection is released.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024;
+
+/// What an attempt produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptOutcome {
+    /// The HTTP status, if a response arrived.
+    pub status: Option<u16>,
+    /// Why the attempt failed; `None` on 2xx.
+    pub error: Option<String>,
+    /// A `Retry-After` the endpoint asked for (429 and 503 only).
+    pub retry_after: Option<Duration>,
+    /// Wall time of the request.
+    pub duration: Duration,
+    /// A coarse label for metrics.
+    pub kind: OutcomeKind,
+}
+
+impl AttemptOutcome {
+    /// Whether the endpoint accepted the webhook.
+    pub fn succeeded(&self) -> bool {
+        self.kind == OutcomeKind::Success
+    }
+}
+
+/// Coarse classification of an attempt, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeKind {
+    /// 2xx.
+    Success,
+    /// Any other status.
+    HttpStatus,
+    /// No answer in time.
+    Timeout,
+    /// Could not connect, or the connection broke.
+    Connection,
+    /// The destination resolves to an address Courier may not contact.
+    RefusedDestination,
+}
+
+impl OutcomeKind {
+    /// The metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Success => "success",
+            OutcomeKind::HttpStatus => "http_status",
+            OutcomeKind::Timeout => "timeout",
+            OutcomeKind::Connection => "connection",
+            OutcomeKind::RefusedDestination => "refused_destination",
+        }
+    }
+}
+
+/// The webhook to send.
+#[derive(Debug, Clone)]
+pub struct Webhook<'a> {
+    /// Stable across retries and replays: the receiver's dedupe key.
+    pub id: Uuid,
+    /// The endpoint URL.
+    pub url: &'a str,
+    /// The endpoint's `whsec_` secret, as read just before sending.
+    pub secret: &'a str,
+    /// The JSON body.
+    pub body: &'a [u8],
+}
+
+/// Sends webhooks with one pooled client.
+#[derive(Clone, Debug)]
+pub struct Dispatcher {
+    client: reqwest::Client,
+    allow_private: bool,
+}
+
+/// Why the dispatcher could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the webhook HTTP client")]
+pub struct DispatcherError(#[from] reqwest::Error);
+
+impl Dispatcher {
+    /// A dispatcher with `timeout` for connecting and for the whole request.
+    pub fn new(timeout: Duration, allow_private: bool) -> Result<Self, DispatcherError> {
+        // reqwest is built without a bundled crypto provider; ring is the one Courier ships.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("Courier/", env!("CARGO_PKG_VERSION")))
+            .redirect(Policy::none())
+            .no_proxy()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .dns_resolver(Arc::new(GuardedResolver { allow_private }))
+            .build()?;
+        Ok(Dispatcher {
+            client,
+            allow_private,
+        })
+    }
+
+    /// Signs and POSTs one webhook. Never fails: every problem is an outcome to record.
+    pub async fn send(&self, webhook: &Webhook<'_>) -> AttemptOutcome {
+        let started = Instant::now();
+        let finish = |kind, status, error: Option<String>, retry_after| AttemptOutcome {
+            status,
+            error,
+            retry_after,
+            duration: started.elapsed(),
+            kind,
+        };
+
+        if let Some(refusal) = self.refuse_literal_address(webhook.url) {
+            return finish(OutcomeKind::RefusedDestination, None, Some(refusal), None);
+        }
+        let headers = match signed_headers(webhook) {
+            Ok(headers) => headers,
+            Err(err) => return finish(OutcomeKind::Connection, None, Some(err), None),
+        };
+        let request = self
+            .client
+            .post(webhook.url)
+            .headers(headers)
+            .body(webhook.body.to_vec());
+        let mut response = match request.send().await {
+            Ok(response) => response,
+            Err(err) => {
+                let (kind, message) = classify(err);
+                return finish(kind, None, Some(message), None);
+            }
+        };
+        let status = response.status();
+        let retry_after = match status.as_u16() {
+            429 | 503 => response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|value| parse_retry_after(value, std::time::SystemTime::now())),
+            _ => None,
+        };
+        // Read a little of the body so the connection can be reused; never more.
+        let mut read = 0;
+        while read < MAX_RESPONSE_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read += chunk.len(),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if status.is_success() {
+            finish(OutcomeKind::Success, Some(status.as_u16()), None, None)
+        } else {
+            let reason = status.canonical_reason().unwrap_or("");
+            let mut message = format!("HTTP {} {reason}", status.as_u16())
+                .trim_end()
+                .to_owned();
+            if status.is_redirection() {
+                message.push_str(" (redirects are not followed)");
+            }
+            finish(
+                OutcomeKind::HttpStatus,
+                Some(status.as_u16()),
+                Some(message),
+                retry_after,
+            )
+        }
+    }
+
+    /// URLs with a literal IP never reach the resolver, so they are checked here.
+    fn refuse_literal_address(&self, url: &str) -> Option<String> {
+        if self.allow_private {
+            return None;
+        }
+        let parsed = url::Url::parse(url).ok()?;
+        let ip = match parsed.host()? {
+            url::Host::Ipv4(ip) => IpAddr::V4(ip),
+            url::Host::Ipv6(ip) => IpAddr::V6(ip),
+            url::Host::Domain(_) => return None,
+        };
+        (!destination::is_public(ip)).then(|| refusal_message(ip))
+    }
+}
+
+fn refusal_message(ip: IpAddr) -> String {
+    format!(
+        "destination refused: {ip} is not a public address \
+         (set COURIER_ALLOW_PRIVATE_DESTINATIONS=true to allow it)"
+    )
+}
+
+/// The Standard Webhooks headers for `webhook`, signed now.
+fn signed_headers(webhook: &Webhook<'_>) -> Result<reqwest::header::HeaderMap, String> {
+    let signer = standardwebhooks::Webhook::new(webhook.secret)
+        .map_err(|err| format!("the endpoint's signing secret is unusable: {err}"))?;
+    let id = webhook.id.to_string();
+    let timestamp = chrono::Utc::now().timestamp();
+    let signature = signer
+        .sign(&id, timestamp, webhook.body)
+        .map_err(|err| format!("signing failed: {err}"))?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (name, value) in [
+        (standardwebhooks::HEADER_WEBHOOK_ID, id),
+        (
+            standardwebhooks::HEADER_WEBHOOK_TIMESTAMP,
+            timestamp.to_string(),
+        ),
+        (standardwebhooks::HEADER_WEBHOOK_SIGNATURE, signature),
+    ] {
+        let value =
+            HeaderValue::from_str(&value).map_err(|err| format!("bad {name} header: {err}"))?;
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
+/// Describes a transport error without the URL (which may carry tokens in its query).
+fn classify(err: reqwest::Error) -> (OutcomeKind, String) {
+    let err = err.without_url();
+    let chain = crate::error::error_chain(&err);
+    if chain.contains("destination refused") {
+        let detail = chain
+            .split("destination refused")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        return (
+            OutcomeKind::RefusedDestination,
+            format!("destination refused{detail}"),
+        );
+    }
+    if err.is_timeout() {
+        (OutcomeKind::Timeout, format!("timed out: {chain}"))
+    } else if err.is_connect() {
+        (
+            OutcomeKind::Connection,
+            format!("connection failed: {chain}"),
+        )
+    } else {
+        (OutcomeKind::Connection, format!("request failed: {chain}"))
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date, relative to `now`.
+pub fn parse_retry_after(value: &HeaderValue, now: std::time::SystemTime) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Resolves names with the system resolver and drops every address Courier may not
+/// contact; a name with none left fails to resolve, so no connection is ever opened.
+struct GuardedResolver {
+    allow_private: bool,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allow_private = self.allow_private;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let resolved: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> = resolved
+                .iter()
+                .copied()
+                .filter(|addr| allow_private || destination::is_public(addr.ip()))
+                .collect();
+            if allowed.is_empty() {
+                let first = resolved
+                    .first()
+                    .map(|addr| addr.ip().to_string())
+                    .unwrap_or_default();
+                let message = format!(
+                    "destination refused: {host} resolves to {first}, not a public address \
+                     (set COURIER_ALLOW_PRIVATE_DESTINATIONS=true to allow it)"
+                );
+                return Err(message.into());
+            }
+            let addrs: Addrs = Box::new(allowed.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_accepts_seconds_and_http_dates() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let seconds = HeaderValue::from_static("120");
+        assert_eq!(
+            parse_retry_after(&seconds, now),
+            Some(Duration::from_secs(120))
+        );
+        let date =
+            HeaderValue::from_str(&httpdate::fmt_http_date(now + Duration::from_secs(30))).unwrap();
+        assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(30)));
+        let past =
+            HeaderValue::from_str(&httpdate::fmt_http_date(now - Duration::from_secs(30))).unwrap();
+        assert_eq!(parse_retry_after(&past, now), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after(&HeaderValue::from_static("soon"), now),
+            None
+        );
+    }
+
+    #[test]
+    fn signatures_verify_with_the_official_library() {
+        let secret = crate::signing::mint_secret();
+        let webhook = Webhook {
+            id: Uuid::now_v7(),
+            url: "https://example.com",
+            secret: &secret,
+            body: br#"{"a":1}"#,
+        };
+        let headers = signed_headers(&webhook).unwrap();
+        let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
+        assert!(verifier.verify(webhook.body, &headers).is_ok());
+        assert!(verifier.verify(br#"{"a":2}"#, &headers).is_err());
+    }
+}

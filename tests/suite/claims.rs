@@ -1,0 +1,384 @@
+//! Races 1 and 2 against the database directly: claims partition the work, skip locked rows,
+//! retake expired leases exactly once, and late results never overwrite a newer claim.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::auth::{self, Identity};
+use courier::db::Db;
+use courier::worker::claim::{claim_due, Claim};
+use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
+use courier::worker::record::{record, FinishedAttempt};
+use courier::worker::schedule::NextStep;
+use entity::webhook_delivery::DeliveryState;
+use sea_orm::{ConnectionTrait, EntityTrait, QueryOrder, Statement, TransactionTrait};
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+use crate::on_both_backends;
+use crate::support::{Backend, TestApp, TestDb};
+
+const LONG_LEASE: Duration = Duration::from_secs(60);
+const SHORT_LEASE: Duration = Duration::from_secs(1);
+
+/// An API-only app with `count` pending deliveries; returns their ids.
+async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
+    let app = TestApp::spawn(db).await;
+    let token = app.admin_token().await;
+    let caller: Identity = auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let (endpoint, _) = app
+        .create_endpoint(&token, "https://example.com/hook")
+        .await;
+    let endpoint = Uuid::parse_str(&endpoint).expect("uuid");
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let input = courier::service::submissions::NewSubmission {
+            endpoint_id: endpoint,
+            payload: serde_json::json!({ "n": n }),
+            idempotency_key: None,
+        };
+        ids.push(
+            app.state
+                .submissions
+                .submit(&caller, input)
+                .await
+                .expect("submit")
+                .delivery
+                .id,
+        );
+    }
+    (app, ids)
+}
+
+fn outcome(succeeded: bool) -> AttemptOutcome {
+    AttemptOutcome {
+        status: Some(if succeeded { 200 } else { 500 }),
+        error: (!succeeded).then(|| "HTTP 500".to_owned()),
+        retry_after: None,
+        duration: Duration::from_millis(3),
+        kind: if succeeded {
+            OutcomeKind::Success
+        } else {
+            OutcomeKind::HttpStatus
+        },
+    }
+}
+
+async fn record_result(
+    pool: &Db,
+    claim: &Claim,
+    succeeded: bool,
+) -> courier::worker::record::Recorded {
+    let outcome = outcome(succeeded);
+    let step = if succeeded {
+        NextStep::Delivered
+    } else {
+        NextStep::RetryAfter(Duration::from_secs(1))
+    };
+    let now = courier::db::now();
+    record(
+        pool,
+        &FinishedAttempt {
+            claim,
+            outcome: &outcome,
+            step,
+            started_at: now,
+            finished_at: now,
+        },
+    )
+    .await
+    .expect("record")
+}
+
+async fn delivery(pool: &Db, id: Uuid) -> entity::webhook_delivery::Model {
+    entity::webhook_delivery::Entity::find_by_id(id)
+        .one(pool.conn())
+        .await
+        .expect("query")
+        .expect("exists")
+}
+
+async fn attempts(pool: &Db, id: Uuid) -> Vec<entity::delivery_attempt::Model> {
+    use sea_orm::{ColumnTrait, QueryFilter};
+    entity::delivery_attempt::Entity::find()
+        .filter(entity::delivery_attempt::Column::DeliveryId.eq(id))
+        .order_by_asc(entity::delivery_attempt::Column::Number)
+        .all(pool.conn())
+        .await
+        .expect("attempts")
+}
+
+/// Six sessions with their own pools claim at once: every row goes to exactly one.
+async fn concurrent_claims_partition_the_work(backend: Backend) {
+    const SESSIONS: usize = 6;
+    const LIMIT: u32 = 15;
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 60).await;
+    let mut pools = Vec::new();
+    for _ in 0..SESSIONS {
+        pools.push(db.connect(1).await);
+    }
+    let barrier = Arc::new(Barrier::new(SESSIONS));
+    let claims = futures_util::future::join_all(pools.iter().map(|pool| {
+        let barrier = barrier.clone();
+        async move {
+            barrier.wait().await;
+            claim_due(pool, LIMIT, LONG_LEASE).await.expect("claim")
+        }
+    }))
+    .await;
+    let mut seen = HashSet::new();
+    for batch in &claims {
+        assert!(
+            batch.len() <= LIMIT as usize,
+            "a claim takes at most its limit"
+        );
+        for claim in batch {
+            assert!(
+                seen.insert(claim.delivery_id),
+                "{} was claimed twice",
+                claim.delivery_id
+            );
+            assert_eq!(claim.previous_state, DeliveryState::Pending);
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        ids.len(),
+        "together the sessions claimed every due row"
+    );
+    assert!(
+        claim_due(&pools[0], 10, LONG_LEASE)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "nothing is due twice"
+    );
+    let stored = delivery(&pools[0], ids[0]).await;
+    assert_eq!(stored.state, DeliveryState::Processing);
+    assert!(stored.claim_token.is_some() && stored.claim_expires_at.is_some());
+}
+
+/// A lease that ran out is retaken by exactly one of two racing workers, with a new token.
+async fn an_expired_lease_is_reclaimed_exactly_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 1).await;
+    let (first, second, third) = (
+        db.connect(1).await,
+        db.connect(1).await,
+        db.connect(1).await,
+    );
+    let original = claim_due(&first, 1, SHORT_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("claimed");
+    assert!(
+        claim_due(&second, 1, LONG_LEASE)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "a live lease is not retaken"
+    );
+    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+
+    let barrier = Arc::new(Barrier::new(2));
+    let racers = [&second, &third].map(|pool| {
+        let barrier = barrier.clone();
+        async move {
+            barrier.wait().await;
+            claim_due(pool, 1, LONG_LEASE).await.expect("claim")
+        }
+    });
+    let results = futures_util::future::join_all(racers).await;
+    let winners: Vec<&Claim> = results.iter().flatten().collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one racer retakes the lease: {results:?}"
+    );
+    assert_eq!(winners[0].delivery_id, ids[0]);
+    assert_eq!(winners[0].previous_state, DeliveryState::Processing);
+    assert_ne!(
+        winners[0].claim_token, original.claim_token,
+        "a new claim has a new token"
+    );
+}
+
+/// Two claims on one row (the first expired, the second live); the late result never wins.
+async fn late_results_are_fenced_in_either_order(backend: Backend) {
+    for late_first in [true, false] {
+        let db = TestDb::new(backend).await;
+        let (_app, ids) = seed(&db, 1).await;
+        let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
+        let old = claim_due(&old_pool, 1, SHORT_LEASE)
+            .await
+            .expect("claim")
+            .pop()
+            .expect("claimed");
+        tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+        let new = claim_due(&new_pool, 1, LONG_LEASE)
+            .await
+            .expect("claim")
+            .pop()
+            .expect("reclaimed");
+
+        if late_first {
+            let late = record_result(&old_pool, &old, true).await;
+            assert_eq!(late.new_state, None, "the superseded claim changes nothing");
+            let stored = delivery(&new_pool, ids[0]).await;
+            assert_eq!(
+                (stored.state, stored.claim_token),
+                (DeliveryState::Processing, Some(new.claim_token))
+            );
+            let current = record_result(&new_pool, &new, false).await;
+            assert_eq!(current.new_state, Some(DeliveryState::Pending));
+        } else {
+            let current = record_result(&new_pool, &new, true).await;
+            assert_eq!(current.new_state, Some(DeliveryState::Delivered));
+            let late = record_result(&old_pool, &old, false).await;
+            assert_eq!(
+                late.new_state, None,
+                "a late failure cannot undo the delivery"
+            );
+            assert_eq!(
+                delivery(&old_pool, ids[0]).await.state,
+                DeliveryState::Delivered
+            );
+        }
+
+        let recorded = attempts(&new_pool, ids[0]).await;
+        assert_eq!(recorded.len(), 2, "both attempts are recorded");
+        assert_eq!(
+            recorded.iter().map(|a| a.number).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let by_token = |token: Uuid| {
+            recorded
+                .iter()
+                .find(|a| a.claim_token == token)
+                .expect("attempt")
+        };
+        assert!(
+            by_token(old.claim_token).superseded,
+            "the late attempt is marked superseded"
+        );
+        assert!(!by_token(new.claim_token).superseded);
+        assert_eq!(
+            delivery(&new_pool, ids[0]).await.cycle_attempts,
+            1,
+            "only the live claim counted"
+        );
+    }
+}
+
+/// Both claims recording at the same instant still get distinct lifetime numbers.
+async fn simultaneous_results_get_distinct_numbers(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 1).await;
+    let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
+    let old = claim_due(&old_pool, 1, SHORT_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("claimed");
+    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+    let new = claim_due(&new_pool, 1, LONG_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("reclaimed");
+    let barrier = Arc::new(Barrier::new(2));
+    let (b1, b2) = (barrier.clone(), barrier);
+    let (late, current) = tokio::join!(
+        async {
+            b1.wait().await;
+            record_result(&old_pool, &old, true).await
+        },
+        async {
+            b2.wait().await;
+            record_result(&new_pool, &new, true).await
+        },
+    );
+    assert_eq!(late.new_state, None);
+    assert_eq!(current.new_state, Some(DeliveryState::Delivered));
+    let mut numbers = vec![late.number, current.number];
+    numbers.sort();
+    assert_eq!(numbers, vec![1, 2]);
+    assert_eq!(attempts(&new_pool, ids[0]).await.len(), 2);
+}
+
+on_both_backends!(
+    concurrent_claims_partition_the_work,
+    an_expired_lease_is_reclaimed_exactly_once,
+    late_results_are_fenced_in_either_order,
+    simultaneous_results_get_distinct_numbers,
+);
+
+/// A row another session has locked is skipped at once, not waited on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locked_rows_are_skipped_not_waited_on() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let (_app, ids) = seed(&db, 2).await;
+    let holder = db.connect(1).await;
+    let txn = holder.conn().begin().await.expect("begin");
+    txn.execute_raw(Statement::from_sql_and_values(
+        sea_orm::DbBackend::Postgres,
+        "SELECT id FROM webhook_deliveries WHERE id = $1 FOR UPDATE",
+        [ids[0].into()],
+    ))
+    .await
+    .expect("lock one row");
+
+    let claimer = db.connect(1).await;
+    let claimed = tokio::time::timeout(Duration::from_secs(2), claim_due(&claimer, 10, LONG_LEASE))
+        .await
+        .expect("the claim returns promptly while the lock is held")
+        .expect("claim");
+    assert_eq!(
+        claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
+        vec![ids[1]],
+        "only the unlocked row"
+    );
+
+    txn.commit().await.expect("release");
+    let claimed = claim_due(&claimer, 10, LONG_LEASE).await.expect("claim");
+    assert_eq!(
+        claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
+        vec![ids[0]],
+        "claimable once released"
+    );
+}
+
+/// Deliveries of a disabled endpoint stay put.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_of_disabled_endpoints_are_not_claimed() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let (app, _ids) = seed(&db, 3).await;
+    app.state
+        .db
+        .conn()
+        .execute_unprepared("UPDATE endpoints SET disabled = true")
+        .await
+        .expect("disable");
+    assert!(claim_due(&app.state.db, 10, LONG_LEASE)
+        .await
+        .expect("claim")
+        .is_empty());
+    app.state
+        .db
+        .conn()
+        .execute_unprepared("UPDATE endpoints SET disabled = false")
+        .await
+        .expect("enable");
+    assert_eq!(
+        claim_due(&app.state.db, 10, LONG_LEASE)
+            .await
+            .expect("claim")
+            .len(),
+        3
+    );
+}

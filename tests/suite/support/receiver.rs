@@ -1,0 +1,195 @@
+//! An in-process webhook receiver on port 0 that verifies every request with the official
+//! Standard Webhooks library and answers as each test scripts it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How the receiver answers the `n`th request (from 1) for one `webhook-id`.
+pub type Script = Arc<dyn Fn(usize) -> Reply + Send + Sync>;
+
+/// One scripted answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// Status to answer with.
+    pub status: u16,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, String)>,
+    /// Wait this long before answering.
+    pub delay: Duration,
+}
+
+impl Reply {
+    /// A plain status.
+    pub fn status(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+/// One request as received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// The path it was sent to (which endpoint).
+    pub path: String,
+    /// `webhook-id`.
+    pub webhook_id: String,
+    /// The parsed body.
+    pub body: serde_json::Value,
+    /// Whether the official verifier accepted it with the path's secret.
+    pub verified: bool,
+    /// `content-type`.
+    pub content_type: String,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct Shared {
+    secrets: Mutex<HashMap<String, String>>,
+    received: Mutex<Vec<Received>>,
+    arrived: Notify,
+}
+
+/// A running receiver.
+pub struct Receiver {
+    base_url: String,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+}
+
+impl Receiver {
+    /// Starts a receiver that answers by `script`.
+    pub async fn start(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Receiver {
+        let shared = Arc::new(Shared::default());
+        let script: Script = Arc::new(script);
+        let router = Router::new()
+            .route("/{path}", post(receive))
+            .with_state((shared.clone(), script));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await;
+        });
+        Receiver {
+            base_url: format!("http://{addr}"),
+            shared,
+            shutdown,
+        }
+    }
+
+    /// A receiver that accepts everything.
+    pub async fn accepting() -> Receiver {
+        Self::start(|_| Reply::status(200)).await
+    }
+
+    /// The URL of one endpoint on this receiver.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.base_url)
+    }
+
+    /// The secret to verify requests to `path` with.
+    pub fn set_secret(&self, path: &str, secret: &str) {
+        self.shared
+            .secrets
+            .lock()
+            .expect("lock")
+            .insert(path.to_owned(), secret.to_owned());
+    }
+
+    /// Everything received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared.received.lock().expect("lock").clone()
+    }
+
+    /// Waits until at least `count` requests arrived, or panics after `timeout`.
+    pub async fn wait_for(&self, count: usize, timeout: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let arrived = self.shared.arrived.notified();
+            let received = self.received();
+            if received.len() >= count {
+                return received;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                panic!("expected {count} webhooks, received {}", received.len());
+            }
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), arrived).await;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn receive(
+    State((shared, script)): State<(Arc<Shared>, Script)>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let webhook_id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let secret = shared.secrets.lock().expect("lock").get(&path).cloned();
+    let verified = secret
+        .and_then(|secret| standardwebhooks::Webhook::new(&secret).ok())
+        .is_some_and(|verifier| verifier.verify(&body, &headers).is_ok());
+    let nth = {
+        let mut received = shared.received.lock().expect("lock");
+        received.push(Received {
+            path,
+            webhook_id: webhook_id.clone(),
+            body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+            verified,
+            content_type: headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+            at: Instant::now(),
+        });
+        received
+            .iter()
+            .filter(|r| r.webhook_id == webhook_id)
+            .count()
+    };
+    shared.arrived.notify_waiters();
+    let reply = script(nth);
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut response = StatusCode::from_u16(reply.status)
+        .unwrap_or(StatusCode::OK)
+        .into_response();
+    for (name, value) in reply.headers {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
