@@ -52,8 +52,6 @@ pub struct Received {
     pub verified: bool,
     /// `content-type`.
     pub content_type: String,
-    /// When it arrived.
-    pub at: Instant,
 }
 
 #[derive(Default)]
@@ -171,7 +169,6 @@ async fn receive(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned(),
-            at: Instant::now(),
         });
         received
             .iter()
