@@ -1,10 +1,12 @@
 //! The built binary, run as users run it: `schema`, `api-key create`, `migrate`, `serve` and SIGTERM.
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{Backend, TestDb};
+use crate::delivery::endpoint_on;
+use crate::submissions::submit;
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 const COURIER: &str = env!("CARGO_BIN_EXE_courier");
 
@@ -130,54 +132,145 @@ async fn concurrent_migrations_from_several_processes_succeed() {
     }
 }
 
+/// Starts `courier serve` on port 0 with extra settings; returns it and its address.
+fn spawn_serve(database_url: &str, settings: &[(&str, &str)]) -> (Child, String) {
+    let mut command = courier(database_url);
+    command
+        .arg("serve")
+        .env("COURIER_BIND", "127.0.0.1:0")
+        .stderr(Stdio::piped());
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("spawn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (found, rest) = std::sync::mpsc::channel();
+    // Keep reading stderr for the life of the process, so its logging never blocks.
+    std::thread::spawn(move || {
+        let mut found = Some(found);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if entry["message"] == "listening" {
+                if let (Some(found), Some(addr)) = (found.take(), entry["addr"].as_str()) {
+                    let _ = found.send(addr.to_owned());
+                }
+            }
+        }
+    });
+    let addr = rest
+        .recv_timeout(Duration::from_secs(30))
+        .expect("serve logs the address it listens on");
+    (child, addr)
+}
+
+/// Sends SIGTERM and returns the exit code, if the process exited within `within`.
+async fn terminate(mut child: Child, within: Duration) -> Option<i32> {
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        None
+    })
+    .await
+    .expect("wait")
+}
+
 /// `courier serve` on the SQLite default answers, and exits 0 on SIGTERM.
 #[tokio::test]
 async fn serve_answers_and_exits_cleanly_on_sigterm() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let mut child = courier(&db.url)
-        .arg("serve")
-        .env("COURIER_BIND", "127.0.0.1:0")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let addr = tokio::task::spawn_blocking(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let entry: serde_json::Value = serde_json::from_str(&line).ok()?;
-                (entry["message"] == "listening")
-                    .then(|| entry["addr"].as_str().map(str::to_owned))?
-            })
-    })
-    .await
-    .expect("read stderr")
-    .expect("serve logs the address it listens on");
-
+    let (child, addr) = spawn_serve(&db.url, &[]);
     let health = crate::support::http_client()
         .get(format!("http://{addr}/healthz"))
         .send()
         .await
         .expect("healthz answers");
     assert!(health.status().is_success());
+    assert_eq!(
+        terminate(child, Duration::from_secs(10)).await,
+        Some(0),
+        "SIGTERM exits 0"
+    );
+}
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let status = tokio::task::spawn_blocking(move || {
-        for _ in 0..100 {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = child.kill();
-        None
+/// SIGTERM while deliveries are in flight: the process exits 0 after its grace period, and
+/// after a restart every delivery is delivered; what was cut short is reclaimed after its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_deliveries_in_flight_loses_nothing() {
+    const SUBMISSIONS: usize = 6;
+    let db = TestDb::new(Backend::Postgres).await;
+    // The first request for each delivery hangs longer than the grace period.
+    let receiver = Receiver::start(|n| Reply {
+        status: 200,
+        headers: Vec::new(),
+        delay: if n == 1 {
+            Duration::from_secs(3)
+        } else {
+            Duration::ZERO
+        },
     })
-    .await
-    .expect("wait");
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "SIGTERM exits 0");
+    .await;
+    let api = TestApp::spawn(&db).await;
+    let admin = api.admin_token().await;
+    let endpoint = endpoint_on(&api, &admin, &receiver, "slow").await;
+    for n in 0..SUBMISSIONS {
+        let body = submit(&api, &admin, &endpoint, serde_json::json!({ "n": n }), None).await;
+        assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+    }
+
+    let settings = [
+        ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ("COURIER_WORKER_CONCURRENCY", "4"),
+        ("COURIER_LEASE_SECS", "4"),
+        ("COURIER_REQUEST_TIMEOUT_MS", "3500"),
+        ("COURIER_SHUTDOWN_GRACE_SECS", "1"),
+        ("COURIER_POLL_INTERVAL_MS", "100"),
+    ];
+    let (first, _) = spawn_serve(&db.url, &settings);
+    receiver.wait_for(4, Duration::from_secs(20)).await;
+    assert_eq!(
+        terminate(first, Duration::from_secs(10)).await,
+        Some(0),
+        "SIGTERM exits 0 with deliveries in flight"
+    );
+
+    let (second, _) = spawn_serve(&db.url, &settings);
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+        let delivered = entity::webhook_delivery::Entity::find()
+            .filter(entity::webhook_delivery::Column::State.eq("delivered"))
+            .count(api.state.db.conn())
+            .await
+            .expect("count");
+        if delivered == SUBMISSIONS as u64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {delivered} of {SUBMISSIONS} delivered after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(terminate(second, Duration::from_secs(10)).await, Some(0));
+    let ids: std::collections::HashSet<String> = receiver
+        .received()
+        .into_iter()
+        .map(|r| r.webhook_id)
+        .collect();
+    assert_eq!(
+        ids.len(),
+        SUBMISSIONS,
+        "every delivery reached the receiver"
+    );
 }
