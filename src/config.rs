@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// Longest retry delay accepted: 30 days.
+pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
+
 /// Courier: webhook delivery with durable retries, replay and live delivery events.
 #[derive(Debug, Parser)]
 #[command(name = "courier", version, about, long_about = None)]
@@ -109,7 +112,7 @@ pub struct ServeArgs {
     pub worker_concurrency: u32,
 
     /// How long a claim is held before another worker may reclaim the delivery.
-    #[arg(long, env = "COURIER_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "COURIER_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,
 
     /// Attempts per cycle before a delivery is `failed`.
@@ -117,19 +120,19 @@ pub struct ServeArgs {
     pub max_attempts: u32,
 
     /// First retry delay in milliseconds; it doubles per attempt, with jitter.
-    #[arg(long, env = "COURIER_RETRY_BASE_MS", default_value_t = 1_000)]
+    #[arg(long, env = "COURIER_RETRY_BASE_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=MAX_RETRY_DELAY_MS))]
     pub retry_base_ms: u64,
 
     /// Longest retry delay in milliseconds.
-    #[arg(long, env = "COURIER_RETRY_MAX_MS", default_value_t = 3_600_000)]
+    #[arg(long, env = "COURIER_RETRY_MAX_MS", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(1..=MAX_RETRY_DELAY_MS))]
     pub retry_max_ms: u64,
 
     /// Timeout of one webhook request (connect and total), in milliseconds.
-    #[arg(long, env = "COURIER_REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "COURIER_REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub request_timeout_ms: u64,
 
     /// How often the worker looks for due deliveries when no wake-up arrives, in milliseconds.
-    #[arg(long, env = "COURIER_POLL_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "COURIER_POLL_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub poll_interval_ms: u64,
 
     /// Submissions per API key per window; unset means unlimited.
@@ -137,7 +140,7 @@ pub struct ServeArgs {
     pub rate_limit: Option<u32>,
 
     /// Length of the rate-limit window in seconds.
-    #[arg(long, env = "COURIER_RATE_LIMIT_WINDOW_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "COURIER_RATE_LIMIT_WINDOW_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub rate_limit_window_secs: u64,
 
     /// Largest accepted submission payload, in bytes.
@@ -153,7 +156,7 @@ pub struct ServeArgs {
     pub max_body_bytes: usize,
 
     /// On SIGTERM, how long in-flight deliveries may run before the process exits.
-    #[arg(long, env = "COURIER_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    #[arg(long, env = "COURIER_SHUTDOWN_GRACE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3_600))]
     pub shutdown_grace_secs: u64,
 }
 

@@ -21,6 +21,8 @@ const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
 pub struct Db {
     conn: DatabaseConnection,
     pg_pool: Option<sqlx::PgPool>,
+    /// One connection of its own for `LISTEN`, so listening never starves queries.
+    pg_listen_pool: Option<sqlx::PgPool>,
 }
 
 impl Db {
@@ -34,12 +36,17 @@ impl Db {
             let pool = PgPoolOptions::new()
                 .max_connections(pool_size)
                 .acquire_timeout(Duration::from_secs(10))
-                .connect_with(options)
+                .connect_with(options.clone())
                 .await
                 .map_err(sqlx_err)?;
+            let listen_pool = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_lazy_with(options);
             Ok(Db {
                 conn: SqlxPostgresConnector::from_sqlx_postgres_pool(pool.clone()),
                 pg_pool: Some(pool),
+                pg_listen_pool: Some(listen_pool),
             })
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
@@ -48,8 +55,14 @@ impl Db {
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(10))
                 .foreign_keys(true);
+            // Each connection to an in-memory database is a database of its own: keep one.
+            let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+            let pool_size = if in_memory { 1 } else { pool_size };
             let pool = SqlitePoolOptions::new()
                 .max_connections(pool_size)
+                .min_connections(u32::from(in_memory))
+                .idle_timeout((!in_memory).then_some(Duration::from_secs(600)))
+                .max_lifetime((!in_memory).then_some(Duration::from_secs(1800)))
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_with(options)
                 .await
@@ -57,6 +70,7 @@ impl Db {
             Ok(Db {
                 conn: SqlxSqliteConnector::from_sqlx_sqlite_pool(pool),
                 pg_pool: None,
+                pg_listen_pool: None,
             })
         } else {
             Err(DbErr::Custom(format!(
@@ -71,9 +85,14 @@ impl Db {
         &self.conn
     }
 
-    /// The underlying PostgreSQL pool (for LISTEN), when on PostgreSQL.
+    /// The underlying PostgreSQL pool, when on PostgreSQL.
     pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
         self.pg_pool.as_ref()
+    }
+
+    /// A one-connection PostgreSQL pool reserved for `LISTEN`, when on PostgreSQL.
+    pub fn pg_listen_pool(&self) -> Option<&sqlx::PgPool> {
+        self.pg_listen_pool.as_ref()
     }
 
     /// Which backend this is.
@@ -134,8 +153,11 @@ impl Db {
         self.conn.ping().await
     }
 
-    /// Closes the pool.
+    /// Closes the pools.
     pub async fn close(self) -> Result<(), DbErr> {
+        if let Some(listen_pool) = &self.pg_listen_pool {
+            listen_pool.close().await;
+        }
         self.conn.close().await
     }
 }

@@ -54,7 +54,7 @@ impl Wakeup {
     /// Publishes hints to, and receives them from, other processes until `shutdown`
     /// (PostgreSQL only). A lost listener connection is reopened.
     pub async fn run(self, shutdown: CancellationToken) {
-        let Some(pool) = self.db.pg_pool().cloned() else {
+        let Some(pool) = self.db.pg_listen_pool().cloned() else {
             return;
         };
         let publisher = async {

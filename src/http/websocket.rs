@@ -11,6 +11,9 @@ use super::HttpState;
 use crate::auth;
 use crate::schema::ApiError;
 
+/// How long a new WebSocket may take to send an accepted `connection_init`.
+const CONNECTION_INIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Upgrades to a GraphQL WebSocket session; it ends when the client leaves or the process shuts down.
 pub async fn upgrade(
     State(state): State<HttpState>,
@@ -22,19 +25,28 @@ pub async fn upgrade(
         .on_upgrade(move |socket| async move {
             let db = state.app.db.clone();
             let shutdown = state.app.shutdown.clone();
+            let (initialised, init_done) = tokio::sync::oneshot::channel::<()>();
             let session = GraphQLWebSocket::new(socket, state.schema.clone(), protocol)
                 .on_connection_init(move |payload| async move {
                     let authorization = authorization_of(&payload);
                     let identity = auth::authenticate(&db, authorization.as_deref())
                         .await
                         .map_err(|err| async_graphql::Error::from(ApiError::from(err)))?;
+                    let _ = initialised.send(());
                     let mut data = Data::default();
                     data.insert(identity);
                     Ok(data)
                 })
                 .serve();
+            // A client that never authenticates does not get to hold a connection.
+            let init_deadline = async {
+                if tokio::time::timeout(CONNECTION_INIT_TIMEOUT, init_done).await.is_ok() {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 () = session => {}
+                () = init_deadline => tracing::debug!("WebSocket closed: no connection_init in time"),
                 () = shutdown.cancelled() => {}
             }
         })

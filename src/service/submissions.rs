@@ -81,6 +81,11 @@ impl Submissions {
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
         caller.require_access(input.endpoint_id)?;
         let key = validate_key(input.idempotency_key)?;
+        if contains_nul(&input.payload) {
+            return Err(Error::bad_input(
+                "payload must not contain NUL characters (\\u0000)",
+            ));
+        }
         let size = serde_json::to_vec(&input.payload)
             .map_err(|err| Error::bad_input(format!("payload is not valid JSON: {err}")))?
             .len();
@@ -237,9 +242,25 @@ fn validate_key(key: Option<String>) -> Result<Option<String>> {
     match key {
         None => Ok(None),
         Some(key) if key.is_empty() => Err(Error::bad_input("idempotencyKey must not be empty")),
+        Some(key) if key.chars().any(char::is_control) => Err(Error::bad_input(
+            "idempotencyKey must not contain control characters",
+        )),
         Some(key) if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS => Err(Error::bad_input(
             format!("idempotencyKey must be at most {MAX_IDEMPOTENCY_KEY_CHARS} characters"),
         )),
         Some(key) => Ok(Some(key)),
+    }
+}
+
+/// Whether any string or key in `value` holds U+0000, which PostgreSQL cannot store in
+/// `jsonb`. Refused up front on every backend, so both behave alike.
+fn contains_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(contains_nul),
+        Value::Object(map) => map
+            .iter()
+            .any(|(key, item)| key.contains('\0') || contains_nul(item)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }

@@ -65,6 +65,12 @@ WHERE state IN ('pending', 'processing')
   AND id IN ({ids})
 RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at";
 
+/// Gives a claim back at once (when its delivery cannot be sent), fenced by its token.
+const RELEASE: &str = "\
+UPDATE webhook_deliveries
+SET state = 'pending', claim_token = NULL, claim_expires_at = NULL, next_attempt_at = $3, updated_at = $3
+WHERE id = $1 AND claim_token = $2";
+
 /// A delivery this worker now holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
@@ -178,4 +184,24 @@ fn claim_of(
         created_at: row.try_get("", "created_at")?,
         lease_expires_at,
     })
+}
+
+/// Returns claims to `pending`, due now, so any worker may take them again without
+/// waiting for their lease. Claims that were meanwhile superseded are left alone.
+pub async fn release(db: &Db, claims: &[Claim]) -> Result<(), DbErr> {
+    let now = db::now();
+    for claim in claims {
+        db.conn()
+            .execute_raw(Statement::from_sql_and_values(
+                db.backend(),
+                RELEASE,
+                [
+                    claim.delivery_id.into(),
+                    claim.claim_token.into(),
+                    now.into(),
+                ],
+            ))
+            .await?;
+    }
+    Ok(())
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use self::claim::{claim_due, Claim};
+use self::claim::{claim_due, release, Claim};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::record::{load_targets, record, FinishedAttempt, Target};
 use self::schedule::{NextStep, RetryPolicy};
@@ -23,8 +23,8 @@ use crate::state::AppState;
 
 /// Most deliveries claimed in one statement.
 const MAX_CLAIM_BATCH: usize = 64;
-/// Tries at recording one outcome before leaving the delivery to be reclaimed.
-const RECORD_TRIES: u32 = 3;
+/// Longest pause between tries at recording an outcome.
+const MAX_RECORD_BACKOFF: Duration = Duration::from_secs(2);
 
 /// A delivery worker for one process.
 pub struct Worker {
@@ -122,8 +122,11 @@ impl Worker {
         let mut targets = match load_targets(&self.state.db, &claims).await {
             Ok(targets) => targets,
             Err(err) => {
-                // The claims stay `processing` and are reclaimed after their lease.
-                tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed");
+                tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed; releasing them");
+                if let Err(err) = release(&self.state.db, &claims).await {
+                    // They stay `processing` and are reclaimed after their lease.
+                    tracing::error!(error = %error_chain(&err), "releasing claims failed");
+                }
                 return;
             }
         };
@@ -178,39 +181,48 @@ impl Worker {
         };
         let metrics = &self.state.metrics;
         metrics.attempt(outcome.kind.as_str());
-        for try_number in 1..=RECORD_TRIES {
+        // Keep trying while the claim is ours: a result recorded after the lease runs out
+        // would only be marked superseded, and the delivery will be retried anyway.
+        let mut backoff = Duration::from_millis(50);
+        let recorded = loop {
             match record(&self.state.db, &attempt).await {
-                Ok(recorded) => {
-                    match recorded.new_state {
-                        None => {
-                            metrics.superseded.inc();
-                            tracing::warn!(delivery_id = %claim.delivery_id, number = recorded.number,
-                                "result recorded under a superseded claim; the newer claim's state stands");
-                        }
-                        Some(state) => {
-                            tracing::info!(delivery_id = %claim.delivery_id, attempt = recorded.number,
-                                state = state.as_str(), status = ?outcome.status, error = ?outcome.error,
-                                "attempt recorded");
-                            if step == NextStep::Delivered {
-                                let latency = (finished_at - claim.created_at)
-                                    .to_std()
-                                    .unwrap_or_default();
-                                metrics.delivery_latency.observe(latency.as_secs_f64());
-                            }
-                        }
-                    }
-                    if let NextStep::RetryAfter(delay) = step {
-                        self.wake_for_retry(delay);
-                    }
-                    return;
-                }
-                Err(err) if try_number < RECORD_TRIES => {
+                Ok(recorded) => break Some(recorded),
+                Err(err)
+                    if db::now() + chrono::Duration::from_std(backoff).unwrap_or_default()
+                        < claim.lease_expires_at =>
+                {
                     tracing::warn!(delivery_id = %claim.delivery_id, error = %error_chain(&err), "recording failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 * u64::from(try_number))).await;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_RECORD_BACKOFF);
                 }
                 Err(err) => {
                     tracing::error!(delivery_id = %claim.delivery_id, error = %error_chain(&err),
                         "recording failed; the delivery will be reclaimed after its lease");
+                    break None;
+                }
+            }
+        };
+        let Some(recorded) = recorded else {
+            return;
+        };
+        match recorded.new_state {
+            None => {
+                metrics.superseded.inc();
+                tracing::warn!(delivery_id = %claim.delivery_id, number = recorded.number,
+                    "result recorded under a superseded claim; the newer claim's state stands");
+            }
+            Some(state) => {
+                tracing::info!(delivery_id = %claim.delivery_id, attempt = recorded.number,
+                    state = state.as_str(), status = ?outcome.status, error = ?outcome.error,
+                    "attempt recorded");
+                if step == NextStep::Delivered {
+                    let latency = (finished_at - claim.created_at)
+                        .to_std()
+                        .unwrap_or_default();
+                    metrics.delivery_latency.observe(latency.as_secs_f64());
+                }
+                if let NextStep::RetryAfter(delay) = step {
+                    self.wake_for_retry(delay);
                 }
             }
         }

@@ -25,6 +25,11 @@ WHERE d.id IN ({ids})";
 /// Locks the delivery row so concurrent recorders of one delivery take turns.
 const LOCK_DELIVERY: &str = "SELECT id FROM webhook_deliveries WHERE id = $1";
 
+/// The attempt a claim already recorded, if any: a claim makes one attempt, so a retried
+/// `record` (say, after a commit whose acknowledgement was lost) must not add a second.
+const ATTEMPT_OF_CLAIM: &str =
+    "SELECT number, superseded FROM delivery_attempts WHERE delivery_id = $1 AND claim_token = $2";
+
 /// The next free lifetime attempt number, read under the delivery's row lock.
 const NEXT_ATTEMPT_NUMBER: &str =
     "SELECT COALESCE(MAX(number), 0) + 1 AS next FROM delivery_attempts WHERE delivery_id = $1";
@@ -130,6 +135,22 @@ pub async fn record(db: &Db, attempt: &FinishedAttempt<'_>) -> Result<Recorded, 
         [claim.delivery_id.into()],
     ))
     .await?;
+    if let Some(existing) = txn
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            ATTEMPT_OF_CLAIM,
+            [claim.delivery_id.into(), claim.claim_token.into()],
+        ))
+        .await?
+    {
+        let superseded: bool = existing.try_get("", "superseded")?;
+        txn.commit().await?;
+        return Ok(Recorded {
+            number: existing.try_get("", "number")?,
+            new_state: (!superseded).then_some(new_state),
+            next_attempt_at: if superseded { None } else { next_attempt_at },
+        });
+    }
     let number: i32 = txn
         .query_one_raw(Statement::from_sql_and_values(
             backend,

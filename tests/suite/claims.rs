@@ -311,7 +311,25 @@ async fn simultaneous_results_get_distinct_numbers(backend: Backend) {
     assert_eq!(attempts(&new_pool, ids[0]).await.len(), 2);
 }
 
+/// Recording the same claim's result twice (a retry after a lost acknowledgement) adds nothing.
+async fn recording_is_idempotent_per_claim(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 1).await;
+    let pool = db.connect(1).await;
+    let claim = claim_due(&pool, 1, LONG_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("claimed");
+    let first = record_result(&pool, &claim, true).await;
+    let again = record_result(&pool, &claim, true).await;
+    assert_eq!(first, again);
+    assert_eq!(first.new_state, Some(DeliveryState::Delivered));
+    assert_eq!(attempts(&pool, ids[0]).await.len(), 1);
+}
+
 on_both_backends!(
+    recording_is_idempotent_per_claim,
     concurrent_claims_partition_the_work,
     an_expired_lease_is_reclaimed_exactly_once,
     late_results_are_fenced_in_either_order,

@@ -261,6 +261,14 @@ async fn bad_input_is_refused_and_writes_nothing(backend: Backend) {
         Some("BAD_USER_INPUT"),
         "{long_key}"
     );
+    let nul = submit(&app, &admin, &endpoint, json!({ "a\u{0}": "b\u{0}" }), None).await;
+    assert_eq!(gql_error_code(&nul), Some("BAD_USER_INPUT"), "{nul}");
+    let control_key = submit(&app, &admin, &endpoint, json!({}), Some("a\u{0}b")).await;
+    assert_eq!(
+        gql_error_code(&control_key),
+        Some("BAD_USER_INPUT"),
+        "{control_key}"
+    );
     let empty_key = submit(&app, &admin, &endpoint, json!({}), Some("")).await;
     assert_eq!(
         gql_error_code(&empty_key),

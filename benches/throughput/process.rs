@@ -1,0 +1,132 @@
+//! Scratch databases and `courier serve` processes for the benchmarks.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use courier::db::Db;
+use sea_orm::ConnectionTrait;
+
+/// A database created for one measurement and dropped after it.
+pub struct Scratch {
+    pub url: String,
+    server: String,
+    name: String,
+}
+
+impl Scratch {
+    pub async fn create(server: &str, purpose: &str) -> Scratch {
+        let name = format!("courier_bench_{purpose}_{}", uuid::Uuid::new_v4().simple());
+        let admin = Db::connect(server, 1).await.expect("connect to PostgreSQL");
+        admin
+            .conn()
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create database");
+        admin.close().await.expect("close");
+        let mut url = url::Url::parse(server).expect("server URL");
+        url.set_path(&format!("/{name}"));
+        Scratch {
+            url: url.to_string(),
+            server: server.to_owned(),
+            name,
+        }
+    }
+
+    pub async fn drop_now(self) {
+        let admin = Db::connect(&self.server, 1).await.expect("connect");
+        let _ = admin
+            .conn()
+            .execute_unprepared(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .await;
+        let _ = admin.close().await;
+    }
+}
+
+/// A `courier serve` process.
+pub struct Server {
+    pub child: Child,
+    pub base_url: String,
+}
+
+impl Server {
+    /// Starts the release binary against `database_url` with `settings`, and waits until it listens.
+    pub fn start(database_url: &str, settings: &[(&str, String)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_courier"));
+        command
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("COURIER_BIND", "127.0.0.1:0")
+            .env("COURIER_LOG_FORMAT", "json")
+            .env("RUST_LOG", "warn,courier::app=info")
+            .stderr(Stdio::piped());
+        for (name, value) in settings {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("start courier serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (found, addr) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut found = Some(found);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                if let (Some(tx), Some(addr)) = (found.as_ref(), entry["addr"].as_str()) {
+                    let _ = tx.send(addr.to_owned());
+                    found = None;
+                }
+            }
+        });
+        let addr = addr
+            .recv_timeout(Duration::from_secs(60))
+            .expect("courier serve listens");
+        Server {
+            child,
+            base_url: format!("http://{addr}"),
+        }
+    }
+
+    /// Peak resident memory so far, in MB (Linux `VmHWM`).
+    pub fn peak_rss_mb(&self) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find(|line| line.starts_with("VmHWM:"))
+                    .and_then(|line| line.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<f64>().ok())
+            })
+            .map(|kb| kb / 1024.0)
+            .unwrap_or(0.0)
+    }
+
+    /// SIGTERM, then wait.
+    pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Creates an admin key with the CLI and returns its token.
+pub fn admin_token(database_url: &str) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["api-key", "create", "--name", "bench", "--role", "admin"])
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("create an API key");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
+}

@@ -1,0 +1,48 @@
+//! A fast local webhook receiver: answers 204 at once and notes when each `webhook-id` arrived.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+
+#[derive(Clone, Default)]
+pub struct Arrivals(Arc<Mutex<HashMap<String, Instant>>>);
+
+impl Arrivals {
+    pub fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    pub fn at(&self, webhook_id: &str) -> Option<Instant> {
+        self.0.lock().unwrap().get(webhook_id).copied()
+    }
+}
+
+/// Starts the receiver; returns its URL and the arrivals it records.
+pub async fn start() -> (String, Arrivals) {
+    let arrivals = Arrivals::default();
+    let router = Router::new()
+        .route("/hook", post(receive))
+        .with_state(arrivals.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (format!("http://{addr}/hook"), arrivals)
+}
+
+async fn receive(State(arrivals): State<Arrivals>, headers: HeaderMap) -> StatusCode {
+    let now = Instant::now();
+    if let Some(id) = headers.get("webhook-id").and_then(|v| v.to_str().ok()) {
+        arrivals
+            .0
+            .lock()
+            .unwrap()
+            .entry(id.to_owned())
+            .or_insert(now);
+    }
+    StatusCode::NO_CONTENT
+}
