@@ -39,7 +39,12 @@ impl App {
     /// until the shutdown token is cancelled, then lets in-flight work finish.
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
         let shutdown = self.state.shutdown.clone();
-        let wakeup = tokio::spawn(self.state.wakeup.clone().run(shutdown.clone()));
+        let events_listener = tokio::spawn(crate::listener::run(
+            self.state.db.clone(),
+            self.state.events.clone(),
+            self.state.wakeup.clone(),
+            shutdown.clone(),
+        ));
         let worker = if self.state.config.worker_concurrency > 0 {
             let worker = Worker::new(self.state.clone()).map_err(std::io::Error::other)?;
             Some(tokio::spawn(worker.run()))
@@ -64,7 +69,7 @@ impl App {
             let _ = worker.await;
         }
         let _ = pruner.await;
-        let _ = wakeup.await;
+        let _ = events_listener.await;
         Ok(())
     }
 }

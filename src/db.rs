@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use migration::{Migrator, MigratorTrait};
+use prometheus_client::metrics::counter::Counter;
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel,
     SqliteTransactionMode, SqlxPostgresConnector, SqlxSqliteConnector, Statement,
     TransactionOptions, TransactionTrait,
 };
@@ -20,6 +21,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
 #[derive(Clone, Debug)]
 pub struct Db {
     conn: DatabaseConnection,
+    queries: Counter,
     pg_pool: Option<sqlx::PgPool>,
     /// One connection of its own for `LISTEN`, so listening never starves queries.
     pg_listen_pool: Option<sqlx::PgPool>,
@@ -43,11 +45,11 @@ impl Db {
                 .max_connections(1)
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_lazy_with(options);
-            Ok(Db {
-                conn: SqlxPostgresConnector::from_sqlx_postgres_pool(pool.clone()),
-                pg_pool: Some(pool),
-                pg_listen_pool: Some(listen_pool),
-            })
+            Ok(Db::counted(
+                SqlxPostgresConnector::from_sqlx_postgres_pool(pool.clone()),
+                Some(pool),
+                Some(listen_pool),
+            ))
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
                 .map_err(sqlx_err)?
@@ -67,17 +69,40 @@ impl Db {
                 .connect_with(options)
                 .await
                 .map_err(sqlx_err)?;
-            Ok(Db {
-                conn: SqlxSqliteConnector::from_sqlx_sqlite_pool(pool),
-                pg_pool: None,
-                pg_listen_pool: None,
-            })
+            Ok(Db::counted(
+                SqlxSqliteConnector::from_sqlx_sqlite_pool(pool),
+                None,
+                None,
+            ))
         } else {
             Err(DbErr::Custom(format!(
                 "unsupported DATABASE_URL scheme (expected postgres:// or sqlite:): {}",
                 redact(url)
             )))
         }
+    }
+
+    fn counted(
+        mut conn: DatabaseConnection,
+        pg_pool: Option<sqlx::PgPool>,
+        pg_listen_pool: Option<sqlx::PgPool>,
+    ) -> Self {
+        let queries = Counter::default();
+        let counter = queries.clone();
+        conn.set_metric_callback(move |_| {
+            counter.inc();
+        });
+        Db {
+            conn,
+            queries,
+            pg_pool,
+            pg_listen_pool,
+        }
+    }
+
+    /// Statements this pool has executed (a Prometheus counter, shared by every clone).
+    pub fn queries(&self) -> &Counter {
+        &self.queries
     }
 
     /// The SeaORM connection.
@@ -128,6 +153,21 @@ impl Db {
             _ => TransactionOptions::default(),
         };
         self.conn.begin_with_options(options).await
+    }
+
+    /// Starts a write transaction at READ COMMITTED on PostgreSQL, whatever the database
+    /// default: for work settled by row locks and re-checked conditions (claims, fenced
+    /// transitions, counters), which a stronger isolation level would only turn into
+    /// serialization failures. On SQLite, the same as [`Db::begin_write`].
+    pub async fn begin_read_committed(&self) -> Result<DatabaseTransaction, DbErr> {
+        match self.backend() {
+            DbBackend::Postgres => {
+                self.conn
+                    .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
+                    .await
+            }
+            _ => self.begin_write().await,
+        }
     }
 
     /// The clause that locks the rows a `SELECT` reads until the transaction ends:

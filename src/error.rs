@@ -35,6 +35,9 @@ pub enum Error {
         /// The state the delivery is in.
         state: &'static str,
     },
+    /// A subscriber fell behind (or events may have been lost) and must refetch.
+    #[error("the subscriber fell behind and missed events; resubscribe and refetch")]
+    Lagged,
     /// A uniqueness constraint settled a race against this operation.
     #[error("unique constraint violated: {0}")]
     UniqueViolation(String),
@@ -59,6 +62,7 @@ impl Error {
             Error::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
             Error::RateLimited { .. } => "RATE_LIMITED",
             Error::NotReplayable { .. } => "DELIVERY_NOT_REPLAYABLE",
+            Error::Lagged => "SUBSCRIPTION_LAGGED",
             Error::UniqueViolation(_) | Error::Database(_) => "INTERNAL_SERVER_ERROR",
         }
     }

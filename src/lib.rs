@@ -10,7 +10,10 @@
 //! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes.
 //! - [`worker`]: claims due deliveries, signs and sends them, records each attempt under
-//!   its claim's fence; [`wake`]: hints that wake workers (in-process and via NOTIFY).
+//!   its claim's fence; [`wake`]: hints that wake the worker.
+//! - [`events`]: delivery state changes, staged in the transaction that makes them and
+//!   published on commit; [`listener`]: the `LISTEN` connection that brings every
+//!   process's changes to this process's subscribers (PostgreSQL).
 //! - [`metrics`], [`telemetry`]: Prometheus metrics and structured logs.
 //!
 //! # How a request flows
@@ -32,7 +35,9 @@ pub mod config;
 pub mod db;
 pub mod destination;
 pub mod error;
+pub mod events;
 pub mod http;
+pub mod listener;
 pub mod metrics;
 pub mod schema;
 pub mod service;

@@ -82,6 +82,14 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// Deliveries due now and not yet claimed (measured at scrape time).
     pub due_depth: Gauge,
+    /// Successful replays.
+    pub replays: Counter,
+    /// Open `deliveryStateChanged` subscriptions on this process.
+    pub active_subscriptions: Gauge,
+    /// State changes handed to this process's subscribers.
+    pub events_published: Counter,
+    /// Subscriptions ended because they fell behind (or events may have been lost).
+    pub lagged_subscribers: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -95,8 +103,9 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 15))
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
+impl Metrics {
+    /// Every metric, with `db_queries` (the pool's statement counter) registered beside them.
+    pub fn new(db_queries: Counter) -> Self {
         let mut registry = Registry::with_prefix("courier");
         let http_requests = Family::<HttpLabels, Counter>::default();
         let http_duration: HistogramFamily<RouteLabels> =
@@ -172,8 +181,37 @@ impl Default for Metrics {
             "Deliveries due and not yet claimed",
             due_depth.clone(),
         );
+        let replays = Counter::default();
+        let active_subscriptions = Gauge::default();
+        let events_published = Counter::default();
+        let lagged_subscribers = Counter::default();
+        registry.register(
+            "db_queries",
+            "SQL statements executed by this process",
+            db_queries,
+        );
+        registry.register("replays", "Deliveries replayed", replays.clone());
+        registry.register(
+            "active_subscriptions",
+            "Open deliveryStateChanged subscriptions",
+            active_subscriptions.clone(),
+        );
+        registry.register(
+            "events_published",
+            "Delivery state changes handed to this process's subscribers",
+            events_published.clone(),
+        );
+        registry.register(
+            "lagged_subscribers",
+            "Subscriptions ended because they fell behind or events may have been lost",
+            lagged_subscribers.clone(),
+        );
         Metrics {
             registry,
+            replays,
+            active_subscriptions,
+            events_published,
+            lagged_subscribers,
             claims,
             attempts,
             superseded,
@@ -187,6 +225,12 @@ impl Default for Metrics {
             graphql_operations,
             graphql_duration,
         }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new(Counter::default())
     }
 }
 

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeArgs;
 use crate::db::Db;
+use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
@@ -25,8 +26,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Cancelled when the process starts shutting down.
     pub shutdown: CancellationToken,
-    /// Poked when new work is committed, so waiting workers look for it at once.
+    /// Poked when new work is committed, so a waiting worker looks for it at once.
     pub wakeup: Wakeup,
+    /// Delivery state changes, for subscribers.
+    pub events: Events,
     /// Endpoint operations.
     pub endpoints: Endpoints,
     /// Submission operations.
@@ -40,8 +43,9 @@ pub struct AppState {
 impl AppState {
     /// Wires the services over `db` with `config`.
     pub fn new(db: Db, config: ServeArgs, shutdown: CancellationToken) -> Self {
-        let metrics = Arc::new(Metrics::default());
-        let wakeup = Wakeup::new(db.clone());
+        let metrics = Arc::new(Metrics::new(db.queries().clone()));
+        let wakeup = Wakeup::default();
+        let events = Events::new(db.backend(), metrics.clone());
         let submit_rate_limiter = RateLimiter::new(
             db.clone(),
             "submit",
@@ -56,9 +60,16 @@ impl AppState {
                 submit_rate_limiter.clone(),
                 config.max_payload_bytes,
                 wakeup.clone(),
+                events.clone(),
                 metrics.clone(),
             ),
-            deliveries: Deliveries::new(db.clone()),
+            deliveries: Deliveries::new(
+                db.clone(),
+                events.clone(),
+                wakeup.clone(),
+                metrics.clone(),
+            ),
+            events,
             submit_rate_limiter,
             wakeup,
             db,

@@ -1,14 +1,18 @@
-//! GraphQL for deliveries: the `Delivery` and `DeliveryAttempt` types and their queries.
+//! GraphQL for deliveries: the `Delivery` and `DeliveryAttempt` types, `delivery`,
+//! `deliveries` and `replayDelivery`.
 
-use async_graphql::{Context, Enum, Object, ID};
+use async_graphql::connection::{Connection, Edge};
+use async_graphql::{Context, Enum, InputObject, Object, ID};
 use chrono::{DateTime, Utc};
 use entity::delivery_attempt;
 use entity::webhook_delivery::{self, DeliveryState as StoredState};
 
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
-use super::scalars::{caller, missing, parse_id, state};
+use super::scalars::{caller, loaders, missing, parse_id, state};
 use super::submission::Submission;
+use crate::service::deliveries::DeliveryFilter as Filter;
+use crate::service::pagination::{encode_cursor, PageRequest};
 
 /// Where a delivery stands.
 #[derive(Enum, Copy, Clone, Debug, Eq, PartialEq)]
@@ -30,6 +34,17 @@ impl From<StoredState> for DeliveryState {
             StoredState::Processing => DeliveryState::Processing,
             StoredState::Delivered => DeliveryState::Delivered,
             StoredState::Failed => DeliveryState::Failed,
+        }
+    }
+}
+
+impl From<DeliveryState> for StoredState {
+    fn from(state: DeliveryState) -> Self {
+        match state {
+            DeliveryState::Pending => StoredState::Pending,
+            DeliveryState::Processing => StoredState::Processing,
+            DeliveryState::Delivered => StoredState::Delivered,
+            DeliveryState::Failed => StoredState::Failed,
         }
     }
 }
@@ -73,17 +88,24 @@ impl Delivery {
     }
     /// The endpoint delivered to.
     async fn endpoint(&self, ctx: &Context<'_>) -> ApiResult<Endpoint> {
-        let found = state(ctx)?.endpoints.load(self.0.endpoint_id).await?;
+        let found = loaders(ctx)?.endpoints.load_one(self.0.endpoint_id).await?;
         Ok(Endpoint(found.ok_or_else(|| missing("endpoint"))?))
     }
     /// The submission delivered.
     async fn submission(&self, ctx: &Context<'_>) -> ApiResult<Submission> {
-        let found = state(ctx)?.submissions.load(self.0.submission_id).await?;
+        let found = loaders(ctx)?
+            .submissions
+            .load_one(self.0.submission_id)
+            .await?;
         Ok(Submission(found.ok_or_else(|| missing("submission"))?))
     }
     /// Every attempt, by lifetime number (numbers continue across replays).
     async fn attempts(&self, ctx: &Context<'_>) -> ApiResult<Vec<DeliveryAttempt>> {
-        let attempts = state(ctx)?.deliveries.attempts(self.0.id).await?;
+        let attempts = loaders(ctx)?
+            .attempts
+            .load_one(self.0.id)
+            .await?
+            .unwrap_or_default();
         Ok(attempts.into_iter().map(DeliveryAttempt).collect())
     }
 }
@@ -125,6 +147,15 @@ impl DeliveryAttempt {
     }
 }
 
+/// Which deliveries `deliveries` lists.
+#[derive(InputObject, Default)]
+pub struct DeliveryFilter {
+    /// Only this endpoint's deliveries.
+    endpoint_id: Option<ID>,
+    /// Only deliveries in this state.
+    state: Option<DeliveryState>,
+}
+
 /// Delivery queries.
 #[derive(Default)]
 pub struct DeliveryQuery;
@@ -137,5 +168,53 @@ impl DeliveryQuery {
         let id = parse_id(&id, "id")?;
         let found = state(ctx)?.deliveries.get(caller(ctx)?, id).await?;
         Ok(found.map(Delivery))
+    }
+
+    /// Deliveries the caller may see, newest first, optionally by endpoint and state.
+    async fn deliveries(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<DeliveryFilter>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> ApiResult<Connection<String, Delivery>> {
+        let filter = filter.unwrap_or_default();
+        let filter = Filter {
+            endpoint_id: filter
+                .endpoint_id
+                .as_ref()
+                .map(|id| parse_id(id, "filter.endpointId"))
+                .transpose()?,
+            state: filter.state.map(Into::into),
+        };
+        let request = PageRequest::new(first, after.as_deref())?;
+        let page = state(ctx)?
+            .deliveries
+            .list(caller(ctx)?, filter, request)
+            .await?;
+        let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
+        connection.edges.extend(
+            page.items
+                .into_iter()
+                .map(|row| Edge::new(encode_cursor(row.id), Delivery(row))),
+        );
+        Ok(connection)
+    }
+}
+
+/// Delivery mutations.
+#[derive(Default)]
+pub struct DeliveryMutation;
+
+/// Delivery mutations.
+#[Object]
+impl DeliveryMutation {
+    /// Replays a `FAILED` delivery (admin only): it becomes `PENDING`, due now, with a new
+    /// cycle of attempts. Any other state is `DELIVERY_NOT_REPLAYABLE` (with
+    /// `extensions.state`); of concurrent replays exactly one wins.
+    async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Delivery> {
+        let id = parse_id(&id, "id")?;
+        let replayed = state(ctx)?.deliveries.replay(caller(ctx)?, id).await?;
+        Ok(Delivery(replayed))
     }
 }

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use entity::endpoint;
 
 use super::error::ApiResult;
-use super::scalars::{caller, parse_id, state};
+use super::scalars::{caller, loaders, parse_id, state};
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
 use crate::service::pagination::{encode_cursor, PageRequest};
 
@@ -41,6 +41,36 @@ impl Endpoint {
     async fn updated_at(&self) -> DateTime<Utc> {
         self.0.updated_at
     }
+    /// How many of its deliveries are in each state, now.
+    async fn delivery_counts(&self, ctx: &Context<'_>) -> ApiResult<DeliveryCounts> {
+        let counts = loaders(ctx)?
+            .counts
+            .load_one(self.0.id)
+            .await?
+            .unwrap_or_default();
+        Ok(DeliveryCounts {
+            pending: counts.pending,
+            processing: counts.processing,
+            delivered: counts.delivered,
+            failed: counts.failed,
+            total: counts.pending + counts.processing + counts.delivered + counts.failed,
+        })
+    }
+}
+
+/// An endpoint's deliveries by state.
+#[derive(SimpleObject)]
+pub struct DeliveryCounts {
+    /// Waiting for an attempt.
+    pending: i64,
+    /// Being attempted.
+    processing: i64,
+    /// Accepted by the endpoint.
+    delivered: i64,
+    /// Out of attempts (replayable).
+    failed: i64,
+    /// All of them.
+    total: i64,
 }
 
 /// An endpoint with its signing secret, present only when this operation minted it.

@@ -3,10 +3,12 @@
 mod delivery;
 mod endpoint;
 mod error;
+mod loaders;
 mod scalars;
 mod submission;
+mod subscription;
 
-use async_graphql::{EmptySubscription, MergedObject, Schema};
+use async_graphql::{MergedObject, MergedSubscription, Schema};
 
 use crate::state::AppState;
 
@@ -30,23 +32,32 @@ pub struct QueryRoot(
 /// Every mutation, merged from the domain modules.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(endpoint::EndpointMutation, submission::SubmissionMutation);
+pub struct MutationRoot(
+    endpoint::EndpointMutation,
+    submission::SubmissionMutation,
+    delivery::DeliveryMutation,
+);
+
+/// Every subscription, merged from the domain modules.
+#[derive(MergedSubscription, Default)]
+#[graphql(name = "Subscription")]
+pub struct SubscriptionRoot(subscription::DeliverySubscription);
 
 /// Courier's executable schema.
-pub type CourierSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+pub type CourierSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
 /// Builds the schema with its limits; `state` is given to every resolver.
 pub fn build(state: Option<AppState>) -> CourierSchema {
     let mut builder = Schema::build(
         QueryRoot::default(),
         MutationRoot::default(),
-        EmptySubscription,
+        SubscriptionRoot::default(),
     )
     .limit_depth(MAX_QUERY_DEPTH)
     .limit_complexity(MAX_QUERY_COMPLEXITY)
     .extension(crate::metrics::GraphqlMetrics);
     if let Some(state) = state {
-        builder = builder.data(state);
+        builder = builder.data(loaders::Loaders::new(&state)).data(state);
     }
     builder.finish()
 }

@@ -20,6 +20,14 @@ pub fn state<'a>(ctx: &Context<'a>) -> Result<&'a AppState, Error> {
         )))
 }
 
+/// The DataLoaders given to the schema.
+pub fn loaders<'a>(ctx: &Context<'a>) -> Result<&'a super::loaders::Loaders, Error> {
+    ctx.data_opt::<super::loaders::Loaders>()
+        .ok_or(Error::Database(sea_orm::DbErr::Custom(
+            "schema built without loaders".into(),
+        )))
+}
+
 /// Parses a GraphQL `ID` as a UUID; anything else is `BAD_USER_INPUT`.
 pub fn parse_id(id: &ID, what: &str) -> Result<Uuid, Error> {
     Uuid::parse_str(id.as_str()).map_err(|_| Error::bad_input(format!("{what} is not a valid ID")))

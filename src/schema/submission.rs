@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::delivery::Delivery;
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
-use super::scalars::{caller, missing, parse_id, state};
+use super::scalars::{caller, loaders, missing, parse_id, state};
 use crate::error::Error;
 use crate::service::submissions::NewSubmission;
 
@@ -25,7 +25,7 @@ impl Submission {
     }
     /// The endpoint it is for.
     async fn endpoint(&self, ctx: &Context<'_>) -> ApiResult<Endpoint> {
-        let found = state(ctx)?.endpoints.load(self.0.endpoint_id).await?;
+        let found = loaders(ctx)?.endpoints.load_one(self.0.endpoint_id).await?;
         Ok(Endpoint(found.ok_or_else(|| missing("endpoint"))?))
     }
     /// The key that makes retries of this submission safe, if one was given.
@@ -38,9 +38,9 @@ impl Submission {
     }
     /// Its delivery.
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
-        let found = state(ctx)?
-            .deliveries
-            .load_for_submission(self.0.id)
+        let found = loaders(ctx)?
+            .deliveries_by_submission
+            .load_one(self.0.id)
             .await?;
         Ok(Delivery(found.ok_or_else(|| missing("delivery"))?))
     }

@@ -1,23 +1,76 @@
-//! Reading deliveries and their attempts.
+//! Deliveries: reading them and their attempts, listing for dashboards, and replay (race 4).
 
-use entity::{delivery_attempt, webhook_delivery};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Statement};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use entity::webhook_delivery::{self, DeliveryState};
+use entity::{delivery_attempt, submission};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
+};
 use uuid::Uuid;
 
 use crate::auth::Identity;
 use crate::db::{self, Db};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::events::{Events, StateChange};
+use crate::metrics::Metrics;
+use crate::service::pagination::{Page, PageRequest};
+use crate::wake::Wakeup;
 
-/// Delivery read operations.
+/// Race 4: only a `failed` delivery may be replayed, and only once. Whoever's UPDATE
+/// matches wins; every other racer reads the state the database settled on.
+const REPLAY: &str = "\
+UPDATE webhook_deliveries
+SET state = 'pending', cycle_attempts = 0, next_attempt_at = $2, updated_at = $2
+WHERE id = $1 AND state = 'failed'
+RETURNING endpoint_id";
+
+/// Deliveries per state for a set of endpoints.
+const COUNTS: &str = "\
+SELECT endpoint_id, state, COUNT(*) AS n FROM webhook_deliveries
+WHERE endpoint_id IN ({ids}) GROUP BY endpoint_id, state";
+
+/// How many deliveries of an endpoint are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateCounts {
+    /// Waiting for an attempt.
+    pub pending: i64,
+    /// Being attempted.
+    pub processing: i64,
+    /// Accepted by the endpoint.
+    pub delivered: i64,
+    /// Out of attempts.
+    pub failed: i64,
+}
+
+/// Which deliveries a listing shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeliveryFilter {
+    /// Only this endpoint's.
+    pub endpoint_id: Option<Uuid>,
+    /// Only those in this state.
+    pub state: Option<DeliveryState>,
+}
+
+/// Delivery operations.
 #[derive(Clone, Debug)]
 pub struct Deliveries {
     db: Db,
+    events: Events,
+    wakeup: Wakeup,
+    metrics: Arc<Metrics>,
 }
 
 impl Deliveries {
     /// Delivery operations on `db`.
-    pub fn new(db: Db) -> Self {
-        Deliveries { db }
+    pub fn new(db: Db, events: Events, wakeup: Wakeup, metrics: Arc<Metrics>) -> Self {
+        Deliveries {
+            db,
+            events,
+            wakeup,
+            metrics,
+        }
     }
 
     /// One delivery, if it exists; `FORBIDDEN` outside a partner's scope.
@@ -40,15 +93,71 @@ impl Deliveries {
             .await?)
     }
 
-    /// The delivery of a submission, with no scope check.
-    pub async fn load_for_submission(
-        &self,
-        submission_id: Uuid,
-    ) -> Result<Option<webhook_delivery::Model>> {
+    /// The deliveries with these ids, with no scope check.
+    pub async fn load_many(&self, ids: &[Uuid]) -> Result<Vec<webhook_delivery::Model>> {
         Ok(webhook_delivery::Entity::find()
-            .filter(webhook_delivery::Column::SubmissionId.eq(submission_id))
-            .one(self.db.conn())
+            .filter(webhook_delivery::Column::Id.is_in(ids.iter().copied()))
+            .all(self.db.conn())
             .await?)
+    }
+
+    /// The deliveries of these submissions, with no scope check.
+    pub async fn load_for_submissions(
+        &self,
+        submission_ids: &[Uuid],
+    ) -> Result<Vec<webhook_delivery::Model>> {
+        Ok(webhook_delivery::Entity::find()
+            .filter(webhook_delivery::Column::SubmissionId.is_in(submission_ids.iter().copied()))
+            .all(self.db.conn())
+            .await?)
+    }
+
+    /// The submissions with these ids, with no scope check.
+    pub async fn load_submissions(&self, ids: &[Uuid]) -> Result<Vec<submission::Model>> {
+        Ok(submission::Entity::find()
+            .filter(submission::Column::Id.is_in(ids.iter().copied()))
+            .all(self.db.conn())
+            .await?)
+    }
+
+    /// Every attempt of these deliveries, by delivery and lifetime number.
+    pub async fn attempts_of(&self, delivery_ids: &[Uuid]) -> Result<Vec<delivery_attempt::Model>> {
+        Ok(delivery_attempt::Entity::find()
+            .filter(delivery_attempt::Column::DeliveryId.is_in(delivery_ids.iter().copied()))
+            .order_by_asc(delivery_attempt::Column::DeliveryId)
+            .order_by_asc(delivery_attempt::Column::Number)
+            .all(self.db.conn())
+            .await?)
+    }
+
+    /// Deliveries the caller may see, newest first, keyset-paged by id.
+    pub async fn list(
+        &self,
+        caller: &Identity,
+        filter: DeliveryFilter,
+        page: PageRequest,
+    ) -> Result<Page<webhook_delivery::Model>> {
+        let mut query =
+            webhook_delivery::Entity::find().order_by_desc(webhook_delivery::Column::Id);
+        match (filter.endpoint_id, caller.visible_endpoints()) {
+            (Some(endpoint), _) => {
+                caller.require_access(endpoint)?;
+                query = query.filter(webhook_delivery::Column::EndpointId.eq(endpoint));
+            }
+            (None, Some(scope)) => {
+                query =
+                    query.filter(webhook_delivery::Column::EndpointId.is_in(scope.iter().copied()));
+            }
+            (None, None) => {}
+        }
+        if let Some(state) = filter.state {
+            query = query.filter(webhook_delivery::Column::State.eq(state));
+        }
+        if let Some(after) = page.after {
+            query = query.filter(webhook_delivery::Column::Id.lt(after));
+        }
+        let rows = query.limit(page.fetch_limit()).all(self.db.conn()).await?;
+        Ok(Page::from_overfetch(rows, &page))
     }
 
     /// How many deliveries are due now (waiting to be claimed), for the queue-depth gauge.
@@ -70,12 +179,83 @@ impl Deliveries {
             .unwrap_or(0))
     }
 
-    /// Every attempt of a delivery, by lifetime number.
-    pub async fn attempts(&self, delivery_id: Uuid) -> Result<Vec<delivery_attempt::Model>> {
-        Ok(delivery_attempt::Entity::find()
-            .filter(delivery_attempt::Column::DeliveryId.eq(delivery_id))
-            .order_by_asc(delivery_attempt::Column::Number)
-            .all(self.db.conn())
-            .await?)
+    /// Per-state counts for each of these endpoints (no scope check).
+    pub async fn counts(&self, endpoint_ids: &[Uuid]) -> Result<HashMap<Uuid, StateCounts>> {
+        let mut counts: HashMap<Uuid, StateCounts> = endpoint_ids
+            .iter()
+            .map(|id| (*id, StateCounts::default()))
+            .collect();
+        if endpoint_ids.is_empty() {
+            return Ok(counts);
+        }
+        let sql = COUNTS.replace("{ids}", &Db::placeholders(1, endpoint_ids.len()));
+        let rows = self
+            .db
+            .conn()
+            .query_all_raw(Statement::from_sql_and_values(
+                self.db.backend(),
+                &sql,
+                endpoint_ids.iter().map(|id| (*id).into()),
+            ))
+            .await?;
+        for row in rows {
+            let endpoint: Uuid = row.try_get("", "endpoint_id")?;
+            let state: String = row.try_get("", "state")?;
+            let n: i64 = row.try_get("", "n")?;
+            let entry = counts.entry(endpoint).or_default();
+            match DeliveryState::parse(&state) {
+                Some(DeliveryState::Pending) => entry.pending = n,
+                Some(DeliveryState::Processing) => entry.processing = n,
+                Some(DeliveryState::Delivered) => entry.delivered = n,
+                Some(DeliveryState::Failed) => entry.failed = n,
+                None => {}
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Replays a `failed` delivery (admin only): it becomes `pending`, due now, with a new
+    /// cycle of attempts; lifetime attempt numbers continue. Any other state, including a
+    /// replay that another caller won a moment ago, is `DELIVERY_NOT_REPLAYABLE`.
+    #[tracing::instrument(skip_all, fields(delivery_id = %id))]
+    pub async fn replay(&self, caller: &Identity, id: Uuid) -> Result<webhook_delivery::Model> {
+        caller.require_admin()?;
+        let now = db::now();
+        let txn = self.db.begin_read_committed().await?;
+        let replayed = txn
+            .query_one_raw(Statement::from_sql_and_values(
+                self.db.backend(),
+                REPLAY,
+                [id.into(), now.into()],
+            ))
+            .await?;
+        let staged = match replayed {
+            Some(row) => {
+                let change = StateChange {
+                    delivery_id: id,
+                    endpoint_id: row.try_get("", "endpoint_id")?,
+                    previous_state: Some(DeliveryState::Failed),
+                    state: DeliveryState::Pending,
+                    at: now,
+                };
+                Some(self.events.stage(&txn, vec![change]).await?)
+            }
+            None => None,
+        };
+        txn.commit().await?;
+        // Both winner and losers read what the database settled on.
+        let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
+        match staged {
+            Some(staged) => {
+                staged.committed();
+                self.metrics.replays.inc();
+                self.wakeup.hint();
+                tracing::info!("delivery replayed");
+                Ok(current)
+            }
+            None => Err(Error::NotReplayable {
+                state: current.state.as_str(),
+            }),
+        }
     }
 }

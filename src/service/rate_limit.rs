@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, IsolationLevel, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbErr, Statement};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::{self, Db};
@@ -112,15 +112,7 @@ impl RateLimiter {
     /// row lock instead of failing with serialization errors.
     async fn count_once(&self, subject: &str, window_start: DateTime<Utc>) -> Result<i64, DbErr> {
         let backend = self.db.backend();
-        let txn = match backend {
-            DbBackend::Postgres => {
-                self.db
-                    .conn()
-                    .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
-                    .await?
-            }
-            _ => self.db.begin_write().await?,
-        };
+        let txn = self.db.begin_read_committed().await?;
         let row = txn
             .query_one_raw(Statement::from_sql_and_values(
                 backend,

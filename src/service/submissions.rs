@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::auth::Identity;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
+use crate::events::{Events, StateChange};
 use crate::metrics::Metrics;
 use crate::service::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
@@ -48,6 +49,7 @@ pub struct Submissions {
     rate_limiter: RateLimiter,
     max_payload_bytes: usize,
     wakeup: Wakeup,
+    events: Events,
     metrics: Arc<Metrics>,
 }
 
@@ -58,6 +60,7 @@ impl Submissions {
         rate_limiter: RateLimiter,
         max_payload_bytes: usize,
         wakeup: Wakeup,
+        events: Events,
         metrics: Arc<Metrics>,
     ) -> Self {
         Submissions {
@@ -65,6 +68,7 @@ impl Submissions {
             rate_limiter,
             max_payload_bytes,
             wakeup,
+            events,
             metrics,
         }
     }
@@ -181,7 +185,16 @@ impl Submissions {
         }
         .insert(&txn)
         .await?;
+        let created = StateChange {
+            delivery_id: delivery.id,
+            endpoint_id: endpoint.id,
+            previous_state: None,
+            state: DeliveryState::Pending,
+            at: now,
+        };
+        let staged = self.events.stage(&txn, vec![created]).await?;
         txn.commit().await?;
+        staged.committed();
         Ok(SubmitOutcome {
             created: true,
             submission,

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::DeliveryState;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, QueryResult, Statement};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement};
 use uuid::Uuid;
 
 use crate::db::{self, Db};
+use crate::events::{Events, StateChange};
 
 /// PostgreSQL: one statement. The `MATERIALIZED` CTE picks due rows in due order and
 /// locks them, skipping rows another transaction holds (never waiting on them); the
@@ -92,18 +93,24 @@ pub struct Claim {
     pub lease_expires_at: DateTime<Utc>,
 }
 
-/// Claims up to `limit` due deliveries for `lease`.
-pub async fn claim_due(db: &Db, limit: u32, lease: Duration) -> Result<Vec<Claim>, DbErr> {
+/// Claims up to `limit` due deliveries for `lease`, and publishes `PROCESSING` for each
+/// that was `pending` (retaking an expired lease changes no state).
+pub async fn claim_due(
+    db: &Db,
+    events: &Events,
+    limit: u32,
+    lease: Duration,
+) -> Result<Vec<Claim>, DbErr> {
     if limit == 0 {
         return Ok(Vec::new());
     }
     let now = db::now();
     let lease_expires_at =
         now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(60));
-    match db.backend() {
+    let txn = db.begin_read_committed().await?;
+    let claims = match db.backend() {
         DbBackend::Postgres => {
-            let rows = db
-                .conn()
+            let rows = txn
                 .query_all_raw(Statement::from_sql_and_values(
                     DbBackend::Postgres,
                     CLAIM_POSTGRES,
@@ -115,20 +122,35 @@ pub async fn claim_due(db: &Db, limit: u32, lease: Duration) -> Result<Vec<Claim
                     let previous: String = row.try_get("", "previous_state")?;
                     claim_of(row, &previous, lease_expires_at)
                 })
-                .collect()
+                .collect::<Result<Vec<_>, _>>()?
         }
-        backend => claim_sqlite(db, backend, now, limit, lease_expires_at).await,
-    }
+        backend => claim_sqlite(&txn, backend, now, limit, lease_expires_at).await?,
+    };
+    let changes = claims
+        .iter()
+        .filter(|claim| claim.previous_state != DeliveryState::Processing)
+        .map(|claim| StateChange {
+            delivery_id: claim.delivery_id,
+            endpoint_id: claim.endpoint_id,
+            previous_state: Some(claim.previous_state),
+            state: DeliveryState::Processing,
+            at: now,
+        })
+        .collect();
+    let staged = events.stage(&txn, changes).await?;
+    txn.commit().await?;
+    staged.committed();
+    Ok(claims)
 }
 
+/// SQLite's two steps, inside the write transaction `txn` (`BEGIN IMMEDIATE`).
 async fn claim_sqlite(
-    db: &Db,
+    txn: &DatabaseTransaction,
     backend: DbBackend,
     now: DateTime<Utc>,
     limit: u32,
     lease_expires_at: DateTime<Utc>,
 ) -> Result<Vec<Claim>, DbErr> {
-    let txn = db.begin_write().await?;
     let due = txn
         .query_all_raw(Statement::from_sql_and_values(
             backend,
@@ -137,7 +159,6 @@ async fn claim_sqlite(
         ))
         .await?;
     if due.is_empty() {
-        txn.commit().await?;
         return Ok(Vec::new());
     }
     let mut previous = Vec::with_capacity(due.len());
@@ -152,7 +173,6 @@ async fn claim_sqlite(
     let claimed = txn
         .query_all_raw(Statement::from_sql_and_values(backend, &sql, values))
         .await?;
-    txn.commit().await?;
     // RETURNING on SQLite can only name the updated table: the previous states come from step 1.
     claimed
         .iter()
@@ -188,10 +208,12 @@ fn claim_of(
 
 /// Returns claims to `pending`, due now, so any worker may take them again without
 /// waiting for their lease. Claims that were meanwhile superseded are left alone.
-pub async fn release(db: &Db, claims: &[Claim]) -> Result<(), DbErr> {
+pub async fn release(db: &Db, events: &Events, claims: &[Claim]) -> Result<(), DbErr> {
     let now = db::now();
+    let txn = db.begin_read_committed().await?;
+    let mut changes = Vec::new();
     for claim in claims {
-        db.conn()
+        let released = txn
             .execute_raw(Statement::from_sql_and_values(
                 db.backend(),
                 RELEASE,
@@ -202,6 +224,18 @@ pub async fn release(db: &Db, claims: &[Claim]) -> Result<(), DbErr> {
                 ],
             ))
             .await?;
+        if released.rows_affected() == 1 {
+            changes.push(StateChange {
+                delivery_id: claim.delivery_id,
+                endpoint_id: claim.endpoint_id,
+                previous_state: Some(DeliveryState::Processing),
+                state: DeliveryState::Pending,
+                at: now,
+            });
+        }
     }
+    let staged = events.stage(&txn, changes).await?;
+    txn.commit().await?;
+    staged.committed();
     Ok(())
 }

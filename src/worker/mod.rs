@@ -109,7 +109,13 @@ impl Worker {
     }
 
     async fn claim(&self, limit: usize) -> Result<Vec<Claim>, sea_orm::DbErr> {
-        let claims = claim_due(&self.state.db, limit as u32, self.state.config.lease()).await?;
+        let claims = claim_due(
+            &self.state.db,
+            &self.state.events,
+            limit as u32,
+            self.state.config.lease(),
+        )
+        .await?;
         self.state.metrics.claims.inc_by(claims.len() as u64);
         Ok(claims)
     }
@@ -123,7 +129,7 @@ impl Worker {
             Ok(targets) => targets,
             Err(err) => {
                 tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed; releasing them");
-                if let Err(err) = release(&self.state.db, &claims).await {
+                if let Err(err) = release(&self.state.db, &self.state.events, &claims).await {
                     // They stay `processing` and are reclaimed after their lease.
                     tracing::error!(error = %error_chain(&err), "releasing claims failed");
                 }
@@ -185,7 +191,7 @@ impl Worker {
         // would only be marked superseded, and the delivery will be retried anyway.
         let mut backoff = Duration::from_millis(50);
         let recorded = loop {
-            match record(&self.state.db, &attempt).await {
+            match record(&self.state.db, &self.state.events, &attempt).await {
                 Ok(recorded) => break Some(recorded),
                 Err(err)
                     if db::now() + chrono::Duration::from_std(backoff).unwrap_or_default()
@@ -234,7 +240,7 @@ impl Worker {
             let wakeup = self.state.wakeup.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                wakeup.hint_local();
+                wakeup.hint();
             });
         }
     }

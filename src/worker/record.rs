@@ -13,6 +13,7 @@ use super::claim::Claim;
 use super::dispatch::AttemptOutcome;
 use super::schedule::NextStep;
 use crate::db::{self, Db};
+use crate::events::{Events, StateChange};
 
 /// Everything needed to send the claimed deliveries, read once per batch just before sending.
 const LOAD_TARGETS: &str = "\
@@ -114,7 +115,11 @@ pub struct FinishedAttempt<'a> {
 
 /// Records one attempt and, if its claim still holds, the delivery's transition, in one
 /// transaction. The attempt is recorded either way; a superseded one is marked so.
-pub async fn record(db: &Db, attempt: &FinishedAttempt<'_>) -> Result<Recorded, DbErr> {
+pub async fn record(
+    db: &Db,
+    events: &Events,
+    attempt: &FinishedAttempt<'_>,
+) -> Result<Recorded, DbErr> {
     let claim = attempt.claim;
     let (new_state, next_attempt_at) = match attempt.step {
         NextStep::Delivered => (DeliveryState::Delivered, None),
@@ -128,7 +133,7 @@ pub async fn record(db: &Db, attempt: &FinishedAttempt<'_>) -> Result<Recorded, 
         ),
     };
     let backend = db.backend();
-    let txn = db.begin_write().await?;
+    let txn = db.begin_read_committed().await?;
     txn.execute_raw(Statement::from_sql_and_values(
         backend,
         format!("{LOCK_DELIVERY}{}", db.lock_rows()),
@@ -191,7 +196,20 @@ pub async fn record(db: &Db, attempt: &FinishedAttempt<'_>) -> Result<Recorded, 
     }
     .insert(&txn)
     .await?;
+    let changes = if superseded {
+        Vec::new()
+    } else {
+        vec![StateChange {
+            delivery_id: claim.delivery_id,
+            endpoint_id: claim.endpoint_id,
+            previous_state: Some(DeliveryState::Processing),
+            state: new_state,
+            at: attempt.finished_at,
+        }]
+    };
+    let staged = events.stage(&txn, changes).await?;
     txn.commit().await?;
+    staged.committed();
     Ok(Recorded {
         number,
         new_state: (!superseded).then_some(new_state),

@@ -53,6 +53,14 @@ async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
     (app, ids)
 }
 
+/// A publisher for changes made through `pool` (nobody subscribes in these tests).
+fn events_for(pool: &Db) -> courier::events::Events {
+    courier::events::Events::new(
+        pool.backend(),
+        Arc::new(courier::metrics::Metrics::default()),
+    )
+}
+
 fn outcome(succeeded: bool) -> AttemptOutcome {
     AttemptOutcome {
         status: Some(if succeeded { 200 } else { 500 }),
@@ -81,6 +89,7 @@ async fn record_result(
     let now = courier::db::now();
     record(
         pool,
+        &events_for(pool),
         &FinishedAttempt {
             claim,
             outcome: &outcome,
@@ -126,7 +135,9 @@ async fn concurrent_claims_partition_the_work(backend: Backend) {
         let barrier = barrier.clone();
         async move {
             barrier.wait().await;
-            claim_due(pool, LIMIT, LONG_LEASE).await.expect("claim")
+            claim_due(pool, &events_for(pool), LIMIT, LONG_LEASE)
+                .await
+                .expect("claim")
         }
     }))
     .await;
@@ -151,7 +162,7 @@ async fn concurrent_claims_partition_the_work(backend: Backend) {
         "together the sessions claimed every due row"
     );
     assert!(
-        claim_due(&pools[0], 10, LONG_LEASE)
+        claim_due(&pools[0], &events_for(&pools[0]), 10, LONG_LEASE)
             .await
             .expect("claim")
             .is_empty(),
@@ -171,13 +182,13 @@ async fn an_expired_lease_is_reclaimed_exactly_once(backend: Backend) {
         db.connect(1).await,
         db.connect(1).await,
     );
-    let original = claim_due(&first, 1, SHORT_LEASE)
+    let original = claim_due(&first, &events_for(&first), 1, SHORT_LEASE)
         .await
         .expect("claim")
         .pop()
         .expect("claimed");
     assert!(
-        claim_due(&second, 1, LONG_LEASE)
+        claim_due(&second, &events_for(&second), 1, LONG_LEASE)
             .await
             .expect("claim")
             .is_empty(),
@@ -190,7 +201,9 @@ async fn an_expired_lease_is_reclaimed_exactly_once(backend: Backend) {
         let barrier = barrier.clone();
         async move {
             barrier.wait().await;
-            claim_due(pool, 1, LONG_LEASE).await.expect("claim")
+            claim_due(pool, &events_for(pool), 1, LONG_LEASE)
+                .await
+                .expect("claim")
         }
     });
     let results = futures_util::future::join_all(racers).await;
@@ -214,13 +227,13 @@ async fn late_results_are_fenced_in_either_order(backend: Backend) {
         let db = TestDb::new(backend).await;
         let (_app, ids) = seed(&db, 1).await;
         let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
-        let old = claim_due(&old_pool, 1, SHORT_LEASE)
+        let old = claim_due(&old_pool, &events_for(&old_pool), 1, SHORT_LEASE)
             .await
             .expect("claim")
             .pop()
             .expect("claimed");
         tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
-        let new = claim_due(&new_pool, 1, LONG_LEASE)
+        let new = claim_due(&new_pool, &events_for(&new_pool), 1, LONG_LEASE)
             .await
             .expect("claim")
             .pop()
@@ -280,13 +293,13 @@ async fn simultaneous_results_get_distinct_numbers(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (_app, ids) = seed(&db, 1).await;
     let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
-    let old = claim_due(&old_pool, 1, SHORT_LEASE)
+    let old = claim_due(&old_pool, &events_for(&old_pool), 1, SHORT_LEASE)
         .await
         .expect("claim")
         .pop()
         .expect("claimed");
     tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
-    let new = claim_due(&new_pool, 1, LONG_LEASE)
+    let new = claim_due(&new_pool, &events_for(&new_pool), 1, LONG_LEASE)
         .await
         .expect("claim")
         .pop()
@@ -316,7 +329,7 @@ async fn recording_is_idempotent_per_claim(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (_app, ids) = seed(&db, 1).await;
     let pool = db.connect(1).await;
-    let claim = claim_due(&pool, 1, LONG_LEASE)
+    let claim = claim_due(&pool, &events_for(&pool), 1, LONG_LEASE)
         .await
         .expect("claim")
         .pop()
@@ -352,10 +365,13 @@ async fn locked_rows_are_skipped_not_waited_on() {
     .expect("lock one row");
 
     let claimer = db.connect(1).await;
-    let claimed = tokio::time::timeout(Duration::from_secs(2), claim_due(&claimer, 10, LONG_LEASE))
-        .await
-        .expect("the claim returns promptly while the lock is held")
-        .expect("claim");
+    let claimed = tokio::time::timeout(
+        Duration::from_secs(2),
+        claim_due(&claimer, &events_for(&claimer), 10, LONG_LEASE),
+    )
+    .await
+    .expect("the claim returns promptly while the lock is held")
+    .expect("claim");
     assert_eq!(
         claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
         vec![ids[1]],
@@ -363,7 +379,9 @@ async fn locked_rows_are_skipped_not_waited_on() {
     );
 
     txn.commit().await.expect("release");
-    let claimed = claim_due(&claimer, 10, LONG_LEASE).await.expect("claim");
+    let claimed = claim_due(&claimer, &events_for(&claimer), 10, LONG_LEASE)
+        .await
+        .expect("claim");
     assert_eq!(
         claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
         vec![ids[0]],
@@ -382,10 +400,12 @@ async fn deliveries_of_disabled_endpoints_are_not_claimed() {
         .execute_unprepared("UPDATE endpoints SET disabled = true")
         .await
         .expect("disable");
-    assert!(claim_due(&app.state.db, 10, LONG_LEASE)
-        .await
-        .expect("claim")
-        .is_empty());
+    assert!(
+        claim_due(&app.state.db, &events_for(&app.state.db), 10, LONG_LEASE)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
     app.state
         .db
         .conn()
@@ -393,7 +413,7 @@ async fn deliveries_of_disabled_endpoints_are_not_claimed() {
         .await
         .expect("enable");
     assert_eq!(
-        claim_due(&app.state.db, 10, LONG_LEASE)
+        claim_due(&app.state.db, &events_for(&app.state.db), 10, LONG_LEASE)
             .await
             .expect("claim")
             .len(),

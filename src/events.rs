@@ -1,0 +1,181 @@
+//! Delivery state changes: staged inside the transaction that makes them and published
+//! only once it commits. On PostgreSQL they travel as `NOTIFY` (delivered in commit order,
+//! to every process); on SQLite through an in-process broadcast.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use entity::webhook_delivery::DeliveryState;
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::metrics::Metrics;
+
+/// The PostgreSQL channel state changes travel on.
+pub const EVENTS_CHANNEL: &str = "courier_events";
+
+/// Events a slow subscriber may fall behind by before it is told it missed some.
+const BUFFER: usize = 4096;
+
+/// One committed change of one delivery's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateChange {
+    /// The delivery.
+    pub delivery_id: Uuid,
+    /// Its endpoint (for filtering and scoping).
+    pub endpoint_id: Uuid,
+    /// The state before; `None` when the delivery was just created.
+    pub previous_state: Option<DeliveryState>,
+    /// The state after.
+    pub state: DeliveryState,
+    /// When the change was made.
+    pub at: DateTime<Utc>,
+}
+
+/// What subscribers receive.
+#[derive(Debug, Clone)]
+pub enum EventMessage {
+    /// A state change.
+    Change(Arc<StateChange>),
+    /// Events may have been lost (the listener reconnected): subscribers must refetch.
+    Gap,
+}
+
+/// Compact wire form of a [`StateChange`] (a `NOTIFY` payload is limited to 8000 bytes).
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    d: Uuid,
+    e: Uuid,
+    p: Option<String>,
+    s: String,
+    t: DateTime<Utc>,
+}
+
+impl StateChange {
+    fn to_wire(&self) -> Result<String, DbErr> {
+        serde_json::to_string(&Wire {
+            d: self.delivery_id,
+            e: self.endpoint_id,
+            p: self.previous_state.map(|s| s.as_str().to_owned()),
+            s: self.state.as_str().to_owned(),
+            t: self.at,
+        })
+        .map_err(|err| DbErr::Json(err.to_string()))
+    }
+
+    /// Parses a `NOTIFY` payload.
+    pub fn from_wire(payload: &str) -> Option<StateChange> {
+        let wire: Wire = serde_json::from_str(payload).ok()?;
+        Some(StateChange {
+            delivery_id: wire.d,
+            endpoint_id: wire.e,
+            previous_state: match wire.p {
+                Some(p) => Some(DeliveryState::parse(&p)?),
+                None => None,
+            },
+            state: DeliveryState::parse(&wire.s)?,
+            at: wire.t,
+        })
+    }
+}
+
+/// The publisher and the in-process broadcast of state changes.
+#[derive(Clone, Debug)]
+pub struct Events {
+    sender: broadcast::Sender<EventMessage>,
+    backend: DbBackend,
+    metrics: Arc<Metrics>,
+}
+
+/// Changes staged in a transaction; hand them back with [`Staged::committed`] after the commit.
+#[must_use = "call `committed()` after the transaction commits"]
+pub struct Staged {
+    events: Events,
+    changes: Vec<StateChange>,
+}
+
+impl Staged {
+    /// The transaction committed: publish (on SQLite; PostgreSQL's `NOTIFY` already went
+    /// with the commit). Dropping a `Staged` without this, after a rollback, publishes nothing.
+    pub fn committed(self) {
+        if self.events.backend != DbBackend::Postgres {
+            for change in self.changes {
+                self.events.deliver(EventMessage::Change(Arc::new(change)));
+            }
+        }
+    }
+}
+
+impl Events {
+    /// Events for a database of `backend`.
+    pub fn new(backend: DbBackend, metrics: Arc<Metrics>) -> Self {
+        let (sender, _) = broadcast::channel(BUFFER);
+        Events {
+            sender,
+            backend,
+            metrics,
+        }
+    }
+
+    /// A new subscriber's receiver.
+    pub fn subscribe(&self) -> broadcast::Receiver<EventMessage> {
+        self.sender.subscribe()
+    }
+
+    /// Stages `changes` inside the transaction `txn`. On PostgreSQL this queues one
+    /// `NOTIFY` per change, which the server delivers only if and when `txn` commits,
+    /// in commit order: the order every subscriber sees.
+    pub async fn stage<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        changes: Vec<StateChange>,
+    ) -> Result<Staged, DbErr> {
+        if self.backend == DbBackend::Postgres && !changes.is_empty() {
+            let payloads = changes
+                .iter()
+                .map(StateChange::to_wire)
+                .collect::<Result<Vec<_>, _>>()?;
+            txn.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
+                [EVENTS_CHANNEL.into(), Value::from(payloads)],
+            ))
+            .await?;
+        }
+        Ok(Staged {
+            events: self.clone(),
+            changes,
+        })
+    }
+
+    /// Hands a message to every subscriber of this process.
+    pub fn deliver(&self, message: EventMessage) {
+        if matches!(message, EventMessage::Change(_)) {
+            self.metrics.events_published.inc();
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = self.sender.send(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_survive_the_wire() {
+        let change = StateChange {
+            delivery_id: Uuid::now_v7(),
+            endpoint_id: Uuid::now_v7(),
+            previous_state: Some(DeliveryState::Processing),
+            state: DeliveryState::Delivered,
+            at: crate::db::now(),
+        };
+        let wire = change.to_wire().unwrap();
+        assert!(wire.len() < 200, "{wire}");
+        assert_eq!(StateChange::from_wire(&wire), Some(change));
+        assert_eq!(StateChange::from_wire("garbage"), None);
+    }
+}

@@ -1,0 +1,143 @@
+//! GraphQL subscriptions: `deliveryStateChanged`, every committed state change a caller may see.
+
+use std::sync::Arc;
+
+use async_graphql::{Context, Object, Subscription, ID};
+use chrono::{DateTime, Utc};
+use futures_util::Stream;
+use tokio::sync::broadcast::error::RecvError;
+use uuid::Uuid;
+
+use super::delivery::{Delivery, DeliveryState};
+use super::error::{ApiError, ApiResult};
+use super::scalars::{caller, missing, parse_id, state};
+use crate::auth::Identity;
+use crate::error::Error;
+use crate::events::{EventMessage, StateChange};
+use crate::metrics::Metrics;
+
+/// One committed change of a delivery's state.
+pub struct DeliveryStateChange(Arc<StateChange>);
+
+/// One committed change of a delivery's state.
+#[Object]
+impl DeliveryStateChange {
+    /// The delivery that changed.
+    async fn delivery_id(&self) -> ID {
+        ID(self.0.delivery_id.to_string())
+    }
+    /// Its endpoint.
+    async fn endpoint_id(&self) -> ID {
+        ID(self.0.endpoint_id.to_string())
+    }
+    /// The state before; null when the delivery was just created.
+    async fn previous_state(&self) -> Option<DeliveryState> {
+        self.0.previous_state.map(Into::into)
+    }
+    /// The state after.
+    async fn state(&self) -> DeliveryState {
+        self.0.state.into()
+    }
+    /// When the change was made.
+    async fn at(&self) -> DateTime<Utc> {
+        self.0.at
+    }
+    /// The delivery as it is now (it may have moved on since this change).
+    async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
+        let found = state(ctx)?.deliveries.load(self.0.delivery_id).await?;
+        Ok(Delivery(found.ok_or_else(|| missing("delivery"))?))
+    }
+}
+
+/// Delivery subscriptions.
+#[derive(Default)]
+pub struct DeliverySubscription;
+
+/// Delivery subscriptions.
+#[Subscription]
+impl DeliverySubscription {
+    /// Every committed state change of every delivery the caller may see (of one endpoint,
+    /// if given), in commit order per delivery: created (`previousState: null` ->
+    /// `PENDING`), claimed (`PROCESSING`), `DELIVERED`, retry scheduled (`PENDING`),
+    /// `FAILED`, replayed (`PENDING`). A subscriber that falls behind gets one
+    /// `SUBSCRIPTION_LAGGED` error and the subscription ends: resubscribe and refetch.
+    async fn delivery_state_changed(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: Option<ID>,
+    ) -> Result<impl Stream<Item = Result<DeliveryStateChange, ApiError>> + use<>, ApiError> {
+        let caller = caller(ctx)?.clone();
+        let endpoint = endpoint_id
+            .as_ref()
+            .map(|id| parse_id(id, "endpointId"))
+            .transpose()?;
+        if let Some(endpoint) = endpoint {
+            caller.require_access(endpoint)?;
+        }
+        let app = state(ctx)?;
+        let watch = Watch {
+            receiver: app.events.subscribe(),
+            caller,
+            endpoint,
+            metrics: app.metrics.clone(),
+            finished: false,
+            _open: OpenSubscription::new(app.metrics.clone()),
+        };
+        Ok(futures_util::stream::unfold(watch, Watch::next))
+    }
+}
+
+/// One subscriber's position in the event broadcast.
+struct Watch {
+    receiver: tokio::sync::broadcast::Receiver<EventMessage>,
+    caller: Identity,
+    endpoint: Option<Uuid>,
+    metrics: Arc<Metrics>,
+    finished: bool,
+    _open: OpenSubscription,
+}
+
+impl Watch {
+    fn wants(&self, change: &StateChange) -> bool {
+        self.endpoint
+            .is_none_or(|endpoint| endpoint == change.endpoint_id)
+            && self.caller.can_access(change.endpoint_id)
+    }
+
+    async fn next(mut self) -> Option<(ApiResult<DeliveryStateChange>, Watch)> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            match self.receiver.recv().await {
+                Ok(EventMessage::Change(change)) => {
+                    if self.wants(&change) {
+                        return Some((Ok(DeliveryStateChange(change)), self));
+                    }
+                }
+                Ok(EventMessage::Gap) | Err(RecvError::Lagged(_)) => {
+                    self.finished = true;
+                    self.metrics.lagged_subscribers.inc();
+                    return Some((Err(ApiError::from(Error::Lagged)), self));
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// Counts an open subscription for as long as it lives.
+struct OpenSubscription(Arc<Metrics>);
+
+impl OpenSubscription {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.active_subscriptions.inc();
+        OpenSubscription(metrics)
+    }
+}
+
+impl Drop for OpenSubscription {
+    fn drop(&mut self) {
+        self.0.active_subscriptions.dec();
+    }
+}
