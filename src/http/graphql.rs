@@ -1,7 +1,6 @@
 //! `/graphql` over HTTP, per the GraphQL-over-HTTP specification: POST for everything,
 //! GET for queries (or GraphiQL for a browser), media types negotiated, 4xx for requests that cannot run.
 
-use async_graphql::http::GraphiQLSource;
 use async_graphql::parser::types::OperationType;
 use async_graphql::{ErrorExtensionValues, ServerError, Value, Variables};
 use axum::body::Bytes;
@@ -14,6 +13,7 @@ use super::negotiate::{self, MediaType};
 use super::HttpState;
 use crate::auth::{self, Identity};
 use crate::error::{error_chain, Error};
+use crate::schema::Loaders;
 
 /// The body of a GraphQL POST: `query` is required, `variables` must be an object.
 #[derive(Debug, Deserialize)]
@@ -133,6 +133,8 @@ async fn authenticate(state: &HttpState, headers: &HeaderMap) -> Result<Identity
 }
 
 async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Request) -> Response {
+    // A caching set of loaders for this request alone (see `schema::loaders`).
+    let request = request.data(Loaders::new(&state.app, true));
     let mut response = state.schema.execute(request).await;
     // Parse and validation failures (and the depth/complexity limits) never reach a resolver:
     // they come back with no data and no error path. Such a request could not be executed.
@@ -224,13 +226,7 @@ fn not_acceptable() -> Response {
         .into_response()
 }
 
+/// GraphiQL, wired for Courier's auth: open `/graphql#token=<API token>`.
 fn graphiql() -> Response {
-    Html(
-        GraphiQLSource::build()
-            .endpoint("/graphql")
-            .subscription_endpoint("/graphql/ws")
-            .title("Courier")
-            .finish(),
-    )
-    .into_response()
+    Html(include_str!("assets/graphiql.html")).into_response()
 }

@@ -5,6 +5,7 @@ use async_graphql::http::ALL_WEBSOCKET_PROTOCOLS;
 use async_graphql::Data;
 use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
 use axum::extract::{State, WebSocketUpgrade};
+use axum::http::{header, HeaderMap};
 use axum::response::Response;
 
 use super::HttpState;
@@ -18,8 +19,15 @@ const CONNECTION_INIT_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 pub async fn upgrade(
     State(state): State<HttpState>,
     protocol: GraphQLProtocol,
+    headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    // Clients that can set headers on the upgrade request may authenticate there;
+    // `connection_init` takes precedence.
+    let upgrade_authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     upgrade
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
         .on_upgrade(move |socket| async move {
@@ -28,7 +36,7 @@ pub async fn upgrade(
             let (initialised, init_done) = tokio::sync::oneshot::channel::<()>();
             let session = GraphQLWebSocket::new(socket, state.schema.clone(), protocol)
                 .on_connection_init(move |payload| async move {
-                    let authorization = authorization_of(&payload);
+                    let authorization = authorization_of(&payload).or(upgrade_authorization);
                     let identity = auth::authenticate(&db, authorization.as_deref())
                         .await
                         .map_err(|err| async_graphql::Error::from(ApiError::from(err)))?;

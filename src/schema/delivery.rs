@@ -9,6 +9,7 @@ use entity::webhook_delivery::{self, DeliveryState as StoredState};
 
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
+use super::loaders::Selected;
 use super::scalars::{caller, loaders, missing, parse_id, state};
 use super::submission::Submission;
 use crate::service::deliveries::DeliveryFilter as Filter;
@@ -191,6 +192,9 @@ impl DeliveryQuery {
         let page = state(ctx)?
             .deliveries
             .list(caller(ctx)?, filter, request)
+            .await?;
+        loaders(ctx)?
+            .prime_deliveries(&page.items, &Selected::of_delivery_nodes(ctx))
             .await?;
         let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
         connection.edges.extend(

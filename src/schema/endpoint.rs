@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use entity::endpoint;
 
 use super::error::ApiResult;
+use super::loaders::Selected;
 use super::scalars::{caller, loaders, parse_id, state};
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
 use crate::service::pagination::{encode_cursor, PageRequest};
@@ -134,6 +135,10 @@ impl EndpointQuery {
     ) -> ApiResult<Connection<String, Endpoint>> {
         let request = PageRequest::new(first, after.as_deref())?;
         let page = state(ctx)?.endpoints.list(caller(ctx)?, request).await?;
+        if Selected::counts_of_endpoint_nodes(ctx) {
+            let ids = page.items.iter().map(|row| row.id);
+            loaders(ctx)?.counts.load_many(ids).await?;
+        }
         let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
         connection.edges.extend(
             page.items

@@ -1,11 +1,14 @@
 //! DataLoaders for nested fields: a page of deliveries with their endpoints, submissions
-//! and attempts costs one query per kind of thing, not one per row. No caching: every
-//! load reads the database, so subscribers see current state.
+//! and attempts costs one query per kind of thing, not one per row.
+//!
+//! Each HTTP request gets its own caching set, which list resolvers prime in bulk (so the
+//! page's nested fields never depend on batch timing). The schema-wide fallback, used by
+//! WebSocket operations, does not cache, so subscribers always read current state.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use async_graphql::dataloader::{DataLoader, Loader};
+use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 use entity::{delivery_attempt, endpoint, submission, webhook_delivery};
 use uuid::Uuid;
 
@@ -16,33 +19,107 @@ use crate::state::AppState;
 /// How long a loader waits to gather keys from sibling fields before querying.
 const BATCH_WINDOW: Duration = Duration::from_millis(1);
 
-/// Every loader, given to the schema as data.
+type Cached<T> = DataLoader<T, HashMapCache>;
+
+/// Every loader.
 pub struct Loaders {
     /// Endpoints by id.
-    pub endpoints: DataLoader<EndpointLoader>,
+    pub endpoints: Cached<EndpointLoader>,
     /// Submissions by id.
-    pub submissions: DataLoader<SubmissionLoader>,
+    pub submissions: Cached<SubmissionLoader>,
     /// Deliveries by submission id.
-    pub deliveries_by_submission: DataLoader<DeliveryBySubmissionLoader>,
+    pub deliveries_by_submission: Cached<DeliveryBySubmissionLoader>,
     /// Attempts by delivery id.
-    pub attempts: DataLoader<AttemptsLoader>,
+    pub attempts: Cached<AttemptsLoader>,
     /// Per-state counts by endpoint id.
-    pub counts: DataLoader<CountsLoader>,
+    pub counts: Cached<CountsLoader>,
 }
 
 impl Loaders {
-    /// Loaders over `state`'s services.
-    pub fn new(state: &AppState) -> Self {
-        fn loader<T: Loader<Uuid>>(inner: T) -> DataLoader<T> {
-            DataLoader::new(inner, tokio::spawn).delay(BATCH_WINDOW)
+    /// Loaders over `state`'s services; `cached` only for one request's lifetime.
+    pub fn new(state: &AppState, cached: bool) -> Self {
+        fn loader<T: Loader<Uuid>>(inner: T, cached: bool) -> Cached<T> {
+            let loader = DataLoader::with_cache(inner, tokio::spawn, HashMapCache::default())
+                .delay(BATCH_WINDOW);
+            loader.enable_all_cache(cached);
+            loader
         }
         Loaders {
-            endpoints: loader(EndpointLoader(state.clone())),
-            submissions: loader(SubmissionLoader(state.clone())),
-            deliveries_by_submission: loader(DeliveryBySubmissionLoader(state.clone())),
-            attempts: loader(AttemptsLoader(state.clone())),
-            counts: loader(CountsLoader(state.clone())),
+            endpoints: loader(EndpointLoader(state.clone()), cached),
+            submissions: loader(SubmissionLoader(state.clone()), cached),
+            deliveries_by_submission: loader(DeliveryBySubmissionLoader(state.clone()), cached),
+            attempts: loader(AttemptsLoader(state.clone()), cached),
+            counts: loader(CountsLoader(state.clone()), cached),
         }
+    }
+
+    /// Loads, in one statement per kind, what a list's nested fields will ask for, so
+    /// those fields read this request's cache. `selected` says which fields the query uses.
+    pub async fn prime_deliveries(
+        &self,
+        rows: &[webhook_delivery::Model],
+        selected: &Selected,
+    ) -> Result<(), ApiError> {
+        let endpoints: Vec<Uuid> = rows.iter().map(|row| row.endpoint_id).collect();
+        if selected.endpoints {
+            self.endpoints.load_many(endpoints.iter().copied()).await?;
+        }
+        if selected.counts {
+            self.counts.load_many(endpoints.iter().copied()).await?;
+        }
+        if selected.submissions {
+            self.submissions
+                .load_many(rows.iter().map(|row| row.submission_id))
+                .await?;
+            self.deliveries_by_submission
+                .feed_many(rows.iter().map(|row| (row.submission_id, row.clone())))
+                .await;
+        }
+        if selected.attempts {
+            self.attempts
+                .load_many(rows.iter().map(|row| row.id))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Which nested fields of a list's nodes a query selects.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Selected {
+    /// `endpoint` (or, for endpoint lists, the nodes themselves).
+    pub endpoints: bool,
+    /// `endpoint.deliveryCounts` (or `deliveryCounts` of endpoint nodes).
+    pub counts: bool,
+    /// `submission`.
+    pub submissions: bool,
+    /// `attempts`.
+    pub attempts: bool,
+}
+
+impl Selected {
+    /// What the nodes of a delivery connection select.
+    pub fn of_delivery_nodes(ctx: &async_graphql::Context<'_>) -> Self {
+        let look = ctx.look_ahead();
+        let mut selected = Selected::default();
+        for node in [look.field("edges").field("node"), look.field("nodes")] {
+            selected.endpoints |= node.field("endpoint").exists()
+                || node.field("submission").field("endpoint").exists();
+            selected.counts |= node.field("endpoint").field("deliveryCounts").exists();
+            selected.submissions |= node.field("submission").exists();
+            selected.attempts |= node.field("attempts").exists();
+        }
+        selected
+    }
+
+    /// Whether the nodes of an endpoint connection select `deliveryCounts`.
+    pub fn counts_of_endpoint_nodes(ctx: &async_graphql::Context<'_>) -> bool {
+        let look = ctx.look_ahead();
+        look.field("edges")
+            .field("node")
+            .field("deliveryCounts")
+            .exists()
+            || look.field("nodes").field("deliveryCounts").exists()
     }
 }
 

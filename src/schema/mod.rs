@@ -3,7 +3,7 @@
 mod delivery;
 mod endpoint;
 mod error;
-mod loaders;
+pub mod loaders;
 mod scalars;
 mod submission;
 mod subscription;
@@ -14,6 +14,7 @@ use crate::state::AppState;
 
 pub use endpoint::Endpoint;
 pub use error::{ApiError, ApiResult};
+pub use loaders::Loaders;
 
 /// Deepest selection a query may make.
 pub const MAX_QUERY_DEPTH: usize = 12;
@@ -57,7 +58,7 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     .limit_complexity(MAX_QUERY_COMPLEXITY)
     .extension(crate::metrics::GraphqlMetrics);
     if let Some(state) = state {
-        builder = builder.data(loaders::Loaders::new(&state)).data(state);
+        builder = builder.data(Loaders::new(&state, false)).data(state);
     }
     builder.finish()
 }

@@ -11,9 +11,9 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::support::{Backend, TestApp, TestDb};
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-async fn connect(app: &TestApp, protocol: &str) -> Socket {
+pub async fn connect(app: &TestApp, protocol: &str) -> Socket {
     let mut request = format!("ws://{}/graphql/ws", app.addr)
         .into_client_request()
         .expect("request");
@@ -28,7 +28,7 @@ async fn connect(app: &TestApp, protocol: &str) -> Socket {
     socket
 }
 
-async fn send(socket: &mut Socket, message: Value) {
+pub async fn send(socket: &mut Socket, message: Value) {
     socket
         .send(Message::text(message.to_string()))
         .await
@@ -36,7 +36,7 @@ async fn send(socket: &mut Socket, message: Value) {
 }
 
 /// The next protocol message, skipping keep-alives; `None` when the server closed.
-async fn next(socket: &mut Socket) -> Option<Value> {
+pub async fn next(socket: &mut Socket) -> Option<Value> {
     loop {
         let message = tokio::time::timeout(std::time::Duration::from_secs(10), socket.next())
             .await
@@ -159,5 +159,32 @@ async fn websocket_without_a_valid_key_is_refused() {
     assert!(
         no_protocol.is_err(),
         "a WebSocket without a GraphQL subprotocol is refused"
+    );
+}
+
+#[tokio::test]
+async fn the_upgrade_request_may_carry_the_key_instead() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let mut request = format!("ws://{}/graphql/ws", app.addr)
+        .into_client_request()
+        .expect("request");
+    let headers = request.headers_mut();
+    headers.insert(
+        "sec-websocket-protocol",
+        HeaderValue::from_static("graphql-transport-ws"),
+    );
+    headers.insert(
+        "authorization",
+        HeaderValue::from_str(&format!("Bearer {admin}")).expect("header"),
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    send(&mut socket, json!({ "type": "connection_init" })).await;
+    assert_eq!(
+        next(&mut socket).await.expect("ack")["type"],
+        "connection_ack"
     );
 }

@@ -1,0 +1,184 @@
+//! Race 4: replaying a failed delivery, settled by one conditional UPDATE.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::auth::Role;
+use serde_json::{json, Value};
+use tokio::sync::Barrier;
+
+use crate::delivery::{endpoint_on, quick_worker, wait_for_state};
+use crate::on_both_backends;
+use crate::submissions::submit;
+use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
+
+const REPLAY: &str =
+    "mutation($id: ID!) { replayDelivery(id: $id) { id state cycleAttempts nextAttemptAt } }";
+
+fn delivery_id(submitted: &Value) -> String {
+    submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"))
+        .to_owned()
+}
+
+/// A receiver that fails until `healthy` is set.
+async fn switchable_receiver() -> (Receiver, Arc<AtomicBool>) {
+    let healthy = Arc::new(AtomicBool::new(false));
+    let flag = healthy.clone();
+    let receiver = Receiver::start(move |_| {
+        Reply::status(if flag.load(Ordering::SeqCst) {
+            200
+        } else {
+            500
+        })
+    })
+    .await;
+    (receiver, healthy)
+}
+
+/// Twelve replays over two instances at once: one wins, the rest are told the state the
+/// database settled on; the delivery then runs one new cycle, numbering on from before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_replays_have_exactly_one_winner() {
+    const RACERS: usize = 12;
+    let db = TestDb::new(Backend::Postgres).await;
+    let worker = TestApp::spawn_with(&db, quick_worker).await;
+    let apps = [TestApp::spawn(&db).await, TestApp::spawn(&db).await];
+    let admin = worker.admin_token().await;
+    let (receiver, healthy) = switchable_receiver().await;
+    let endpoint = endpoint_on(&worker, &admin, &receiver, "replay").await;
+    let id =
+        delivery_id(&submit(&worker, &admin, &endpoint, json!({ "replay": true }), None).await);
+    wait_for_state(&worker, &admin, &id, "FAILED", Duration::from_secs(10)).await;
+    healthy.store(true, Ordering::SeqCst);
+
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let racers = (0..RACERS).map(|i| {
+        let (app, barrier, admin, id) = (&apps[i % 2], barrier.clone(), admin.clone(), id.clone());
+        async move {
+            barrier.wait().await;
+            app.graphql(&admin, REPLAY, json!({ "id": id })).await
+        }
+    });
+    let answers = futures_util::future::join_all(racers).await;
+    let winners: Vec<&Value> = answers
+        .iter()
+        .filter(|a| a.get("errors").is_none())
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one replay wins: {answers:?}");
+    assert_eq!(winners[0]["data"]["replayDelivery"]["cycleAttempts"], 0);
+    for loser in answers.iter().filter(|a| a.get("errors").is_some()) {
+        assert_eq!(
+            gql_error_code(loser),
+            Some("DELIVERY_NOT_REPLAYABLE"),
+            "{loser}"
+        );
+        let state = loser["errors"][0]["extensions"]["state"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            ["PENDING", "PROCESSING", "DELIVERED"].contains(&state),
+            "the settled state: {loser}"
+        );
+    }
+
+    let delivery = wait_for_state(&worker, &admin, &id, "DELIVERED", Duration::from_secs(10)).await;
+    let numbers: Vec<i64> = delivery["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| a["number"].as_i64().unwrap_or(0))
+        .collect();
+    assert_eq!(
+        numbers,
+        vec![1, 2, 3, 4],
+        "lifetime numbers continue across the replay"
+    );
+    assert_eq!(delivery["cycleAttempts"], 1, "one attempt in the new cycle");
+    assert_eq!(receiver.received().len(), 4);
+}
+
+async fn only_failed_deliveries_can_be_replayed(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let id = delivery_id(&submit(&app, &admin, &endpoint, json!({}), None).await);
+
+    let pending = app.graphql(&admin, REPLAY, json!({ "id": id })).await;
+    assert_eq!(
+        gql_error_code(&pending),
+        Some("DELIVERY_NOT_REPLAYABLE"),
+        "{pending}"
+    );
+    assert_eq!(pending["errors"][0]["extensions"]["state"], "PENDING");
+
+    use sea_orm::ConnectionTrait;
+    app.state
+        .db
+        .conn()
+        .execute_unprepared(
+            "UPDATE webhook_deliveries SET state = 'delivered', next_attempt_at = NULL",
+        )
+        .await
+        .expect("deliver");
+    let delivered = app.graphql(&admin, REPLAY, json!({ "id": id })).await;
+    assert_eq!(
+        gql_error_code(&delivered),
+        Some("DELIVERY_NOT_REPLAYABLE"),
+        "{delivered}"
+    );
+    assert_eq!(delivered["errors"][0]["extensions"]["state"], "DELIVERED");
+
+    let unknown = app
+        .graphql(
+            &admin,
+            REPLAY,
+            json!({ "id": uuid::Uuid::now_v7().to_string() }),
+        )
+        .await;
+    assert_eq!(gql_error_code(&unknown), Some("NOT_FOUND"), "{unknown}");
+    let malformed = app.graphql(&admin, REPLAY, json!({ "id": "nope" })).await;
+    assert_eq!(
+        gql_error_code(&malformed),
+        Some("BAD_USER_INPUT"),
+        "{malformed}"
+    );
+
+    app.state
+        .db
+        .conn()
+        .execute_unprepared("UPDATE webhook_deliveries SET state = 'failed'")
+        .await
+        .expect("fail");
+    let partner = app
+        .token(
+            Role::Partner,
+            &[uuid::Uuid::parse_str(&endpoint).expect("uuid")],
+        )
+        .await;
+    let forbidden = app.graphql(&partner, REPLAY, json!({ "id": id })).await;
+    assert_eq!(gql_error_code(&forbidden), Some("FORBIDDEN"), "{forbidden}");
+
+    let replayed = app.graphql(&admin, REPLAY, json!({ "id": id })).await;
+    assert_eq!(
+        replayed["data"]["replayDelivery"]["state"], "PENDING",
+        "{replayed}"
+    );
+    assert!(replayed["data"]["replayDelivery"]["nextAttemptAt"].is_string());
+    let metrics = app
+        .request(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(metrics.contains("courier_replays_total 1"), "{metrics}");
+}
+
+on_both_backends!(only_failed_deliveries_can_be_replayed);

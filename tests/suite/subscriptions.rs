@@ -1,0 +1,252 @@
+//! `deliveryStateChanged` over real WebSockets, in both protocols and across app instances.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::auth::Role;
+use futures_util::StreamExt as _;
+use serde_json::{json, Value};
+
+use crate::delivery::{endpoint_on, quick_worker};
+use crate::submissions::submit;
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+use crate::websocket::{connect, next, send, Socket};
+
+const SUBSCRIPTION: &str =
+    "subscription($endpointId: ID) { deliveryStateChanged(endpointId: $endpointId) {
+    deliveryId endpointId previousState state at delivery { id state } } }";
+
+/// Opens a socket, authenticates, and starts the subscription.
+async fn subscribe(app: &TestApp, token: &str, protocol: &str, endpoint: Option<&str>) -> Socket {
+    let mut socket = connect(app, protocol).await;
+    send(&mut socket, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } })).await;
+    assert_eq!(
+        next(&mut socket).await.expect("ack")["type"],
+        "connection_ack"
+    );
+    let start = if protocol == "graphql-ws" {
+        "start"
+    } else {
+        "subscribe"
+    };
+    send(&mut socket, json!({ "id": "s", "type": start, "payload": { "query": SUBSCRIPTION, "variables": { "endpointId": endpoint } } })).await;
+    socket
+}
+
+/// The next payload (`{data}` or `{errors}`) of the subscription, or `None` if nothing
+/// arrives within `wait`.
+async fn next_payload(socket: &mut Socket, wait: Duration) -> Option<Value> {
+    let message = tokio::time::timeout(wait, next(socket)).await.ok()??;
+    match message["type"].as_str() {
+        Some("next") | Some("data") => Some(message["payload"].clone()),
+        Some("error") => Some(json!({ "errors": message["payload"] })),
+        _ => Some(json!({ "other": message })),
+    }
+}
+
+/// Submits sentinels until the subscriber sees an event: a subscribe has no acknowledgement.
+async fn until_live(socket: &mut Socket, app: &TestApp, token: &str, endpoint: &str) {
+    for _ in 0..50 {
+        submit(app, token, endpoint, json!({ "sentinel": true }), None).await;
+        if next_payload(socket, Duration::from_millis(200))
+            .await
+            .is_some()
+        {
+            // Drain whatever else the sentinels produced.
+            while next_payload(socket, Duration::from_millis(300))
+                .await
+                .is_some()
+            {}
+            return;
+        }
+    }
+    panic!("the subscription never went live");
+}
+
+fn change(payload: &Value) -> &Value {
+    &payload["data"]["deliveryStateChanged"]
+}
+
+/// A subscriber on instance A (no worker) sees every transition, in order, of a delivery
+/// submitted through A and delivered, after one retry, by the worker of instance B.
+async fn every_transition_crosses_instances_in_order(protocol: &str) {
+    let db = TestDb::new(Backend::Postgres).await;
+    let api = TestApp::spawn(&db).await;
+    let worker = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = api.admin_token().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let receiver = Receiver::start(move |_| {
+        Reply::status(if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            500
+        } else {
+            200
+        })
+    })
+    .await;
+    let sentinel_receiver = Receiver::accepting().await;
+    let sentinel = endpoint_on(&api, &admin, &sentinel_receiver, "sentinel").await;
+    let endpoint = endpoint_on(&api, &admin, &receiver, "watched").await;
+
+    let mut socket = subscribe(&api, &admin, protocol, None).await;
+    until_live(&mut socket, &api, &admin, &sentinel).await;
+
+    let submitted = submit(&api, &admin, &endpoint, json!({ "watch": true }), None).await;
+    let id = submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let mut seen = Vec::new();
+    while seen.last().map(|(_, state): &(Value, Value)| state.clone()) != Some(json!("DELIVERED")) {
+        let payload = next_payload(&mut socket, Duration::from_secs(10))
+            .await
+            .expect("an event");
+        let event = change(&payload);
+        assert!(payload.get("errors").is_none(), "{payload}");
+        if event["deliveryId"] == id.as_str() {
+            assert_eq!(event["endpointId"], endpoint.as_str());
+            assert_eq!(event["delivery"]["id"], id.as_str());
+            seen.push((event["previousState"].clone(), event["state"].clone()));
+        }
+    }
+    let expected = [
+        (Value::Null, "PENDING"),
+        (json!("PENDING"), "PROCESSING"),
+        (json!("PROCESSING"), "PENDING"),
+        (json!("PENDING"), "PROCESSING"),
+        (json!("PROCESSING"), "DELIVERED"),
+    ];
+    let expected: Vec<(Value, Value)> = expected.into_iter().map(|(p, s)| (p, json!(s))).collect();
+    assert_eq!(seen, expected, "every transition, in commit order");
+    drop(worker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn graphql_transport_ws_sees_every_transition_across_instances() {
+    every_transition_crosses_instances_in_order("graphql-transport-ws").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn legacy_graphql_ws_sees_every_transition_across_instances() {
+    every_transition_crosses_instances_in_order("graphql-ws").await;
+}
+
+/// Partners see only their endpoints' events; an endpoint filter narrows further; a filter
+/// outside the partner's scope is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_filtered_by_endpoint_and_scoped_to_partners() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::new(backend).await;
+        let app = TestApp::spawn(&db).await;
+        let admin = app.admin_token().await;
+        let (mine, _) = app
+            .create_endpoint(&admin, "https://example.com/mine")
+            .await;
+        let (theirs, _) = app
+            .create_endpoint(&admin, "https://example.com/theirs")
+            .await;
+        let partner = app
+            .token(
+                Role::Partner,
+                &[uuid::Uuid::parse_str(&mine).expect("uuid")],
+            )
+            .await;
+
+        let mut refused = subscribe(&app, &partner, "graphql-transport-ws", Some(&theirs)).await;
+        let payload = next_payload(&mut refused, Duration::from_secs(5))
+            .await
+            .expect("an answer");
+        assert_eq!(
+            payload["errors"][0]["extensions"]["code"], "FORBIDDEN",
+            "{payload}"
+        );
+
+        let mut partner_socket = subscribe(&app, &partner, "graphql-transport-ws", None).await;
+        until_live(&mut partner_socket, &app, &admin, &mine).await;
+        let mut filtered = subscribe(&app, &admin, "graphql-transport-ws", Some(&theirs)).await;
+        until_live(&mut filtered, &app, &admin, &theirs).await;
+
+        for endpoint in [&mine, &theirs, &mine] {
+            submit(&app, &admin, endpoint, json!({}), None).await;
+        }
+        let mut partner_events = Vec::new();
+        while let Some(payload) =
+            next_payload(&mut partner_socket, Duration::from_millis(500)).await
+        {
+            partner_events.push(change(&payload)["endpointId"].clone());
+        }
+        assert_eq!(
+            partner_events,
+            vec![json!(mine), json!(mine)],
+            "the partner sees its two creations only"
+        );
+        let mut filtered_events = Vec::new();
+        while let Some(payload) = next_payload(&mut filtered, Duration::from_millis(500)).await {
+            filtered_events.push(change(&payload)["endpointId"].clone());
+        }
+        assert_eq!(
+            filtered_events,
+            vec![json!(theirs)],
+            "the filter admits one endpoint"
+        );
+    }
+}
+
+/// A subscriber that falls behind is told so, with a stable code, instead of silently
+/// missing events; and the open-subscription gauge follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_subscriber_is_told_it_missed_events() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let token = app.admin_token().await;
+    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let schema = courier::schema::build(Some(app.state.clone()));
+    let request =
+        async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
+            .data(caller);
+    let mut stream = schema.execute_stream(request);
+    // The first poll subscribes; nothing has happened yet.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), stream.next())
+            .await
+            .is_err()
+    );
+    assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
+
+    for _ in 0..5_000 {
+        let change = courier::events::StateChange {
+            delivery_id: uuid::Uuid::now_v7(),
+            endpoint_id: uuid::Uuid::now_v7(),
+            previous_state: None,
+            state: entity::webhook_delivery::DeliveryState::Pending,
+            at: courier::db::now(),
+        };
+        app.state
+            .events
+            .deliver(courier::events::EventMessage::Change(change.into()));
+    }
+    let response = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("answered")
+        .expect("an item");
+    let code = response
+        .errors
+        .first()
+        .and_then(|e| e.extensions.as_ref())
+        .and_then(|e| e.get("code").cloned());
+    assert_eq!(
+        code,
+        Some(async_graphql::Value::from("SUBSCRIPTION_LAGGED")),
+        "{response:?}"
+    );
+    assert!(
+        stream.next().await.is_none(),
+        "the lagging subscription ends"
+    );
+    drop(stream);
+    assert_eq!(app.state.metrics.active_subscriptions.get(), 0);
+    assert_eq!(app.state.metrics.lagged_subscribers.get(), 1);
+}
