@@ -54,7 +54,8 @@ struct Wire {
 }
 
 impl StateChange {
-    fn to_wire(&self) -> Result<String, DbErr> {
+    /// The `NOTIFY` payload.
+    pub fn to_wire(&self) -> Result<String, DbErr> {
         serde_json::to_string(&Wire {
             d: self.delivery_id,
             e: self.endpoint_id,

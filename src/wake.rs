@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 #[derive(Clone, Debug, Default)]
 pub struct Wakeup {
     local: Arc<Notify>,
+    slots: Arc<Notify>,
 }
 
 impl Wakeup {
@@ -22,5 +23,15 @@ impl Wakeup {
     /// Resolves at the next hint (or at once if one arrived since the last wait).
     pub async fn notified(&self) {
         self.local.notified().await;
+    }
+
+    /// Tells a worker waiting for a free slot that one was freed.
+    pub fn free_slot(&self) {
+        self.slots.notify_one();
+    }
+
+    /// Resolves when a worker slot is freed (or at once if one was since the last wait).
+    pub async fn slot_freed(&self) {
+        self.slots.notified().await;
     }
 }

@@ -5,4 +5,5 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod pagination;
 pub mod rate_limit;
+pub mod submission_store;
 pub mod submissions;

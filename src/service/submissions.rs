@@ -2,19 +2,20 @@
 
 use std::sync::Arc;
 
-use entity::webhook_delivery::{self, DeliveryState};
+use entity::webhook_delivery;
 use entity::{endpoint, submission};
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::auth::Identity;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
-use crate::events::{Events, StateChange};
+use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::service::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
+use crate::service::submission_store::{storable, store, NewRows};
 use crate::wake::Wakeup;
 
 /// Longest idempotency key, in characters.
@@ -85,7 +86,7 @@ impl Submissions {
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
         caller.require_access(input.endpoint_id)?;
         let key = validate_key(input.idempotency_key)?;
-        if contains_nul(&input.payload) {
+        if !storable(&input.payload) {
             return Err(Error::bad_input(
                 "payload must not contain NUL characters (\\u0000)",
             ));
@@ -105,101 +106,64 @@ impl Submissions {
             return Err(err);
         }
 
-        let endpoint = endpoint::Entity::find_by_id(input.endpoint_id)
-            .one(self.db.conn())
-            .await?
-            .ok_or(Error::NotFound("endpoint"))?;
-        if endpoint.disabled {
-            return Err(Error::bad_input("the endpoint is disabled"));
-        }
-
         let hash = payload_hash(&input.payload);
         if let Some(key) = &key {
-            if let Some(existing) = self.find_by_key(endpoint.id, key).await? {
+            if let Some(existing) = self.find_by_key(input.endpoint_id, key).await? {
                 return self.answer_existing(existing, &hash).await;
             }
         }
 
-        match self
-            .insert(caller, &endpoint, input.payload, key.clone(), hash.clone())
+        let rows = NewRows {
+            submission: submission::Model {
+                id: Uuid::now_v7(),
+                endpoint_id: input.endpoint_id,
+                idempotency_key: key.clone(),
+                payload: input.payload,
+                payload_hash: hash.clone(),
+                submitted_by: Some(caller.key_id),
+                created_at: db::now(),
+            },
+            delivery_id: Uuid::now_v7(),
+        };
+        match store(&self.db, &self.events, rows)
             .await
+            .map_err(Error::from)
         {
-            Ok(outcome) => {
+            Ok(Some((submission, delivery))) => {
                 self.metrics.submission("created");
                 self.wakeup.hint();
-                tracing::info!(
-                    submission_id = %outcome.submission.id,
-                    delivery_id = %outcome.delivery.id,
-                    "submission stored"
-                );
-                Ok(outcome)
+                tracing::debug!(submission_id = %submission.id, delivery_id = %delivery.id, "submission stored");
+                Ok(SubmitOutcome {
+                    created: true,
+                    submission,
+                    delivery,
+                })
             }
+            Ok(None) => Err(self.why_not_stored(input.endpoint_id).await),
             Err(Error::UniqueViolation(_)) if key.is_some() => {
                 let key = key.unwrap_or_default();
-                let winner = self
-                    .find_by_key(endpoint.id, &key)
-                    .await?
-                    .ok_or(Error::Database(sea_orm::DbErr::RecordNotFound(
-                        "the submission that won the idempotency race".into(),
-                    )))?;
+                let winner =
+                    self.find_by_key(input.endpoint_id, &key)
+                        .await?
+                        .ok_or(Error::Database(sea_orm::DbErr::RecordNotFound(
+                            "the submission that won the idempotency race".into(),
+                        )))?;
                 self.answer_existing(winner, &hash).await
             }
             Err(err) => Err(err),
         }
     }
 
-    /// Inserts the submission and its delivery together.
-    async fn insert(
-        &self,
-        caller: &Identity,
-        endpoint: &endpoint::Model,
-        payload: Value,
-        idempotency_key: Option<String>,
-        payload_hash: String,
-    ) -> Result<SubmitOutcome> {
-        let now = db::now();
-        let txn = self.db.begin_write().await?;
-        let submission = submission::ActiveModel {
-            id: Set(Uuid::now_v7()),
-            endpoint_id: Set(endpoint.id),
-            idempotency_key: Set(idempotency_key),
-            payload: Set(payload),
-            payload_hash: Set(payload_hash),
-            submitted_by: Set(Some(caller.key_id)),
-            created_at: Set(now),
+    /// Why nothing was stored for `endpoint_id`: it is unknown, or disabled.
+    async fn why_not_stored(&self, endpoint_id: Uuid) -> Error {
+        match endpoint::Entity::find_by_id(endpoint_id)
+            .one(self.db.conn())
+            .await
+        {
+            Ok(Some(endpoint)) if endpoint.disabled => Error::bad_input("the endpoint is disabled"),
+            Ok(_) => Error::NotFound("endpoint"),
+            Err(err) => err.into(),
         }
-        .insert(&txn)
-        .await?;
-        let delivery = webhook_delivery::ActiveModel {
-            id: Set(Uuid::now_v7()),
-            submission_id: Set(submission.id),
-            endpoint_id: Set(endpoint.id),
-            state: Set(DeliveryState::Pending),
-            cycle_attempts: Set(0),
-            next_attempt_at: Set(Some(now)),
-            claim_token: Set(None),
-            claim_expires_at: Set(None),
-            last_error: Set(None),
-            created_at: Set(now),
-            updated_at: Set(now),
-        }
-        .insert(&txn)
-        .await?;
-        let created = StateChange {
-            delivery_id: delivery.id,
-            endpoint_id: endpoint.id,
-            previous_state: None,
-            state: DeliveryState::Pending,
-            at: now,
-        };
-        let staged = self.events.stage(&txn, vec![created]).await?;
-        txn.commit().await?;
-        staged.committed();
-        Ok(SubmitOutcome {
-            created: true,
-            submission,
-            delivery,
-        })
     }
 
     async fn find_by_key(&self, endpoint_id: Uuid, key: &str) -> Result<Option<submission::Model>> {
@@ -262,18 +226,5 @@ fn validate_key(key: Option<String>) -> Result<Option<String>> {
             format!("idempotencyKey must be at most {MAX_IDEMPOTENCY_KEY_CHARS} characters"),
         )),
         Some(key) => Ok(Some(key)),
-    }
-}
-
-/// Whether any string or key in `value` holds U+0000, which PostgreSQL cannot store in
-/// `jsonb`. Refused up front on every backend, so both behave alike.
-fn contains_nul(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => items.iter().any(contains_nul),
-        Value::Object(map) => map
-            .iter()
-            .any(|(key, item)| key.contains('\0') || contains_nul(item)),
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
     }
 }

@@ -1,30 +1,33 @@
 //! The delivery worker: claims due deliveries in batches, sends each (at most
-//! `COURIER_WORKER_CONCURRENCY` in flight), records the outcome under its claim's fence,
-//! and on shutdown stops claiming and lets in-flight requests finish within a grace period.
+//! `COURIER_WORKER_CONCURRENCY` in flight), hands the outcomes to a recorder that writes
+//! them in batches under each claim's fence, and on shutdown stops claiming and lets
+//! in-flight requests finish within a grace period.
 
 pub mod claim;
 pub mod dispatch;
 pub mod record;
+mod recorder;
 pub mod schedule;
+pub mod targets;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
 use self::claim::{claim_due, release, Claim};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
-use self::record::{load_targets, record, FinishedAttempt, Target};
-use self::schedule::{NextStep, RetryPolicy};
+use self::record::FinishedAttempt;
+use self::recorder::{Finished, Recorder};
+use self::schedule::RetryPolicy;
+use self::targets::{load_targets, Target};
 use crate::db;
 use crate::error::error_chain;
 use crate::state::AppState;
 
 /// Most deliveries claimed in one statement.
 const MAX_CLAIM_BATCH: usize = 64;
-/// Longest pause between tries at recording an outcome.
-const MAX_RECORD_BACKOFF: Duration = Duration::from_secs(2);
 
 /// A delivery worker for one process.
 pub struct Worker {
@@ -71,18 +74,21 @@ impl Worker {
         let this = Arc::new(self);
         let shutdown = this.state.shutdown.clone();
         let poll = Duration::from_millis(this.state.config.poll_interval_ms);
+        // Bounded by the slots its items carry: a result frees its slot once recorded.
+        let (results, inbox) = mpsc::channel(this.concurrency.max(1));
+        let recorder =
+            tokio::spawn(Recorder::new(this.state.clone(), this.slots.clone()).run(inbox));
         let mut in_flight = JoinSet::new();
         tracing::info!(concurrency = this.concurrency, "delivery worker started");
         loop {
             while in_flight.try_join_next().is_some() {}
-            this.state.metrics.in_flight.set(in_flight.len() as i64);
             if shutdown.is_cancelled() {
                 break;
             }
             let free = this.slots.available_permits().min(MAX_CLAIM_BATCH);
             if free == 0 {
                 tokio::select! {
-                    _ = in_flight.join_next() => continue,
+                    () = this.state.wakeup.slot_freed() => continue,
                     () = shutdown.cancelled() => break,
                 }
             }
@@ -90,7 +96,7 @@ impl Worker {
             match this.claim(free).await {
                 Ok(claims) => {
                     batch_was_full = claims.len() == free;
-                    this.start(claims, &mut in_flight).await;
+                    this.start(claims, &mut in_flight, &results).await;
                 }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")
@@ -105,7 +111,8 @@ impl Worker {
                 () = shutdown.cancelled() => break,
             }
         }
-        this.drain(in_flight).await;
+        drop(results);
+        this.drain(in_flight, recorder).await;
     }
 
     async fn claim(&self, limit: usize) -> Result<Vec<Claim>, sea_orm::DbErr> {
@@ -121,7 +128,12 @@ impl Worker {
     }
 
     /// Loads what to send and starts one task per claim.
-    async fn start(self: &Arc<Self>, claims: Vec<Claim>, in_flight: &mut JoinSet<()>) {
+    async fn start(
+        self: &Arc<Self>,
+        claims: Vec<Claim>,
+        in_flight: &mut JoinSet<()>,
+        results: &mpsc::Sender<Finished>,
+    ) {
         if claims.is_empty() {
             return;
         }
@@ -137,19 +149,27 @@ impl Worker {
             }
         };
         for claim in claims {
-            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
                 tracing::error!(delivery_id = %claim.delivery_id, "no free slot for a claimed delivery");
                 continue;
             };
             let target = targets.remove(&claim.delivery_id);
-            let worker = Arc::clone(self);
-            in_flight.spawn(async move { worker.deliver(claim, target, permit).await });
+            let (worker, results) = (Arc::clone(self), results.clone());
+            in_flight.spawn(async move {
+                let attempt = worker.deliver(claim, target).await;
+                // The recorder only stops after every sender is gone, so this cannot fail
+                // while the worker runs.
+                let _ = results.send(Finished { attempt, slot }).await;
+            });
         }
-        self.state.metrics.in_flight.set(in_flight.len() as i64);
+        self.state
+            .metrics
+            .in_flight
+            .set((self.concurrency - self.slots.available_permits()) as i64);
     }
 
-    /// Sends one delivery and records the outcome.
-    async fn deliver(&self, claim: Claim, target: Option<Target>, _slot: OwnedSemaphorePermit) {
+    /// Sends one delivery and decides what comes next.
+    async fn deliver(&self, claim: Claim, target: Option<Target>) -> FinishedAttempt {
         let started_at = db::now();
         let outcome = match &target {
             Some(target) => {
@@ -171,6 +191,7 @@ impl Worker {
             },
         };
         let finished_at = db::now();
+        self.state.metrics.attempt(outcome.kind.as_str());
         let attempt_in_cycle = u32::try_from(claim.cycle_attempts).unwrap_or(0) + 1;
         let step = self.policy.next_step(
             outcome.succeeded(),
@@ -178,75 +199,17 @@ impl Worker {
             outcome.retry_after,
             rand::random::<f64>(),
         );
-        let attempt = FinishedAttempt {
-            claim: &claim,
-            outcome: &outcome,
+        FinishedAttempt {
+            claim,
+            outcome,
             step,
             started_at,
             finished_at,
-        };
-        let metrics = &self.state.metrics;
-        metrics.attempt(outcome.kind.as_str());
-        // Keep trying while the claim is ours: a result recorded after the lease runs out
-        // would only be marked superseded, and the delivery will be retried anyway.
-        let mut backoff = Duration::from_millis(50);
-        let recorded = loop {
-            match record(&self.state.db, &self.state.events, &attempt).await {
-                Ok(recorded) => break Some(recorded),
-                Err(err)
-                    if db::now() + chrono::Duration::from_std(backoff).unwrap_or_default()
-                        < claim.lease_expires_at =>
-                {
-                    tracing::warn!(delivery_id = %claim.delivery_id, error = %error_chain(&err), "recording failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_RECORD_BACKOFF);
-                }
-                Err(err) => {
-                    tracing::error!(delivery_id = %claim.delivery_id, error = %error_chain(&err),
-                        "recording failed; the delivery will be reclaimed after its lease");
-                    break None;
-                }
-            }
-        };
-        let Some(recorded) = recorded else {
-            return;
-        };
-        match recorded.new_state {
-            None => {
-                metrics.superseded.inc();
-                tracing::warn!(delivery_id = %claim.delivery_id, number = recorded.number,
-                    "result recorded under a superseded claim; the newer claim's state stands");
-            }
-            Some(state) => {
-                tracing::info!(delivery_id = %claim.delivery_id, attempt = recorded.number,
-                    state = state.as_str(), status = ?outcome.status, error = ?outcome.error,
-                    "attempt recorded");
-                if step == NextStep::Delivered {
-                    let latency = (finished_at - claim.created_at)
-                        .to_std()
-                        .unwrap_or_default();
-                    metrics.delivery_latency.observe(latency.as_secs_f64());
-                }
-                if let NextStep::RetryAfter(delay) = step {
-                    self.wake_for_retry(delay);
-                }
-            }
         }
     }
 
-    /// A retry due before the next poll wakes this worker when it is due.
-    fn wake_for_retry(&self, delay: Duration) {
-        if delay < Duration::from_millis(self.state.config.poll_interval_ms) {
-            let wakeup = self.state.wakeup.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                wakeup.hint();
-            });
-        }
-    }
-
-    /// Lets in-flight deliveries finish within the grace period.
-    async fn drain(&self, mut in_flight: JoinSet<()>) {
+    /// Lets in-flight deliveries finish, and their outcomes be recorded, within the grace period.
+    async fn drain(&self, mut in_flight: JoinSet<()>, recorder: tokio::task::JoinHandle<()>) {
         let grace = self.state.config.shutdown_grace();
         let remaining = in_flight.len();
         if remaining > 0 {
@@ -256,7 +219,8 @@ impl Worker {
                 "delivery worker stopping: letting in-flight deliveries finish"
             );
         }
-        let drained = tokio::time::timeout(grace, async {
+        let deadline = tokio::time::Instant::now() + grace;
+        let drained = tokio::time::timeout_at(deadline, async {
             while in_flight.join_next().await.is_some() {}
         })
         .await;
@@ -266,6 +230,13 @@ impl Worker {
                 "grace period over; unfinished deliveries will be reclaimed after their lease"
             );
             in_flight.abort_all();
+        }
+        // Every sender is gone now: the recorder writes what it holds and stops.
+        let flush = deadline.max(tokio::time::Instant::now() + Duration::from_secs(5));
+        if tokio::time::timeout_at(flush, recorder).await.is_err() {
+            tracing::warn!(
+                "recording the last outcomes took too long; they will be retried after their lease"
+            );
         }
         self.state.metrics.in_flight.set(0);
         tracing::info!("delivery worker stopped");

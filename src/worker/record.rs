@@ -1,12 +1,12 @@
-//! Loading what to send, and recording what happened (race 2): every result is fenced by
-//! its claim token, and every attempt is kept, numbered for the delivery's lifetime.
+//! Recording what happened (race 2), for many attempts in one transaction: each
+//! transition is fenced by its own claim token, and every attempt is kept, numbered for
+//! its delivery's lifetime under the delivery's row lock.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use entity::delivery_attempt;
 use entity::webhook_delivery::DeliveryState;
-use sea_orm::{ActiveModelTrait, ConnectionTrait, DbErr, Set, Statement};
+use sea_orm::{ConnectionTrait, DbErr, Statement, Value};
 use uuid::Uuid;
 
 use super::claim::Claim;
@@ -15,76 +15,70 @@ use super::schedule::NextStep;
 use crate::db::{self, Db};
 use crate::events::{Events, StateChange};
 
-/// Everything needed to send the claimed deliveries, read once per batch just before sending.
-const LOAD_TARGETS: &str = "\
-SELECT d.id, s.payload, e.url, e.signing_secret
-FROM webhook_deliveries d
-JOIN submissions s ON s.id = d.submission_id
-JOIN endpoints e ON e.id = d.endpoint_id
-WHERE d.id IN ({ids})";
+/// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
+/// of one delivery take turns, and lifetime numbers are read under the lock.
+const LOCK_DELIVERIES: &str = "SELECT id FROM webhook_deliveries WHERE id IN ({ids}) ORDER BY id";
 
-/// Locks the delivery row so concurrent recorders of one delivery take turns.
-const LOCK_DELIVERY: &str = "SELECT id FROM webhook_deliveries WHERE id = $1";
+/// Every attempt already recorded for the deliveries: the highest lifetime numbers, and
+/// which claims have recorded already (a claim makes one attempt, so a retried batch,
+/// after a commit whose acknowledgement was lost, must not add a second).
+const RECORDED_ATTEMPTS: &str =
+    "SELECT delivery_id, claim_token, number, superseded FROM delivery_attempts WHERE delivery_id IN ({ids})";
 
-/// The attempt a claim already recorded, if any: a claim makes one attempt, so a retried
-/// `record` (say, after a commit whose acknowledgement was lost) must not add a second.
-const ATTEMPT_OF_CLAIM: &str =
-    "SELECT number, superseded FROM delivery_attempts WHERE delivery_id = $1 AND claim_token = $2";
-
-/// The next free lifetime attempt number, read under the delivery's row lock.
-const NEXT_ATTEMPT_NUMBER: &str =
-    "SELECT COALESCE(MAX(number), 0) + 1 AS next FROM delivery_attempts WHERE delivery_id = $1";
-
-/// The fenced transition: applies only while this claim still holds the delivery.
-/// Zero rows means a newer claim took over, and its state stands.
-const FENCED_TRANSITION: &str = "\
+/// The fenced transitions: a row changes only while its claim still holds the delivery.
+/// A row that is not returned was superseded by a newer claim, whose state stands.
+const FENCED_TRANSITIONS: &str = "\
+WITH v (id, token, state, next_at, error, at) AS (VALUES {rows})
 UPDATE webhook_deliveries
-SET state = $3,
-    cycle_attempts = cycle_attempts + 1,
-    next_attempt_at = $4,
+SET state = v.state,
+    cycle_attempts = webhook_deliveries.cycle_attempts + 1,
+    next_attempt_at = v.next_at,
     claim_token = NULL,
     claim_expires_at = NULL,
-    last_error = $5,
-    updated_at = $6
-WHERE id = $1 AND claim_token = $2";
+    last_error = v.error,
+    updated_at = v.at
+FROM v
+WHERE webhook_deliveries.id = v.id AND webhook_deliveries.claim_token = v.token
+RETURNING webhook_deliveries.id";
 
-/// Where and what to send for one claimed delivery.
+/// The attempts themselves.
+const INSERT_ATTEMPTS: &str = "\
+INSERT INTO delivery_attempts
+    (id, delivery_id, number, claim_token, started_at, finished_at, status_code, error, duration_ms, superseded)
+VALUES {rows}";
+
+/// One finished attempt, ready to record.
 #[derive(Debug, Clone)]
-pub struct Target {
-    /// The endpoint URL.
-    pub url: String,
-    /// The endpoint's signing secret, as stored right now.
-    pub secret: String,
-    /// The JSON body.
-    pub body: Vec<u8>,
+pub struct FinishedAttempt {
+    /// The claim that made it.
+    pub claim: Claim,
+    /// What the endpoint did.
+    pub outcome: AttemptOutcome,
+    /// What happens next, if the claim still holds.
+    pub step: NextStep,
+    /// When the request started.
+    pub started_at: DateTime<Utc>,
+    /// When the outcome was known.
+    pub finished_at: DateTime<Utc>,
 }
 
-/// Reads the payload, URL and secret of each claimed delivery in one query.
-pub async fn load_targets(db: &Db, claims: &[Claim]) -> Result<HashMap<Uuid, Target>, DbErr> {
-    if claims.is_empty() {
-        return Ok(HashMap::new());
+impl FinishedAttempt {
+    /// The state and next due time this attempt leads to, if its claim still holds.
+    fn transition(&self) -> Result<(DeliveryState, Option<DateTime<Utc>>), DbErr> {
+        Ok(match self.step {
+            NextStep::Delivered => (DeliveryState::Delivered, None),
+            NextStep::Failed => (DeliveryState::Failed, None),
+            NextStep::RetryAfter(delay) => {
+                let at = chrono::Duration::from_std(delay)
+                    .ok()
+                    .and_then(|delay| self.finished_at.checked_add_signed(delay))
+                    .ok_or_else(|| {
+                        DbErr::Custom(format!("retry delay {delay:?} is out of range"))
+                    })?;
+                (DeliveryState::Pending, Some(at))
+            }
+        })
     }
-    let sql = LOAD_TARGETS.replace("{ids}", &Db::placeholders(1, claims.len()));
-    let values = claims.iter().map(|claim| claim.delivery_id.into());
-    let rows = db
-        .conn()
-        .query_all_raw(Statement::from_sql_and_values(db.backend(), &sql, values))
-        .await?;
-    let mut targets = HashMap::with_capacity(rows.len());
-    for row in rows {
-        let id: Uuid = row.try_get("", "id")?;
-        let payload: serde_json::Value = row.try_get("", "payload")?;
-        let body = serde_json::to_vec(&payload).map_err(|err| DbErr::Json(err.to_string()))?;
-        targets.insert(
-            id,
-            Target {
-                url: row.try_get("", "url")?,
-                secret: row.try_get("", "signing_secret")?,
-                body,
-            },
-        );
-    }
-    Ok(targets)
 }
 
 /// What recording an attempt did.
@@ -98,121 +92,211 @@ pub struct Recorded {
     pub next_attempt_at: Option<DateTime<Utc>>,
 }
 
-/// One finished attempt, ready to record.
-#[derive(Debug, Clone)]
-pub struct FinishedAttempt<'a> {
-    /// The claim that made it.
-    pub claim: &'a Claim,
-    /// What the endpoint did.
-    pub outcome: &'a AttemptOutcome,
-    /// What happens next, if the claim still holds.
-    pub step: NextStep,
-    /// When the request started.
-    pub started_at: DateTime<Utc>,
-    /// When the outcome was known.
-    pub finished_at: DateTime<Utc>,
-}
-
-/// Records one attempt and, if its claim still holds, the delivery's transition, in one
-/// transaction. The attempt is recorded either way; a superseded one is marked so.
+/// Records one attempt; see [`record_batch`].
 pub async fn record(
     db: &Db,
     events: &Events,
-    attempt: &FinishedAttempt<'_>,
+    attempt: &FinishedAttempt,
 ) -> Result<Recorded, DbErr> {
-    let claim = attempt.claim;
-    let (new_state, next_attempt_at) = match attempt.step {
-        NextStep::Delivered => (DeliveryState::Delivered, None),
-        NextStep::Failed => (DeliveryState::Failed, None),
-        NextStep::RetryAfter(delay) => (
-            DeliveryState::Pending,
-            Some(
-                attempt.finished_at
-                    + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX),
-            ),
-        ),
-    };
+    record_batch(db, events, std::slice::from_ref(attempt))
+        .await?
+        .pop()
+        .ok_or_else(|| DbErr::Custom("no result for a recorded attempt".into()))
+}
+
+/// Records `attempts` and, for each whose claim still holds, its delivery's transition,
+/// all in one transaction. Every attempt is recorded; a superseded one is marked so.
+/// Results come back in the order of `attempts`.
+pub async fn record_batch(
+    db: &Db,
+    events: &Events,
+    attempts: &[FinishedAttempt],
+) -> Result<Vec<Recorded>, DbErr> {
+    // Two claims on one delivery (a newer one superseded an older) go in separate
+    // transactions, in order, so each transaction has one claim per delivery.
+    let mut seen = std::collections::HashSet::new();
+    if let Some(split) = attempts
+        .iter()
+        .position(|a| !seen.insert(a.claim.delivery_id))
+    {
+        let mut results = Box::pin(record_batch(db, events, &attempts[..split])).await?;
+        results.extend(Box::pin(record_batch(db, events, &attempts[split..])).await?);
+        return Ok(results);
+    }
+    record_unique(db, events, attempts).await
+}
+
+/// [`record_batch`] for attempts on distinct deliveries.
+async fn record_unique(
+    db: &Db,
+    events: &Events,
+    attempts: &[FinishedAttempt],
+) -> Result<Vec<Recorded>, DbErr> {
+    if attempts.is_empty() {
+        return Ok(Vec::new());
+    }
     let backend = db.backend();
+    let now = db::now();
+    let mut ids: Vec<Uuid> = attempts.iter().map(|a| a.claim.delivery_id).collect();
+    ids.sort();
+    ids.dedup();
+    let id_values = || ids.iter().map(|id| Value::from(*id)).collect::<Vec<_>>();
+    let id_list = Db::placeholders(1, ids.len());
+
     let txn = db.begin_read_committed().await?;
     txn.execute_raw(Statement::from_sql_and_values(
         backend,
-        format!("{LOCK_DELIVERY}{}", db.lock_rows()),
-        [claim.delivery_id.into()],
+        format!(
+            "{}{}",
+            LOCK_DELIVERIES.replace("{ids}", &id_list),
+            db.lock_rows()
+        ),
+        id_values(),
     ))
     .await?;
-    if let Some(existing) = txn
-        .query_one_raw(Statement::from_sql_and_values(
+    let mut highest: HashMap<Uuid, i32> = HashMap::new();
+    let mut already: HashMap<Uuid, (i32, bool)> = HashMap::new();
+    for row in txn
+        .query_all_raw(Statement::from_sql_and_values(
             backend,
-            ATTEMPT_OF_CLAIM,
-            [claim.delivery_id.into(), claim.claim_token.into()],
+            RECORDED_ATTEMPTS.replace("{ids}", &id_list),
+            id_values(),
         ))
         .await?
     {
-        let superseded: bool = existing.try_get("", "superseded")?;
+        let delivery: Uuid = row.try_get("", "delivery_id")?;
+        let token: Uuid = row.try_get("", "claim_token")?;
+        let number: i32 = row.try_get("", "number")?;
+        let superseded: bool = row.try_get("", "superseded")?;
+        let top = highest.entry(delivery).or_default();
+        *top = (*top).max(number);
+        already.insert(token, (number, superseded));
+    }
+
+    // Attempts not yet recorded, with their transitions and lifetime numbers.
+    let mut fresh = Vec::new();
+    for (index, attempt) in attempts.iter().enumerate() {
+        if already.contains_key(&attempt.claim.claim_token) {
+            continue;
+        }
+        let (state, next_at) = attempt.transition()?;
+        let top = highest.entry(attempt.claim.delivery_id).or_default();
+        *top += 1;
+        fresh.push((index, *top, state, next_at));
+    }
+
+    let mut applied: Vec<Uuid> = Vec::new();
+    if !fresh.is_empty() {
+        let mut values = Vec::with_capacity(fresh.len() * 6);
+        let rows: Vec<String> = fresh
+            .iter()
+            .enumerate()
+            .map(|(n, (index, _, state, next_at))| {
+                let attempt = &attempts[*index];
+                values.extend([
+                    Value::from(attempt.claim.delivery_id),
+                    Value::from(attempt.claim.claim_token),
+                    Value::from(state.as_str()),
+                    Value::from(*next_at),
+                    Value::from(attempt.outcome.error.clone()),
+                    Value::from(now),
+                ]);
+                format!("({})", Db::placeholders(n * 6 + 1, 6))
+            })
+            .collect();
+        let sql = FENCED_TRANSITIONS.replace("{rows}", &rows.join(", "));
+        for row in txn
+            .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await?
+        {
+            applied.push(row.try_get("", "id")?);
+        }
+        // Each delivery appears once per batch, so a returned id names the claim that held.
+        let holds = |claim: &Claim| applied.contains(&claim.delivery_id);
+
+        let mut values = Vec::with_capacity(fresh.len() * 10);
+        let rows: Vec<String> = fresh
+            .iter()
+            .enumerate()
+            .map(|(n, (index, number, ..))| {
+                let attempt = &attempts[*index];
+                let outcome = &attempt.outcome;
+                values.extend([
+                    Value::from(Uuid::now_v7()),
+                    Value::from(attempt.claim.delivery_id),
+                    Value::from(*number),
+                    Value::from(attempt.claim.claim_token),
+                    Value::from(attempt.started_at),
+                    Value::from(attempt.finished_at),
+                    Value::from(outcome.status.map(i32::from)),
+                    Value::from(outcome.error.clone()),
+                    Value::from(Some(
+                        i32::try_from(outcome.duration.as_millis()).unwrap_or(i32::MAX),
+                    )),
+                    Value::from(!holds(&attempt.claim)),
+                ]);
+                format!("({})", Db::placeholders(n * 10 + 1, 10))
+            })
+            .collect();
+        let sql = INSERT_ATTEMPTS.replace("{rows}", &rows.join(", "));
+        txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await?;
+
+        let changes = fresh
+            .iter()
+            .filter(|(index, ..)| holds(&attempts[*index].claim))
+            .map(|(index, _, state, _)| StateChange {
+                delivery_id: attempts[*index].claim.delivery_id,
+                endpoint_id: attempts[*index].claim.endpoint_id,
+                previous_state: Some(DeliveryState::Processing),
+                state: *state,
+                at: attempts[*index].finished_at,
+            })
+            .collect();
+        let staged = events.stage(&txn, changes).await?;
         txn.commit().await?;
-        return Ok(Recorded {
-            number: existing.try_get("", "number")?,
-            new_state: (!superseded).then_some(new_state),
-            next_attempt_at: if superseded { None } else { next_attempt_at },
-        });
+        staged.committed();
+
+        let mut results: Vec<Option<Recorded>> = vec![None; attempts.len()];
+        for (index, number, state, next_at) in &fresh {
+            let held = holds(&attempts[*index].claim);
+            results[*index] = Some(Recorded {
+                number: *number,
+                new_state: held.then_some(*state),
+                next_attempt_at: if held { *next_at } else { None },
+            });
+        }
+        return finish(attempts, results, &already);
     }
-    let number: i32 = txn
-        .query_one_raw(Statement::from_sql_and_values(
-            backend,
-            NEXT_ATTEMPT_NUMBER,
-            [claim.delivery_id.into()],
-        ))
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound("next attempt number".into()))?
-        .try_get("", "next")?;
-    let transition = txn
-        .execute_raw(Statement::from_sql_and_values(
-            backend,
-            FENCED_TRANSITION,
-            [
-                claim.delivery_id.into(),
-                claim.claim_token.into(),
-                new_state.as_str().into(),
-                next_attempt_at.into(),
-                attempt.outcome.error.clone().into(),
-                db::now().into(),
-            ],
-        ))
-        .await?;
-    let superseded = transition.rows_affected() == 0;
-    delivery_attempt::ActiveModel {
-        id: Set(Uuid::now_v7()),
-        delivery_id: Set(claim.delivery_id),
-        number: Set(number),
-        claim_token: Set(claim.claim_token),
-        started_at: Set(attempt.started_at),
-        finished_at: Set(attempt.finished_at),
-        status_code: Set(attempt.outcome.status.map(i32::from)),
-        error: Set(attempt.outcome.error.clone()),
-        duration_ms: Set(Some(
-            i32::try_from(attempt.outcome.duration.as_millis()).unwrap_or(i32::MAX),
-        )),
-        superseded: Set(superseded),
-    }
-    .insert(&txn)
-    .await?;
-    let changes = if superseded {
-        Vec::new()
-    } else {
-        vec![StateChange {
-            delivery_id: claim.delivery_id,
-            endpoint_id: claim.endpoint_id,
-            previous_state: Some(DeliveryState::Processing),
-            state: new_state,
-            at: attempt.finished_at,
-        }]
-    };
-    let staged = events.stage(&txn, changes).await?;
     txn.commit().await?;
-    staged.committed();
-    Ok(Recorded {
-        number,
-        new_state: (!superseded).then_some(new_state),
-        next_attempt_at: if superseded { None } else { next_attempt_at },
-    })
+    finish(attempts, vec![None; attempts.len()], &already)
+}
+
+/// Fills in the results of attempts that an earlier try of this batch already recorded.
+fn finish(
+    attempts: &[FinishedAttempt],
+    mut results: Vec<Option<Recorded>>,
+    already: &HashMap<Uuid, (i32, bool)>,
+) -> Result<Vec<Recorded>, DbErr> {
+    attempts
+        .iter()
+        .zip(results.iter_mut())
+        .map(|(attempt, result)| match result.take() {
+            Some(recorded) => Ok(recorded),
+            None => {
+                let (number, superseded) = already
+                    .get(&attempt.claim.claim_token)
+                    .copied()
+                    .ok_or_else(|| {
+                        DbErr::Custom("an attempt was neither new nor recorded".into())
+                    })?;
+                let (state, next_at) = attempt.transition()?;
+                Ok(Recorded {
+                    number,
+                    new_state: (!superseded).then_some(state),
+                    next_attempt_at: if superseded { None } else { next_at },
+                })
+            }
+        })
+        .collect()
 }

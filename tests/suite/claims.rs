@@ -91,8 +91,8 @@ async fn record_result(
         pool,
         &events_for(pool),
         &FinishedAttempt {
-            claim,
-            outcome: &outcome,
+            claim: claim.clone(),
+            outcome,
             step,
             started_at: now,
             finished_at: now,
@@ -341,7 +341,81 @@ async fn recording_is_idempotent_per_claim(backend: Backend) {
     assert_eq!(attempts(&pool, ids[0]).await.len(), 1);
 }
 
+/// One batch records many outcomes, each fenced by its own token: two claims on one delivery
+/// (the older superseded) and a third delivery, in one call.
+async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 2).await;
+    let pool = db.connect(1).await;
+    let events = events_for(&pool);
+    let mut first = claim_due(&pool, &events, 2, SHORT_LEASE)
+        .await
+        .expect("claim");
+    first.sort_by_key(|c| c.delivery_id);
+    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+    let mut second = claim_due(&pool, &events, 1, LONG_LEASE)
+        .await
+        .expect("reclaim");
+    let newer = second.pop().expect("one reclaimed");
+    let older = first
+        .iter()
+        .find(|c| c.delivery_id == newer.delivery_id)
+        .expect("same delivery")
+        .clone();
+    let other = first
+        .iter()
+        .find(|c| c.delivery_id != newer.delivery_id)
+        .expect("the other")
+        .clone();
+    let now = courier::db::now();
+    let finished = |claim: &Claim, ok: bool| FinishedAttempt {
+        claim: claim.clone(),
+        outcome: outcome(ok),
+        step: if ok {
+            NextStep::Delivered
+        } else {
+            NextStep::Failed
+        },
+        started_at: now,
+        finished_at: now,
+    };
+    let batch = [
+        finished(&older, true),
+        finished(&other, false),
+        finished(&newer, true),
+    ];
+    let recorded = courier::worker::record::record_batch(&pool, &events, &batch)
+        .await
+        .expect("record");
+    assert_eq!(
+        recorded[0].new_state, None,
+        "the older claim was superseded"
+    );
+    assert_eq!(
+        recorded[1].new_state,
+        Some(DeliveryState::Failed),
+        "an expired claim that nobody retook still holds"
+    );
+    assert_eq!(recorded[2].new_state, Some(DeliveryState::Delivered));
+    assert_eq!(
+        delivery(&pool, newer.delivery_id).await.state,
+        DeliveryState::Delivered
+    );
+    let numbers: Vec<(i32, bool)> = attempts(&pool, newer.delivery_id)
+        .await
+        .iter()
+        .map(|a| (a.number, a.superseded))
+        .collect();
+    assert_eq!(numbers, vec![(1, true), (2, false)]);
+    assert_eq!(
+        delivery(&pool, other.delivery_id).await.state,
+        DeliveryState::Failed
+    );
+    assert_eq!(ids.len(), 2);
+}
+
 on_both_backends!(
+    a_batch_records_each_outcome_under_its_own_fence,
     recording_is_idempotent_per_claim,
     concurrent_claims_partition_the_work,
     an_expired_lease_is_reclaimed_exactly_once,
