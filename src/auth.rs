@@ -146,8 +146,13 @@ pub async fn authenticate(db: &Db, authorization: Option<&str>) -> Result<Identi
     let token = authorization
         .and_then(bearer_token)
         .ok_or(Error::Unauthenticated)?;
+    authenticate_hash(db, &hash_token(token)).await
+}
+
+/// Resolves a token hash to the caller of a live (unrevoked) key.
+pub async fn authenticate_hash(db: &Db, token_hash: &str) -> Result<Identity> {
     let key = api_key::Entity::find()
-        .filter(api_key::Column::TokenHash.eq(hash_token(token)))
+        .filter(api_key::Column::TokenHash.eq(token_hash))
         .filter(api_key::Column::RevokedAt.is_null())
         .one(db.conn())
         .await?
@@ -175,7 +180,7 @@ fn identity_of(key: api_key::Model) -> Result<Identity> {
 }
 
 /// Extracts the token from `Bearer <token>` (scheme matched case-insensitively).
-fn bearer_token(header: &str) -> Option<&str> {
+pub fn bearer_token(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)

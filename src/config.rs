@@ -108,7 +108,7 @@ pub struct ServeArgs {
     pub bind: SocketAddr,
 
     /// Deliveries in flight per process; 0 runs the API only, with no worker.
-    #[arg(long, env = "COURIER_WORKER_CONCURRENCY", default_value_t = 16)]
+    #[arg(long, env = "COURIER_WORKER_CONCURRENCY", default_value_t = 64)]
     pub worker_concurrency: u32,
 
     /// How long a claim is held before another worker may reclaim the delivery.
@@ -154,6 +154,11 @@ pub struct ServeArgs {
     /// Largest accepted HTTP request body, in bytes.
     #[arg(long, env = "COURIER_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
+
+    /// How long an authenticated API key is remembered, in milliseconds (0: look it up on
+    /// every request). A revoked key keeps working for at most this long.
+    #[arg(long, env = "COURIER_AUTH_CACHE_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub auth_cache_ms: u64,
 
     /// On SIGTERM, how long in-flight deliveries may run before the process exits.
     #[arg(long, env = "COURIER_SHUTDOWN_GRACE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3_600))]

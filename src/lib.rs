@@ -37,6 +37,7 @@ pub mod destination;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod key_cache;
 pub mod listener;
 pub mod metrics;
 pub mod schema;

@@ -8,11 +8,13 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ServeArgs;
 use crate::db::Db;
 use crate::events::Events;
+use crate::key_cache::KeyCache;
 use crate::metrics::Metrics;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
 use crate::service::rate_limit::RateLimiter;
 use crate::service::submissions::Submissions;
+use crate::service::submit_batcher::SubmitBatcher;
 use crate::wake::Wakeup;
 
 /// Everything a request or a background task needs, shared by reference count.
@@ -30,6 +32,8 @@ pub struct AppState {
     pub wakeup: Wakeup,
     /// Delivery state changes, for subscribers.
     pub events: Events,
+    /// Recently authenticated API keys.
+    pub keys: Arc<KeyCache>,
     /// Endpoint operations.
     pub endpoints: Endpoints,
     /// Submission operations.
@@ -54,13 +58,14 @@ impl AppState {
             metrics.clone(),
         );
         AppState {
+            keys: Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms))),
             endpoints: Endpoints::new(db.clone(), config.allow_private_destinations),
             submissions: Submissions::new(
                 db.clone(),
                 submit_rate_limiter.clone(),
                 config.max_payload_bytes,
                 wakeup.clone(),
-                events.clone(),
+                SubmitBatcher::start(db.clone(), events.clone()),
                 metrics.clone(),
             ),
             deliveries: Deliveries::new(

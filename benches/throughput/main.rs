@@ -4,7 +4,9 @@
 //!
 //! Run: `cargo bench --bench throughput` (PostgreSQL at `TEST_DATABASE_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/postgres`). Tunables: `BENCH_PENDING` (5000),
-//! `BENCH_SECONDS` (10), `BENCH_CONNECTIONS` (32), `BENCH_LATENCY_SAMPLES` (100).
+//! `BENCH_SECONDS` (10), `BENCH_CONNECTIONS` (32), `BENCH_LATENCY_SAMPLES` (100),
+//! `BENCH_WORKER_CONCURRENCY` (128, the drain process's `COURIER_WORKER_CONCURRENCY`);
+//! `BENCH_SUBMIT_ONLY=1` measures pgbench and then submit three times, nothing else.
 //! Results are printed and written to `target/courier-bench.json`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -25,8 +27,16 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 #[tokio::main]
 async fn main() {
-    let server = std::env::var("TEST_DATABASE_URL")
+    let mut server = std::env::var("TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    // pgbench and Courier connect alike; on loopback, without TLS unless the URL says otherwise.
+    if !server.contains("sslmode=") {
+        server.push_str(if server.contains('?') {
+            "&sslmode=disable"
+        } else {
+            "?sslmode=disable"
+        });
+    }
     let seconds = env_or("BENCH_SECONDS", 10u64);
     let pending = env_or("BENCH_PENDING", 5_000usize);
     let connections = env_or("BENCH_CONNECTIONS", 32usize);
@@ -36,6 +46,20 @@ async fn main() {
     println!("machine: {} cores, {}", num_cpus(), memory());
     let pgbench_tps = pgbench::tps(&server, Duration::from_secs(seconds)).await;
     println!("pgbench -N -c 8 -j 2: {pgbench_tps:.0} TPS");
+
+    if std::env::var("BENCH_SUBMIT_ONLY").is_ok() {
+        for _ in 0..3 {
+            let submit =
+                workloads::submit_throughput(&server, connections, Duration::from_secs(seconds))
+                    .await;
+            println!(
+                "submit: {:.0}/s ({:.2}x pgbench)",
+                submit.per_second,
+                submit.per_second / pgbench_tps
+            );
+        }
+        return;
+    }
 
     let submit =
         workloads::submit_throughput(&server, connections, Duration::from_secs(seconds)).await;

@@ -11,9 +11,9 @@ use serde::Deserialize;
 
 use super::negotiate::{self, MediaType};
 use super::HttpState;
-use crate::auth::{self, Identity};
+use crate::auth::Identity;
 use crate::error::{error_chain, Error};
-use crate::schema::Loaders;
+use crate::schema::loaders::RequestLoaders;
 
 /// The body of a GraphQL POST: `query` is required, `variables` must be an object.
 #[derive(Debug, Deserialize)]
@@ -129,12 +129,16 @@ async fn authenticate(state: &HttpState, headers: &HeaderMap) -> Result<Identity
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
-    auth::authenticate(&state.app.db, authorization).await
+    state
+        .app
+        .keys
+        .authenticate(&state.app.db, authorization)
+        .await
 }
 
 async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Request) -> Response {
     // A caching set of loaders for this request alone (see `schema::loaders`).
-    let request = request.data(Loaders::new(&state.app, true));
+    let request = request.data(RequestLoaders::default());
     let mut response = state.schema.execute(request).await;
     // Parse and validation failures (and the depth/complexity limits) never reach a resolver:
     // they come back with no data and no error path. Such a request could not be executed.

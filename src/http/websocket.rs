@@ -9,7 +9,6 @@ use axum::http::{header, HeaderMap};
 use axum::response::Response;
 
 use super::HttpState;
-use crate::auth;
 use crate::schema::ApiError;
 
 /// How long a new WebSocket may take to send an accepted `connection_init`.
@@ -32,12 +31,14 @@ pub async fn upgrade(
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
         .on_upgrade(move |socket| async move {
             let db = state.app.db.clone();
+            let keys = state.app.keys.clone();
             let shutdown = state.app.shutdown.clone();
             let (initialised, init_done) = tokio::sync::oneshot::channel::<()>();
             let session = GraphQLWebSocket::new(socket, state.schema.clone(), protocol)
                 .on_connection_init(move |payload| async move {
                     let authorization = authorization_of(&payload).or(upgrade_authorization);
-                    let identity = auth::authenticate(&db, authorization.as_deref())
+                    let identity = keys
+                        .authenticate(&db, authorization.as_deref())
                         .await
                         .map_err(|err| async_graphql::Error::from(ApiError::from(err)))?;
                     let _ = initialised.send(());

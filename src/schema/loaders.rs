@@ -21,6 +21,18 @@ const BATCH_WINDOW: Duration = Duration::from_millis(1);
 
 type Cached<T> = DataLoader<T, HashMapCache>;
 
+/// One request's caching loaders, built the first time a resolver needs them (most
+/// mutations never do).
+#[derive(Default)]
+pub struct RequestLoaders(std::sync::OnceLock<Loaders>);
+
+impl RequestLoaders {
+    /// The loaders, built on first use.
+    pub fn get(&self, state: &AppState) -> &Loaders {
+        self.0.get_or_init(|| Loaders::new(state, true))
+    }
+}
+
 /// Every loader.
 pub struct Loaders {
     /// Endpoints by id.

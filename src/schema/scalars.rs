@@ -22,6 +22,9 @@ pub fn state<'a>(ctx: &Context<'a>) -> Result<&'a AppState, Error> {
 
 /// The DataLoaders given to the schema.
 pub fn loaders<'a>(ctx: &Context<'a>) -> Result<&'a super::loaders::Loaders, Error> {
+    if let Some(per_request) = ctx.data_opt::<super::loaders::RequestLoaders>() {
+        return Ok(per_request.get(state(ctx)?));
+    }
     ctx.data_opt::<super::loaders::Loaders>()
         .ok_or(Error::Database(sea_orm::DbErr::Custom(
             "schema built without loaders".into(),

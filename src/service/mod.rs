@@ -7,3 +7,4 @@ pub mod pagination;
 pub mod rate_limit;
 pub mod submission_store;
 pub mod submissions;
+pub mod submit_batcher;

@@ -40,13 +40,21 @@ pub struct NewRows {
     pub delivery_id: Uuid,
 }
 
-/// Stores the submission and its `pending` delivery, due now, and publishes the creation.
-/// `Ok(None)`: the endpoint does not exist or is disabled, and nothing was written.
-pub async fn store(
-    db: &Db,
-    events: &Events,
-    rows: NewRows,
-) -> Result<Option<(submission::Model, webhook_delivery::Model)>, DbErr> {
+/// What storing produces: the submission and its delivery as written.
+pub type Stored = Option<(submission::Model, webhook_delivery::Model)>;
+
+/// The rows of a submission ready to write, and the event announcing them.
+pub struct Prepared {
+    /// The submission row.
+    pub submission: submission::Model,
+    /// The delivery row: `pending`, due now.
+    pub delivery: webhook_delivery::Model,
+    /// `previousState: null` -> `PENDING`.
+    pub created: StateChange,
+}
+
+/// Builds the rows to write for `rows`.
+pub fn prepare(rows: NewRows) -> Prepared {
     let submission = rows.submission;
     let now = submission.created_at;
     let delivery = webhook_delivery::Model {
@@ -69,6 +77,22 @@ pub async fn store(
         state: DeliveryState::Pending,
         at: now,
     };
+    Prepared {
+        submission,
+        delivery,
+        created,
+    }
+}
+
+/// Stores the submission and its `pending` delivery, due now, and publishes the creation.
+/// `Ok(None)`: the endpoint does not exist or is disabled, and nothing was written.
+pub async fn store(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, DbErr> {
+    let Prepared {
+        submission,
+        delivery,
+        created,
+    } = prepare(rows);
+    let now = submission.created_at;
     match db.backend() {
         DbBackend::Postgres => {
             let stored = db

@@ -11,11 +11,11 @@ use uuid::Uuid;
 use crate::auth::Identity;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
-use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::service::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
-use crate::service::submission_store::{storable, store, NewRows};
+use crate::service::submission_store::{storable, NewRows};
+use crate::service::submit_batcher::SubmitBatcher;
 use crate::wake::Wakeup;
 
 /// Longest idempotency key, in characters.
@@ -50,7 +50,7 @@ pub struct Submissions {
     rate_limiter: RateLimiter,
     max_payload_bytes: usize,
     wakeup: Wakeup,
-    events: Events,
+    writer: SubmitBatcher,
     metrics: Arc<Metrics>,
 }
 
@@ -61,7 +61,7 @@ impl Submissions {
         rate_limiter: RateLimiter,
         max_payload_bytes: usize,
         wakeup: Wakeup,
-        events: Events,
+        writer: SubmitBatcher,
         metrics: Arc<Metrics>,
     ) -> Self {
         Submissions {
@@ -69,7 +69,7 @@ impl Submissions {
             rate_limiter,
             max_payload_bytes,
             wakeup,
-            events,
+            writer,
             metrics,
         }
     }
@@ -82,7 +82,7 @@ impl Submissions {
     /// transaction is rolled back (submission and delivery go together) and the winner
     /// is read afresh, outside the failed transaction's snapshot, so this stays correct
     /// at REPEATABLE READ.
-    #[tracing::instrument(skip_all, fields(endpoint_id = %input.endpoint_id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(endpoint_id = %input.endpoint_id))]
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
         caller.require_access(input.endpoint_id)?;
         let key = validate_key(input.idempotency_key)?;
@@ -125,10 +125,7 @@ impl Submissions {
             },
             delivery_id: Uuid::now_v7(),
         };
-        match store(&self.db, &self.events, rows)
-            .await
-            .map_err(Error::from)
-        {
+        match self.writer.store(rows).await.map_err(Error::from) {
             Ok(Some((submission, delivery))) => {
                 self.metrics.submission("created");
                 self.wakeup.hint();

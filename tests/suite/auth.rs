@@ -143,7 +143,8 @@ async fn tokens_are_stored_only_as_hashes(backend: Backend) {
 
 async fn revoked_keys_authenticate_nothing(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let app = TestApp::spawn(&db).await;
+    // Keys are remembered briefly; a revoked key stops working once that has passed.
+    let app = TestApp::spawn_with(&db, |config| config.auth_cache_ms = 300).await;
     let token = app.admin_token().await;
     let ok = app
         .graphql(&token, "{ endpoints { edges { cursor } } }", json!({}))
@@ -155,6 +156,7 @@ async fn revoked_keys_authenticate_nothing(backend: Backend) {
         .execute_unprepared("UPDATE api_keys SET revoked_at = created_at")
         .await
         .expect("revoke");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let refused = app
         .graphql(&token, "{ endpoints { edges { cursor } } }", json!({}))
         .await;
@@ -162,6 +164,14 @@ async fn revoked_keys_authenticate_nothing(backend: Backend) {
         gql_error_code(&refused),
         Some("UNAUTHENTICATED"),
         "{refused}"
+    );
+    let fresh = app.admin_token().await;
+    let works = app
+        .graphql(&fresh, "{ endpoints { edges { cursor } } }", json!({}))
+        .await;
+    assert!(
+        works.get("errors").is_none(),
+        "a new key works at once: {works}"
     );
 }
 

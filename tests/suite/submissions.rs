@@ -388,3 +388,71 @@ async fn idempotency_holds_at_repeatable_read() {
     );
     assert_eq!(row_counts(&apps[0]).await, (1, 1));
 }
+
+/// Submissions arriving together are written together on PostgreSQL; each caller still gets
+/// its own answer: stored, unknown endpoint, disabled endpoint, or the idempotent winner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn submissions_written_together_get_their_own_answers() {
+    const EACH: usize = 12;
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (open, _) = app
+        .create_endpoint(&admin, "https://example.com/open")
+        .await;
+    let (closed, _) = app
+        .create_endpoint(&admin, "https://example.com/closed")
+        .await;
+    app.graphql(
+        &admin,
+        "mutation($id: ID!) { updateEndpoint(id: $id, input: {disabled: true}) { secret } }",
+        json!({ "id": closed }),
+    )
+    .await;
+    let unknown = uuid::Uuid::now_v7().to_string();
+
+    let barrier = Arc::new(Barrier::new(EACH * 4));
+    let calls = (0..EACH * 4).map(|i| {
+        let (app, admin, barrier) = (&app, admin.clone(), barrier.clone());
+        let (endpoint, key) = match i % 4 {
+            0 => (open.clone(), None),
+            1 => (closed.clone(), None),
+            2 => (unknown.clone(), None),
+            _ => (open.clone(), Some("shared".to_owned())),
+        };
+        async move {
+            barrier.wait().await;
+            (
+                i % 4,
+                submit(
+                    app,
+                    &admin,
+                    &endpoint,
+                    json!({ "same": true }),
+                    key.as_deref(),
+                )
+                .await,
+            )
+        }
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    let mut shared_ids = std::collections::HashSet::new();
+    for (kind, answer) in &answers {
+        match kind {
+            0 => assert_eq!(answer["data"]["submit"]["created"], true, "{answer}"),
+            1 => assert_eq!(gql_error_code(answer), Some("BAD_USER_INPUT"), "{answer}"),
+            2 => assert_eq!(gql_error_code(answer), Some("NOT_FOUND"), "{answer}"),
+            _ => {
+                assert!(answer.get("errors").is_none(), "{answer}");
+                shared_ids.insert(answer["data"]["submit"]["submission"]["id"].clone());
+            }
+        }
+    }
+    assert_eq!(shared_ids.len(), 1, "one submission for the shared key");
+    let created = answers
+        .iter()
+        .filter(|(k, a)| *k == 3 && a["data"]["submit"]["created"] == true)
+        .count();
+    assert_eq!(created, 1);
+    assert_eq!(row_counts(&app).await, (EACH as u64 + 1, EACH as u64 + 1));
+}
