@@ -96,7 +96,7 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
             }
             continue;
         }
-        let batch: Vec<Job> = jobs.drain(..).collect();
+        let batch: Vec<Job> = std::mem::take(&mut jobs);
         let prepared: Vec<Prepared> = batch.iter().map(|job| prepare(job.rows.clone())).collect();
         match store_many(&db, &prepared).await {
             Ok(stored) => {
