@@ -88,6 +88,10 @@ pub struct Events {
     sender: broadcast::Sender<EventMessage>,
     backend: DbBackend,
     metrics: Arc<Metrics>,
+    /// SQLite: held from staging until publishing, so this process publishes in commit order.
+    order: Arc<tokio::sync::Mutex<()>>,
+    /// Whether changes from every process reach this one (PostgreSQL: while `LISTEN` holds).
+    live: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Changes staged in a transaction; hand them back with [`Staged::committed`] after the commit.
@@ -95,6 +99,7 @@ pub struct Events {
 pub struct Staged {
     events: Events,
     changes: Vec<StateChange>,
+    _in_order: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl Staged {
@@ -113,10 +118,13 @@ impl Events {
     /// Events for a database of `backend`.
     pub fn new(backend: DbBackend, metrics: Arc<Metrics>) -> Self {
         let (sender, _) = broadcast::channel(BUFFER);
+        let (live, _) = tokio::sync::watch::channel(backend != DbBackend::Postgres);
         Events {
             sender,
             backend,
             metrics,
+            order: Arc::new(tokio::sync::Mutex::new(())),
+            live: Arc::new(live),
         }
     }
 
@@ -128,6 +136,10 @@ impl Events {
     /// Stages `changes` inside the transaction `txn`. On PostgreSQL this queues one
     /// `NOTIFY` per change, which the server delivers only if and when `txn` commits,
     /// in commit order: the order every subscriber sees.
+    ///
+    /// On SQLite the in-process publish must follow commit order: the write transaction
+    /// (`BEGIN IMMEDIATE`) already serialises writers, and a lock taken here and released
+    /// by [`Staged::committed`] keeps their publishing in the same order.
     pub async fn stage<C: ConnectionTrait>(
         &self,
         txn: &C,
@@ -145,10 +157,28 @@ impl Events {
             ))
             .await?;
         }
+        let in_order = match self.backend {
+            DbBackend::Postgres => None,
+            _ => Some(self.order.clone().lock_owned().await),
+        };
         Ok(Staged {
             events: self.clone(),
             changes,
+            _in_order: in_order,
         })
+    }
+
+    /// Records whether changes from every process reach this one (the listener's state).
+    pub fn set_live(&self, live: bool) {
+        self.live.send_replace(live);
+    }
+
+    /// Waits until changes from every process reach this one, up to `timeout`.
+    pub async fn wait_live(&self, timeout: std::time::Duration) -> bool {
+        let mut live = self.live.subscribe();
+        tokio::time::timeout(timeout, live.wait_for(|live| *live))
+            .await
+            .is_ok_and(|waited| waited.is_ok())
     }
 
     /// Hands a message to every subscriber of this process.

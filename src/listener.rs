@@ -17,41 +17,15 @@ pub async fn run(db: Db, events: Events, wakeup: Wakeup, shutdown: CancellationT
         return;
     };
     let listen = async {
-        let mut connected_before = false;
         loop {
             match sqlx::postgres::PgListener::connect_with(&pool).await {
                 Ok(mut listener) => match listener.listen(EVENTS_CHANNEL).await {
                     Ok(()) => {
-                        if connected_before {
-                            events.deliver(EventMessage::Gap);
-                        }
-                        connected_before = true;
-                        loop {
-                            match listener.try_recv().await {
-                                Ok(Some(notification)) => {
-                                    match StateChange::from_wire(notification.payload()) {
-                                        Some(change) => {
-                                            if change.state == DeliveryState::Pending {
-                                                wakeup.hint();
-                                            }
-                                            events.deliver(EventMessage::Change(change.into()));
-                                        }
-                                        None => tracing::warn!(
-                                            payload = notification.payload(),
-                                            "ignoring a malformed event"
-                                        ),
-                                    }
-                                }
-                                Ok(None) => {
-                                    tracing::warn!("event listener connection lost; reconnecting");
-                                    break;
-                                }
-                                Err(err) => {
-                                    tracing::warn!(error = %err, "event listener failed; reconnecting");
-                                    break;
-                                }
-                            }
-                        }
+                        events.set_live(true);
+                        receive(&mut listener, &events, &wakeup).await;
+                        // Whatever was published while reconnecting is lost to this process.
+                        events.set_live(false);
+                        events.deliver(EventMessage::Gap);
                     }
                     Err(err) => tracing::warn!(error = %err, "LISTEN failed; retrying"),
                 },
@@ -65,3 +39,47 @@ pub async fn run(db: Db, events: Events, wakeup: Wakeup, shutdown: CancellationT
         () = listen => {}
     }
 }
+
+/// Hands every notification to subscribers until the connection is lost. A quiet
+/// connection is checked every [`LIVENESS_CHECK`], so one silently dropped by the network
+/// is noticed and replaced.
+async fn receive(listener: &mut sqlx::postgres::PgListener, events: &Events, wakeup: &Wakeup) {
+    loop {
+        match tokio::time::timeout(LIVENESS_CHECK, listener.try_recv()).await {
+            Ok(Ok(Some(notification))) => match StateChange::from_wire(notification.payload()) {
+                Some(change) => {
+                    if change.state == DeliveryState::Pending {
+                        wakeup.hint();
+                    }
+                    events.deliver(EventMessage::Change(change.into()));
+                }
+                None => tracing::warn!(
+                    payload = notification.payload(),
+                    "ignoring a malformed event"
+                ),
+            },
+            Ok(Ok(None)) => {
+                tracing::warn!("event listener connection lost; reconnecting");
+                return;
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "event listener failed; reconnecting");
+                return;
+            }
+            Err(_quiet) => {
+                let ping = tokio::time::timeout(
+                    LIVENESS_CHECK,
+                    sqlx::query("SELECT 1").execute(&mut *listener),
+                )
+                .await;
+                if !matches!(ping, Ok(Ok(_))) {
+                    tracing::warn!("event listener stopped answering; reconnecting");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// How long the listener may stay quiet before its connection is checked.
+const LIVENESS_CHECK: Duration = Duration::from_secs(30);

@@ -16,6 +16,9 @@ use crate::error::Error;
 use crate::events::{EventMessage, StateChange};
 use crate::metrics::Metrics;
 
+/// How long a new subscription waits for this process to be listening for changes.
+const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One committed change of a delivery's state.
 pub struct DeliveryStateChange(Arc<StateChange>);
 
@@ -75,6 +78,10 @@ impl DeliverySubscription {
             caller.require_access(endpoint)?;
         }
         let app = state(ctx)?;
+        // Until this process hears every process's changes, a subscription would miss some.
+        if !app.events.wait_live(LIVE_WAIT).await {
+            return Err(ApiError::from(Error::Lagged));
+        }
         let watch = Watch {
             receiver: app.events.subscribe(),
             caller,

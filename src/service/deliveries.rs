@@ -6,7 +6,8 @@ use std::sync::Arc;
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{delivery_attempt, submission};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
+    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    QuerySelect, Statement,
 };
 use uuid::Uuid;
 
@@ -24,7 +25,7 @@ const REPLAY: &str = "\
 UPDATE webhook_deliveries
 SET state = 'pending', cycle_attempts = 0, next_attempt_at = $2, updated_at = $2
 WHERE id = $1 AND state = 'failed'
-RETURNING endpoint_id";
+RETURNING *";
 
 /// Deliveries per state for a set of endpoints.
 const COUNTS: &str = "\
@@ -229,33 +230,29 @@ impl Deliveries {
                 [id.into(), now.into()],
             ))
             .await?;
-        let staged = match replayed {
-            Some(row) => {
-                let change = StateChange {
-                    delivery_id: id,
-                    endpoint_id: row.try_get("", "endpoint_id")?,
-                    previous_state: Some(DeliveryState::Failed),
-                    state: DeliveryState::Pending,
-                    at: now,
-                };
-                Some(self.events.stage(&txn, vec![change]).await?)
-            }
-            None => None,
-        };
-        txn.commit().await?;
-        // Both winner and losers read what the database settled on.
-        let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
-        match staged {
-            Some(staged) => {
-                staged.committed();
-                self.metrics.replays.inc();
-                self.wakeup.hint();
-                tracing::info!("delivery replayed");
-                Ok(current)
-            }
-            None => Err(Error::NotReplayable {
+        let Some(row) = replayed else {
+            txn.commit().await?;
+            // Every loser reads the state the database settled on.
+            let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
+            return Err(Error::NotReplayable {
                 state: current.state.as_str(),
-            }),
-        }
+            });
+        };
+        let replayed = webhook_delivery::Model::from_query_result(&row, "")?;
+        let change = StateChange {
+            delivery_id: id,
+            endpoint_id: replayed.endpoint_id,
+            previous_state: Some(DeliveryState::Failed),
+            state: DeliveryState::Pending,
+            at: now,
+        };
+        let staged = self.events.stage(&txn, vec![change]).await?;
+        txn.commit().await?;
+        staged.committed();
+        self.metrics.replays.inc();
+        self.wakeup.hint();
+        tracing::info!("delivery replayed");
+        // The winner answers with the row its UPDATE wrote.
+        Ok(replayed)
     }
 }

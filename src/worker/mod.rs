@@ -81,7 +81,11 @@ impl Worker {
         let mut in_flight = JoinSet::new();
         tracing::info!(concurrency = this.concurrency, "delivery worker started");
         loop {
-            while in_flight.try_join_next().is_some() {}
+            while let Some(joined) = in_flight.try_join_next() {
+                if let Err(err) = joined {
+                    tracing::error!(error = %err, "a delivery task failed; its delivery will be reclaimed after its lease");
+                }
+            }
             if shutdown.is_cancelled() {
                 break;
             }
@@ -89,6 +93,7 @@ impl Worker {
             if free == 0 {
                 tokio::select! {
                     () = this.state.wakeup.slot_freed() => continue,
+                    () = tokio::time::sleep(poll) => continue,
                     () = shutdown.cancelled() => break,
                 }
             }

@@ -9,7 +9,6 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::record::{record_batch, FinishedAttempt, Recorded};
 use super::schedule::NextStep;
-use crate::db;
 use crate::error::error_chain;
 use crate::state::AppState;
 
@@ -17,6 +16,8 @@ use crate::state::AppState;
 const MAX_BATCH: usize = 128;
 /// Longest pause between tries at writing a batch.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How long a batch is retried before its outcomes are left to be reclaimed.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
 
 /// A finished attempt on its way to the database, holding its worker slot.
 pub struct Finished {
@@ -54,15 +55,17 @@ impl Recorder {
         }
     }
 
-    /// Writes one batch, retrying while the earliest lease in it still holds: past that,
-    /// its results would only be recorded as superseded, and the deliveries will be retried.
+    /// Writes one batch, retrying through database trouble. A result written after its
+    /// lease ran out is still safe (the claim-token fence marks it superseded if another
+    /// worker took over, and applies it if nobody did), so outcomes are not dropped just
+    /// because they are late; only a shutdown or [`GIVE_UP_AFTER`] ends the retries.
     async fn write(&self, batch: &[Finished]) {
         let attempts: Vec<FinishedAttempt> = batch.iter().map(|f| f.attempt.clone()).collect();
-        let Some(lease_ends) = attempts.iter().map(|a| a.claim.lease_expires_at).min() else {
-            return;
-        };
+        let started = std::time::Instant::now();
         let mut backoff = Duration::from_millis(50);
+        let mut tries = 0;
         loop {
+            tries += 1;
             match record_batch(&self.state.db, &self.state.events, &attempts).await {
                 Ok(recorded) => {
                     for (attempt, recorded) in attempts.iter().zip(recorded) {
@@ -71,8 +74,8 @@ impl Recorder {
                     return;
                 }
                 Err(err)
-                    if db::now() + chrono::Duration::from_std(backoff).unwrap_or_default()
-                        < lease_ends =>
+                    if started.elapsed() < GIVE_UP_AFTER
+                        && !(self.state.shutdown.is_cancelled() && tries >= 3) =>
                 {
                     tracing::warn!(error = %error_chain(&err), outcomes = attempts.len(), "recording failed; retrying");
                     tokio::time::sleep(backoff).await;
