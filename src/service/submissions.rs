@@ -125,7 +125,7 @@ impl Submissions {
             },
             delivery_id: Uuid::now_v7(),
         };
-        match self.writer.store(rows).await.map_err(Error::from) {
+        match self.writer.store(rows).await {
             Ok(Some((submission, delivery))) => {
                 self.metrics.submission("created");
                 self.wakeup.hint();

@@ -5,13 +5,14 @@
 //! guarantees per submission, far fewer serialised commits under load, and no waiting
 //! when the service is quiet (a batch is whatever is queued, never a timer).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::db::Db;
+use crate::error::Error;
 use crate::events::{Events, EVENTS_CHANNEL};
 use crate::service::submission_store::{prepare, store, NewRows, Prepared, Stored};
 
@@ -19,8 +20,9 @@ use crate::service::submission_store::{prepare, store, NewRows, Prepared, Stored
 const MAX_BATCH: usize = 64;
 
 /// Many submissions, their deliveries and their `NOTIFY`s in one statement. Rows for
-/// unknown or disabled endpoints are skipped; any constraint violation fails the whole
-/// statement, and then each submission is written on its own to find whose it was.
+/// unknown or disabled endpoints are skipped; a row whose idempotency key is already taken
+/// (by an earlier submission, or by another row of the batch) is skipped too, and its
+/// caller then reads the winner. Every valid row comes back, saying whether it was stored.
 const STORE_MANY: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
             submitted_by, created_at, event) AS (VALUES {rows}),
@@ -30,20 +32,24 @@ valid AS (
     INSERT INTO submissions (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at)
     SELECT submission_id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at
     FROM valid
+    ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id
 ), stored_deliveries AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
-    SELECT delivery_id, submission_id, endpoint_id, 'pending', 0, created_at, created_at, created_at
-    FROM valid
+    SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
+           valid.created_at, valid.created_at, valid.created_at
+    FROM valid JOIN stored_submissions ON stored_submissions.id = valid.submission_id
     RETURNING id
 )
-SELECT stored_deliveries.id, pg_notify($1, valid.event)
-FROM stored_deliveries JOIN valid ON valid.delivery_id = stored_deliveries.id";
+SELECT valid.delivery_id AS id,
+       stored_deliveries.id IS NOT NULL AS stored,
+       CASE WHEN stored_deliveries.id IS NOT NULL THEN pg_notify($1, valid.event) END AS notified
+FROM valid LEFT JOIN stored_deliveries ON stored_deliveries.id = valid.delivery_id";
 
 struct Job {
     rows: NewRows,
-    reply: oneshot::Sender<Result<Stored, DbErr>>,
+    reply: oneshot::Sender<Result<Stored, Error>>,
 }
 
 /// Hands submissions to the group-commit task (PostgreSQL), or stores them directly.
@@ -71,18 +77,19 @@ impl SubmitBatcher {
         SubmitBatcher { db, events, jobs }
     }
 
-    /// Stores one submission (see [`store`]), possibly in a statement with others.
-    pub async fn store(&self, rows: NewRows) -> Result<Stored, DbErr> {
+    /// Stores one submission (see [`store`]), possibly in a statement with others. A taken
+    /// idempotency key is [`Error::UniqueViolation`].
+    pub async fn store(&self, rows: NewRows) -> Result<Stored, Error> {
         let Some(jobs) = &self.jobs else {
-            return store(&self.db, &self.events, rows).await;
+            return Ok(store(&self.db, &self.events, rows).await?);
         };
         let (reply, answer) = oneshot::channel();
         if let Err(mpsc::error::SendError(job)) = jobs.send(Job { rows, reply }).await {
-            return store(&self.db, &self.events, job.rows).await;
+            return Ok(store(&self.db, &self.events, job.rows).await?);
         }
         answer
             .await
-            .map_err(|_| DbErr::Custom("the submission writer stopped".into()))?
+            .map_err(|_| Error::Database(DbErr::Custom("the submission writer stopped".into())))?
     }
 }
 
@@ -91,7 +98,7 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
     while inbox.recv_many(&mut jobs, MAX_BATCH).await > 0 {
         if jobs.len() == 1 {
             if let Some(job) = jobs.pop() {
-                let stored = store(&db, &events, job.rows).await;
+                let stored = store(&db, &events, job.rows).await.map_err(Error::from);
                 let _ = job.reply.send(stored);
             }
             continue;
@@ -99,20 +106,24 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
         let batch: Vec<Job> = std::mem::take(&mut jobs);
         let prepared: Vec<Prepared> = batch.iter().map(|job| prepare(job.rows.clone())).collect();
         match store_many(&db, &prepared).await {
-            Ok(stored) => {
+            Ok(valid) => {
                 for (job, rows) in batch.into_iter().zip(prepared) {
-                    let result = stored
-                        .contains(&rows.delivery.id)
-                        .then_some((rows.submission, rows.delivery));
-                    let _ = job.reply.send(Ok(result));
+                    let result = match valid.get(&rows.delivery.id) {
+                        Some(true) => Ok(Some((rows.submission, rows.delivery))),
+                        Some(false) => Err(Error::UniqueViolation(
+                            "idempotency key already taken".into(),
+                        )),
+                        None => Ok(None),
+                    };
+                    let _ = job.reply.send(result);
                 }
             }
             Err(err) => {
-                // Someone's idempotency key (or something else) failed the statement, and
-                // nothing of it was written: write each on its own to answer each caller.
-                tracing::debug!(error = %err, size = batch.len(), "group write failed; writing one by one");
+                // Nothing of the statement was written: write each submission on its own,
+                // so each caller gets its own answer.
+                tracing::warn!(error = %err, size = batch.len(), "group write failed; writing one by one");
                 for job in batch {
-                    let stored = store(&db, &events, job.rows).await;
+                    let stored = store(&db, &events, job.rows).await.map_err(Error::from);
                     let _ = job.reply.send(stored);
                 }
             }
@@ -120,8 +131,9 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
     }
 }
 
-/// Writes `prepared` in one statement; returns the ids of the deliveries written.
-async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashSet<Uuid>, DbErr> {
+/// Writes `prepared` in one statement. Returns, for each submission whose endpoint is
+/// valid, whether it was stored (false: its idempotency key was taken), by delivery id.
+async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, bool>, DbErr> {
     let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * 9);
     values.push(EVENTS_CHANNEL.into());
     let mut rows = Vec::with_capacity(prepared.len());
@@ -151,6 +163,11 @@ async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashSet<Uuid>, DbE
         .await?;
     stored
         .iter()
-        .map(|row| row.try_get::<Uuid>("", "id"))
+        .map(|row| {
+            Ok((
+                row.try_get::<Uuid>("", "id")?,
+                row.try_get::<bool>("", "stored")?,
+            ))
+        })
         .collect()
 }
