@@ -11,21 +11,31 @@ use uuid::Uuid;
 use crate::db::{self, Db};
 use crate::events::{Events, StateChange};
 
-/// PostgreSQL: one statement. The `MATERIALIZED` CTE picks due rows in due order and
-/// locks them, skipping rows another transaction holds (never waiting on them); the
-/// UPDATE re-checks that each row is still due (the guard) and gives it a fresh token and
-/// lease. A row is claimed only if this UPDATE returned it. A `processing` row's
-/// `next_attempt_at` is its lease expiry, so abandoned work is due again by the same test.
-const CLAIM_POSTGRES: &str = "\
-WITH due AS MATERIALIZED (
-    SELECT d.id, d.state AS previous_state
+/// The due rows, in due order: `pending` and due, or `processing` with an expired lease
+/// (a `processing` row's `next_attempt_at` is its lease expiry), of enabled endpoints.
+/// `$1` is now, `$2` the most to take. One definition, used by both backends below.
+macro_rules! select_due {
+    () => {
+        "SELECT d.id, d.state AS previous_state
     FROM webhook_deliveries d
     JOIN endpoints e ON e.id = d.endpoint_id
     WHERE d.state IN ('pending', 'processing')
       AND d.next_attempt_at <= $1
       AND NOT e.disabled
     ORDER BY d.next_attempt_at
-    LIMIT $2
+    LIMIT $2"
+    };
+}
+
+/// PostgreSQL: one statement. The `MATERIALIZED` CTE picks due rows in due order and
+/// locks them, skipping rows another transaction holds (never waiting on them); the
+/// UPDATE re-checks that each row is still due (the guard) and gives it a fresh token and
+/// lease. A row is claimed only if this UPDATE returned it. A `processing` row's
+/// `next_attempt_at` is its lease expiry, so abandoned work is due again by the same test.
+const CLAIM_POSTGRES: &str = concat!(
+    "WITH due AS MATERIALIZED (\n    ",
+    select_due!(),
+    "
     FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE webhook_deliveries AS w
@@ -39,19 +49,12 @@ WHERE w.id = due.id
   AND w.state IN ('pending', 'processing')
   AND w.next_attempt_at <= $1
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
-          due.previous_state";
+          due.previous_state"
+);
 
 /// SQLite, step 1 (inside `BEGIN IMMEDIATE`, which already excludes other writers):
 /// the due rows, in due order.
-const DUE_SQLITE: &str = "\
-SELECT d.id, d.state AS previous_state
-FROM webhook_deliveries d
-JOIN endpoints e ON e.id = d.endpoint_id
-WHERE d.state IN ('pending', 'processing')
-  AND d.next_attempt_at <= $1
-  AND NOT e.disabled
-ORDER BY d.next_attempt_at
-LIMIT $2";
+const DUE_SQLITE: &str = select_due!();
 
 /// SQLite, step 2: the same guarded UPDATE; `randomblob(16)` is a fresh UUID's bytes.
 const CLAIM_SQLITE: &str = "\
