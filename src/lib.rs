@@ -6,7 +6,8 @@
 //! - [`http`]: routes: `/graphql` (HTTP and WebSocket), `/healthz`, `/readyz`, `/metrics`.
 //! - [`schema`]: GraphQL types and resolvers, one module per domain; no SQL.
 //! - [`service`]: domain operations and their transactions; no GraphQL.
-//! - [`auth`]: API keys, roles and scopes. [`destination`]: which webhook URLs are allowed.
+//! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys.
+//! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets.
 //! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes.
 //! - [`worker`]: claims due deliveries, signs and sends them, records each attempt under
@@ -15,6 +16,7 @@
 //!   published on commit; [`listener`]: the `LISTEN` connection that brings every
 //!   process's changes to this process's subscribers (PostgreSQL).
 //! - [`metrics`], [`telemetry`]: Prometheus metrics and structured logs.
+//! - [`state`]: the cheap-to-clone application state every handler and task shares.
 //!
 //! # How a request flows
 //! HTTP -> [`http`] (media type, body limit, API key) -> [`schema`] resolver ->
@@ -22,11 +24,13 @@
 //! Errors travel back as [`error::Error`] and are mapped once to `extensions.code`.
 //!
 //! # How a delivery flows
-//! `submit` commits a submission and its `pending` delivery together, then hints the
-//! workers. A [`worker`] claims due rows (`FOR UPDATE SKIP LOCKED` plus a guarded UPDATE
+//! `submit` commits a submission, its `pending` delivery and the creation event together
+//! (on PostgreSQL, concurrent submissions share one statement and one commit), which wakes
+//! the workers of every process. A [`worker`] claims due rows (`FOR UPDATE SKIP LOCKED` plus a guarded UPDATE
 //! that sets a fresh claim token and lease), sends each webhook signed per Standard
 //! Webhooks with no transaction open, and records the attempt and the transition
-//! (`delivered`, a retry back to `pending`, or `failed`) only while its token still holds.
+//! (`delivered`, a retry back to `pending`, or `failed`) only while its token still holds,
+//! many outcomes per transaction. Each state change reaches subscribers after its commit.
 
 pub mod app;
 pub mod auth;
