@@ -23,7 +23,11 @@ use crate::wake::Wakeup;
 /// matches wins; every other racer reads the state the database settled on.
 const REPLAY: &str = "\
 UPDATE webhook_deliveries
-SET state = 'pending', cycle_attempts = 0, next_attempt_at = $2, updated_at = $2
+SET state = 'pending', cycle_attempts = 0, updated_at = $2,
+    -- parked (no due time) while its endpoint is disabled
+    next_attempt_at = CASE WHEN EXISTS (
+        SELECT 1 FROM endpoints e WHERE e.id = webhook_deliveries.endpoint_id AND e.disabled
+    ) THEN NULL ELSE $2 END
 WHERE id = $1 AND state = 'failed'
 RETURNING *";
 

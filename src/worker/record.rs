@@ -32,7 +32,10 @@ WITH v (id, token, state, next_at, error, at) AS (VALUES {rows})
 UPDATE webhook_deliveries
 SET state = v.state,
     cycle_attempts = webhook_deliveries.cycle_attempts + 1,
-    next_attempt_at = v.next_at,
+    -- a retry of a disabled endpoint's delivery is parked until the endpoint returns
+    next_attempt_at = CASE WHEN EXISTS (
+        SELECT 1 FROM endpoints e WHERE e.id = webhook_deliveries.endpoint_id AND e.disabled
+    ) THEN NULL ELSE v.next_at END,
     claim_token = NULL,
     claim_expires_at = NULL,
     last_error = v.error,

@@ -415,6 +415,7 @@ async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
 }
 
 on_both_backends!(
+    disabling_an_endpoint_parks_its_deliveries,
     a_batch_records_each_outcome_under_its_own_fence,
     recording_is_idempotent_per_claim,
     concurrent_claims_partition_the_work,
@@ -463,34 +464,115 @@ async fn locked_rows_are_skipped_not_waited_on() {
     );
 }
 
-/// Deliveries of a disabled endpoint stay put.
+/// Deliveries of a disabled endpoint are never claimed, even when only the flag changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_of_disabled_endpoints_are_not_claimed() {
     let db = TestDb::new(Backend::Postgres).await;
     let (app, _ids) = seed(&db, 3).await;
-    app.state
-        .db
-        .conn()
-        .execute_unprepared("UPDATE endpoints SET disabled = true")
+    let events = events_for(&app.state.db);
+    let conn = app.state.db.conn();
+    conn.execute_unprepared("UPDATE endpoints SET disabled = true")
         .await
         .expect("disable");
-    assert!(
-        claim_due(&app.state.db, &events_for(&app.state.db), 10, LONG_LEASE)
-            .await
-            .expect("claim")
-            .is_empty()
-    );
-    app.state
-        .db
-        .conn()
-        .execute_unprepared("UPDATE endpoints SET disabled = false")
+    assert!(claim_due(&app.state.db, &events, 10, LONG_LEASE)
+        .await
+        .expect("claim")
+        .is_empty());
+    conn.execute_unprepared("UPDATE endpoints SET disabled = false")
         .await
         .expect("enable");
     assert_eq!(
-        claim_due(&app.state.db, &events_for(&app.state.db), 10, LONG_LEASE)
+        claim_due(&app.state.db, &events, 10, LONG_LEASE)
             .await
             .expect("claim")
             .len(),
         3
+    );
+}
+
+/// Disabling an endpoint through the API parks its pending deliveries (no due time, out
+/// of the claim index); re-enabling makes them due again.
+async fn disabling_an_endpoint_parks_its_deliveries(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (app, ids) = seed(&db, 3).await;
+    let admin = app.admin_token().await;
+    let endpoint = delivery(&app.state.db, ids[0])
+        .await
+        .endpoint_id
+        .to_string();
+    let toggle = "mutation($id: ID!, $off: Boolean!) { updateEndpoint(id: $id, input: {disabled: $off}) { endpoint { disabled } } }";
+    let read = "query($id: ID!) { delivery(id: $id) { state nextAttemptAt } }";
+
+    app.graphql(
+        &admin,
+        toggle,
+        serde_json::json!({ "id": endpoint, "off": true }),
+    )
+    .await;
+    for id in &ids {
+        let parked = delivery(&app.state.db, *id).await;
+        assert_eq!(
+            (parked.state, parked.next_attempt_at),
+            (DeliveryState::Pending, None)
+        );
+    }
+    let body = app
+        .graphql(
+            &admin,
+            read,
+            serde_json::json!({ "id": ids[0].to_string() }),
+        )
+        .await;
+    assert!(
+        body["data"]["delivery"]["nextAttemptAt"].is_null(),
+        "{body}"
+    );
+    assert_eq!(
+        app.state.deliveries.due_count().await.expect("due"),
+        0,
+        "parked rows are not due"
+    );
+    let events = events_for(&app.state.db);
+    assert!(claim_due(&app.state.db, &events, 10, LONG_LEASE)
+        .await
+        .expect("claim")
+        .is_empty());
+
+    app.graphql(
+        &admin,
+        toggle,
+        serde_json::json!({ "id": endpoint, "off": false }),
+    )
+    .await;
+    let body = app
+        .graphql(
+            &admin,
+            read,
+            serde_json::json!({ "id": ids[0].to_string() }),
+        )
+        .await;
+    assert!(
+        body["data"]["delivery"]["nextAttemptAt"].is_string(),
+        "{body}"
+    );
+    let claims = claim_due(&app.state.db, &events, 10, LONG_LEASE)
+        .await
+        .expect("claim");
+    assert_eq!(claims.len(), 3);
+
+    // A retry scheduled while the endpoint is disabled is parked too.
+    app.graphql(
+        &admin,
+        toggle,
+        serde_json::json!({ "id": endpoint, "off": true }),
+    )
+    .await;
+    let retried = record_result(&app.state.db, &claims[0], false).await;
+    assert_eq!(retried.new_state, Some(DeliveryState::Pending));
+    assert_eq!(
+        delivery(&app.state.db, claims[0].delivery_id)
+            .await
+            .next_attempt_at,
+        None
     );
 }
