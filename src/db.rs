@@ -22,7 +22,6 @@ const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
 pub struct Db {
     conn: DatabaseConnection,
     queries: Counter,
-    pg_pool: Option<sqlx::PgPool>,
     /// One connection of its own for `LISTEN`, so listening never starves queries.
     pg_listen_pool: Option<sqlx::PgPool>,
 }
@@ -46,8 +45,7 @@ impl Db {
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_lazy_with(options);
             Ok(Db::counted(
-                SqlxPostgresConnector::from_sqlx_postgres_pool(pool.clone()),
-                Some(pool),
+                SqlxPostgresConnector::from_sqlx_postgres_pool(pool),
                 Some(listen_pool),
             ))
         } else if url.starts_with("sqlite:") {
@@ -72,7 +70,6 @@ impl Db {
             Ok(Db::counted(
                 SqlxSqliteConnector::from_sqlx_sqlite_pool(pool),
                 None,
-                None,
             ))
         } else {
             Err(DbErr::Custom(format!(
@@ -82,11 +79,7 @@ impl Db {
         }
     }
 
-    fn counted(
-        mut conn: DatabaseConnection,
-        pg_pool: Option<sqlx::PgPool>,
-        pg_listen_pool: Option<sqlx::PgPool>,
-    ) -> Self {
+    fn counted(mut conn: DatabaseConnection, pg_listen_pool: Option<sqlx::PgPool>) -> Self {
         let queries = Counter::default();
         let counter = queries.clone();
         conn.set_metric_callback(move |_| {
@@ -95,7 +88,6 @@ impl Db {
         Db {
             conn,
             queries,
-            pg_pool,
             pg_listen_pool,
         }
     }
@@ -108,11 +100,6 @@ impl Db {
     /// The SeaORM connection.
     pub fn conn(&self) -> &DatabaseConnection {
         &self.conn
-    }
-
-    /// The underlying PostgreSQL pool, when on PostgreSQL.
-    pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
-        self.pg_pool.as_ref()
     }
 
     /// A one-connection PostgreSQL pool reserved for `LISTEN`, when on PostgreSQL.

@@ -1,7 +1,7 @@
 //! GraphQL for deliveries: the `Delivery` and `DeliveryAttempt` types, `delivery`,
 //! `deliveries` and `replayDelivery`.
 
-use async_graphql::connection::{Connection, Edge};
+use async_graphql::connection::Connection;
 use async_graphql::{Context, Enum, InputObject, Object, ID};
 use chrono::{DateTime, Utc};
 use entity::delivery_attempt;
@@ -10,10 +10,10 @@ use entity::webhook_delivery::{self, DeliveryState as StoredState};
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::loaders::Selected;
-use super::scalars::{caller, loaders, missing, parse_id, state};
+use super::scalars::{caller, loaders, missing, parse_id, relay_page, state};
 use super::submission::Submission;
 use crate::service::deliveries::DeliveryFilter as Filter;
-use crate::service::pagination::{encode_cursor, PageRequest};
+use crate::service::pagination::PageRequest;
 
 /// Where a delivery stands.
 #[derive(Enum, Copy, Clone, Debug, Eq, PartialEq)]
@@ -196,13 +196,7 @@ impl DeliveryQuery {
         loaders(ctx)?
             .prime_deliveries(&page.items, &Selected::of_delivery_nodes(ctx))
             .await?;
-        let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
-        connection.edges.extend(
-            page.items
-                .into_iter()
-                .map(|row| Edge::new(encode_cursor(row.id), Delivery(row))),
-        );
-        Ok(connection)
+        Ok(relay_page(page, &request, |row| row.id, Delivery))
     }
 }
 

@@ -1,15 +1,15 @@
 //! GraphQL for endpoints: the `Endpoint` type, its queries and its mutations.
 
-use async_graphql::connection::{Connection, Edge};
+use async_graphql::connection::Connection;
 use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 use entity::endpoint;
 
 use super::error::ApiResult;
 use super::loaders::Selected;
-use super::scalars::{caller, loaders, parse_id, state};
+use super::scalars::{caller, loaders, parse_id, relay_page, state};
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
-use crate::service::pagination::{encode_cursor, PageRequest};
+use crate::service::pagination::PageRequest;
 
 /// A webhook destination (wraps the stored row).
 pub struct Endpoint(pub endpoint::Model);
@@ -139,13 +139,7 @@ impl EndpointQuery {
             let ids = page.items.iter().map(|row| row.id);
             loaders(ctx)?.counts.load_many(ids).await?;
         }
-        let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
-        connection.edges.extend(
-            page.items
-                .into_iter()
-                .map(|row| Edge::new(encode_cursor(row.id), Endpoint(row))),
-        );
-        Ok(connection)
+        Ok(relay_page(page, &request, |row| row.id, Endpoint))
     }
 }
 

@@ -161,7 +161,7 @@ impl Loader<Uuid> for SubmissionLoader {
     type Error = ApiError;
 
     async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
-        let rows = self.0.deliveries.load_submissions(keys).await?;
+        let rows = self.0.submissions.load_many(keys).await?;
         Ok(rows.into_iter().map(|row| (row.id, row)).collect())
     }
 }

@@ -1,10 +1,12 @@
 //! Helpers shared by resolvers: the caller's identity, the app state, and ID parsing.
 
+use async_graphql::connection::{Connection, Edge};
 use async_graphql::{Context, ID};
 use uuid::Uuid;
 
 use crate::auth::Identity;
 use crate::error::Error;
+use crate::service::pagination::{encode_cursor, Page, PageRequest};
 use crate::state::AppState;
 
 /// The caller of this request; every operation needs one.
@@ -41,4 +43,20 @@ pub fn missing(what: &str) -> Error {
     Error::Database(sea_orm::DbErr::RecordNotFound(format!(
         "{what} referenced by a foreign key"
     )))
+}
+
+/// One keyset page as a Relay connection: each row wrapped as a node, with its cursor.
+pub fn relay_page<T, N: async_graphql::OutputType>(
+    page: Page<T>,
+    request: &PageRequest,
+    id_of: impl Fn(&T) -> Uuid,
+    node: impl Fn(T) -> N,
+) -> Connection<String, N> {
+    let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
+    connection.edges.extend(
+        page.items
+            .into_iter()
+            .map(|row| Edge::new(encode_cursor(id_of(&row)), node(row))),
+    );
+    connection
 }

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use entity::delivery_attempt;
 use entity::webhook_delivery::{self, DeliveryState};
-use entity::{delivery_attempt, submission};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
     QuerySelect, Statement,
@@ -98,14 +98,6 @@ impl Deliveries {
             .await?)
     }
 
-    /// The deliveries with these ids, with no scope check.
-    pub async fn load_many(&self, ids: &[Uuid]) -> Result<Vec<webhook_delivery::Model>> {
-        Ok(webhook_delivery::Entity::find()
-            .filter(webhook_delivery::Column::Id.is_in(ids.iter().copied()))
-            .all(self.db.conn())
-            .await?)
-    }
-
     /// The deliveries of these submissions, with no scope check.
     pub async fn load_for_submissions(
         &self,
@@ -113,14 +105,6 @@ impl Deliveries {
     ) -> Result<Vec<webhook_delivery::Model>> {
         Ok(webhook_delivery::Entity::find()
             .filter(webhook_delivery::Column::SubmissionId.is_in(submission_ids.iter().copied()))
-            .all(self.db.conn())
-            .await?)
-    }
-
-    /// The submissions with these ids, with no scope check.
-    pub async fn load_submissions(&self, ids: &[Uuid]) -> Result<Vec<submission::Model>> {
-        Ok(submission::Entity::find()
-            .filter(submission::Column::Id.is_in(ids.iter().copied()))
             .all(self.db.conn())
             .await?)
     }

@@ -163,11 +163,6 @@ impl Endpoints {
         Ok(endpoint::Entity::find_by_id(id).one(self.db.conn()).await?)
     }
 
-    /// One endpoint by id, with no scope check: for fields of rows already checked.
-    pub async fn load(&self, id: Uuid) -> Result<Option<endpoint::Model>> {
-        Ok(endpoint::Entity::find_by_id(id).one(self.db.conn()).await?)
-    }
-
     /// The endpoints with these ids, with no scope check.
     pub async fn load_many(&self, ids: &[Uuid]) -> Result<Vec<endpoint::Model>> {
         Ok(endpoint::Entity::find()

@@ -221,23 +221,49 @@ async fn an_expired_lease_is_reclaimed_exactly_once(backend: Backend) {
     );
 }
 
+/// Two independent connections holding two claims on one delivery: the first claim's lease
+/// ran out and the second retook it.
+struct Rivals {
+    old_pool: Db,
+    new_pool: Db,
+    old: Claim,
+    new: Claim,
+}
+
+/// Claims the only due delivery with a short lease, lets it expire, and retakes it
+/// through another connection.
+async fn rivals(db: &TestDb) -> Rivals {
+    let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
+    let old = claim_due(&old_pool, &events_for(&old_pool), 1, SHORT_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("claimed");
+    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+    let new = claim_due(&new_pool, &events_for(&new_pool), 1, LONG_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("reclaimed");
+    Rivals {
+        old_pool,
+        new_pool,
+        old,
+        new,
+    }
+}
+
 /// Two claims on one row (the first expired, the second live); the late result never wins.
 async fn late_results_are_fenced_in_either_order(backend: Backend) {
     for late_first in [true, false] {
         let db = TestDb::new(backend).await;
         let (_app, ids) = seed(&db, 1).await;
-        let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
-        let old = claim_due(&old_pool, &events_for(&old_pool), 1, SHORT_LEASE)
-            .await
-            .expect("claim")
-            .pop()
-            .expect("claimed");
-        tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
-        let new = claim_due(&new_pool, &events_for(&new_pool), 1, LONG_LEASE)
-            .await
-            .expect("claim")
-            .pop()
-            .expect("reclaimed");
+        let Rivals {
+            old_pool,
+            new_pool,
+            old,
+            new,
+        } = rivals(&db).await;
 
         if late_first {
             let late = record_result(&old_pool, &old, true).await;
@@ -292,18 +318,12 @@ async fn late_results_are_fenced_in_either_order(backend: Backend) {
 async fn simultaneous_results_get_distinct_numbers(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (_app, ids) = seed(&db, 1).await;
-    let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
-    let old = claim_due(&old_pool, &events_for(&old_pool), 1, SHORT_LEASE)
-        .await
-        .expect("claim")
-        .pop()
-        .expect("claimed");
-    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
-    let new = claim_due(&new_pool, &events_for(&new_pool), 1, LONG_LEASE)
-        .await
-        .expect("claim")
-        .pop()
-        .expect("reclaimed");
+    let Rivals {
+        old_pool,
+        new_pool,
+        old,
+        new,
+    } = rivals(&db).await;
     let barrier = Arc::new(Barrier::new(2));
     let (b1, b2) = (barrier.clone(), barrier);
     let (late, current) = tokio::join!(
