@@ -2,7 +2,7 @@
 //! GET for queries (or GraphiQL for a browser), media types negotiated, 4xx for requests that cannot run.
 
 use async_graphql::parser::types::OperationType;
-use async_graphql::{ErrorExtensionValues, ServerError, Value, Variables};
+use async_graphql::{Value, Variables};
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -13,6 +13,8 @@ use super::negotiate::{self, MediaType};
 use super::HttpState;
 use crate::auth::Identity;
 use crate::error::{error_chain, Error};
+use crate::schema::ensure_codes;
+use crate::schema::limits;
 use crate::schema::loaders::RequestLoaders;
 
 /// The body of a GraphQL POST: `query` is required, `variables` must be an object.
@@ -98,6 +100,15 @@ pub async fn get(
             );
         }
     };
+    // The document is checked before it is parsed here (see `schema::limits`).
+    if let Err(err) = limits::scan_text(&request.query) {
+        return request_error(
+            media,
+            StatusCode::BAD_REQUEST,
+            "BAD_USER_INPUT",
+            &err.to_string(),
+        );
+    }
     if selects_mutation(&mut request) {
         let mut response = request_error(
             media,
@@ -145,15 +156,16 @@ async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Re
     let not_executed = response.data == Value::Null
         && !response.errors.is_empty()
         && response.errors.iter().all(|error| error.path.is_empty());
-    let status = if not_executed && media == MediaType::GraphqlResponse {
+    // A document refused by a limit is refused whatever the media type; other requests that
+    // could not run get 4xx only in `application/graphql-response+json`, as the spec says.
+    let refused = response.errors.iter().any(limits::is_limit_refusal);
+    let status = if refused || (not_executed && media == MediaType::GraphqlResponse) {
         StatusCode::BAD_REQUEST
     } else {
         StatusCode::OK
     };
+    ensure_codes(&mut response);
     let body = if not_executed {
-        for error in &mut response.errors {
-            ensure_code(error, "BAD_USER_INPUT");
-        }
         serde_json::to_vec(&serde_json::json!({ "errors": response.errors }))
     } else {
         serde_json::to_vec(&response)
@@ -167,15 +179,6 @@ async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Re
     };
     http.headers_mut().extend(response.http_headers);
     http
-}
-
-fn ensure_code(error: &mut ServerError, code: &str) {
-    let extensions = error
-        .extensions
-        .get_or_insert_with(ErrorExtensionValues::default);
-    if extensions.get("code").is_none() {
-        extensions.set("code", code);
-    }
 }
 
 /// A response for a request that was refused before execution.
@@ -194,11 +197,13 @@ fn request_error(media: MediaType, status: StatusCode, code: &str, message: &str
 fn auth_error(media: MediaType, err: Error) -> Response {
     match err {
         Error::Unauthenticated => {
-            let status = match media {
-                MediaType::GraphqlResponse => StatusCode::UNAUTHORIZED,
-                MediaType::Json => StatusCode::OK,
-            };
-            let mut response = request_error(media, status, err.code(), &err.to_string());
+            // HTTP authentication failed, whatever the media type: 401, as the README promises.
+            let mut response = request_error(
+                media,
+                StatusCode::UNAUTHORIZED,
+                err.code(),
+                &err.to_string(),
+            );
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

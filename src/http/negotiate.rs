@@ -27,7 +27,9 @@ impl MediaType {
 }
 
 /// Picks the response media type from `Accept`; `None` when nothing acceptable was offered.
-/// No header, `*/*` and `application/*` get the GraphQL-over-HTTP type; ties prefer it too.
+/// No header, `*/*` and `application/*` get `application/json` (what a client that did
+/// not ask for the newer type can be assumed to understand, as the specification advises);
+/// `application/graphql-response+json` is chosen when named, and wins ties with `application/json`.
 pub fn response_media_type(headers: &HeaderMap) -> Option<MediaType> {
     let accept: Vec<&str> = headers
         .get_all(header::ACCEPT)
@@ -35,7 +37,7 @@ pub fn response_media_type(headers: &HeaderMap) -> Option<MediaType> {
         .filter_map(|value| value.to_str().ok())
         .collect();
     if accept.is_empty() {
-        return Some(MediaType::GraphqlResponse);
+        return Some(MediaType::Json);
     }
     let mut best: Option<(f32, MediaType)> = None;
     for range in accept.iter().flat_map(|value| value.split(',')) {
@@ -46,8 +48,8 @@ pub fn response_media_type(headers: &HeaderMap) -> Option<MediaType> {
             .find_map(|q| q.trim().parse::<f32>().ok())
             .unwrap_or(1.0);
         let candidate = match media.as_str() {
-            GRAPHQL_RESPONSE_JSON | "*/*" | "application/*" => MediaType::GraphqlResponse,
-            APPLICATION_JSON => MediaType::Json,
+            GRAPHQL_RESPONSE_JSON => MediaType::GraphqlResponse,
+            APPLICATION_JSON | "*/*" | "application/*" => MediaType::Json,
             _ => continue,
         };
         if quality <= 0.0 {
@@ -103,10 +105,15 @@ mod tests {
     fn negotiates_like_the_graphql_over_http_spec() {
         assert_eq!(
             response_media_type(&HeaderMap::new()),
-            Some(MediaType::GraphqlResponse)
+            Some(MediaType::Json)
+        );
+        assert_eq!(response_media_type(&accept("*/*")), Some(MediaType::Json));
+        assert_eq!(
+            response_media_type(&accept("application/*")),
+            Some(MediaType::Json)
         );
         assert_eq!(
-            response_media_type(&accept("*/*")),
+            response_media_type(&accept("*/*, application/graphql-response+json")),
             Some(MediaType::GraphqlResponse)
         );
         assert_eq!(

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::Response;
 
 use super::HttpState;
-use crate::schema::ApiError;
+use crate::schema::{ApiError, CodedExecutor};
 
 /// How long a new WebSocket may take to send an accepted `connection_init`.
 const CONNECTION_INIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -34,7 +34,7 @@ pub async fn upgrade(
             let keys = state.app.keys.clone();
             let shutdown = state.app.shutdown.clone();
             let (initialised, init_done) = tokio::sync::oneshot::channel::<()>();
-            let session = GraphQLWebSocket::new(socket, state.schema.clone(), protocol)
+            let session = GraphQLWebSocket::new(socket, CodedExecutor(state.schema.clone()), protocol)
                 .on_connection_init(move |payload| async move {
                     let authorization = authorization_of(&payload).or(upgrade_authorization);
                     let identity = keys

@@ -172,6 +172,7 @@ impl DeliveryQuery {
     }
 
     /// Deliveries the caller may see, newest first, optionally by endpoint and state.
+    #[graphql(complexity = "crate::service::pagination::page_cost(first) * child_complexity")]
     async fn deliveries(
         &self,
         ctx: &Context<'_>,

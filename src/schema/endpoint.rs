@@ -127,6 +127,7 @@ impl EndpointQuery {
     }
 
     /// The endpoints the caller may see, oldest first.
+    #[graphql(complexity = "crate::service::pagination::page_cost(first) * child_complexity")]
     async fn endpoints(
         &self,
         ctx: &Context<'_>,

@@ -3,6 +3,7 @@
 mod delivery;
 mod endpoint;
 mod error;
+pub mod limits;
 pub mod loaders;
 mod scalars;
 mod submission;
@@ -16,10 +17,10 @@ pub use endpoint::Endpoint;
 pub use error::{ApiError, ApiResult};
 pub use loaders::Loaders;
 
-/// Deepest selection a query may make.
-pub const MAX_QUERY_DEPTH: usize = 12;
-/// Largest total complexity (roughly, fields selected) of one query.
-pub const MAX_QUERY_COMPLEXITY: usize = 2_000;
+pub use limits::{MAX_QUERY_COMPLEXITY, MAX_QUERY_DEPTH};
+
+/// Most directives on one field.
+pub const MAX_DIRECTIVES_PER_FIELD: usize = 8;
 
 /// Every query, merged from the domain modules.
 #[derive(MergedObject, Default)]
@@ -54,13 +55,60 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
         MutationRoot::default(),
         SubscriptionRoot::default(),
     )
-    .limit_depth(MAX_QUERY_DEPTH)
-    .limit_complexity(MAX_QUERY_COMPLEXITY)
+    .limit_directives(MAX_DIRECTIVES_PER_FIELD)
+    .extension(limits::DocumentLimits)
     .extension(crate::metrics::GraphqlMetrics);
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);
     }
     builder.finish()
+}
+
+/// Gives every error of `response` a code: errors Courier raises carry theirs, so one
+/// without a code was raised by the GraphQL layer itself over the request (a syntax,
+/// validation or argument error), which is the client's input at fault.
+pub fn ensure_codes(response: &mut async_graphql::Response) {
+    for error in &mut response.errors {
+        let extensions = error
+            .extensions
+            .get_or_insert_with(async_graphql::ErrorExtensionValues::default);
+        if extensions.get("code").is_none() {
+            extensions.set("code", "BAD_USER_INPUT");
+        }
+    }
+}
+
+/// The schema as the WebSocket transport runs it: every response's errors carry a code,
+/// as they do over HTTP.
+#[derive(Clone)]
+pub struct CodedExecutor(pub CourierSchema);
+
+impl async_graphql::Executor for CodedExecutor {
+    fn execute(
+        &self,
+        request: async_graphql::Request,
+    ) -> impl std::future::Future<Output = async_graphql::Response> + Send {
+        let schema = self.0.clone();
+        async move {
+            let mut response = schema.execute(request).await;
+            ensure_codes(&mut response);
+            response
+        }
+    }
+
+    fn execute_stream(
+        &self,
+        request: async_graphql::Request,
+        session_data: Option<std::sync::Arc<async_graphql::Data>>,
+    ) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = async_graphql::Response> + Send + 'static>>
+    {
+        use futures_util::StreamExt as _;
+        let stream = async_graphql::Executor::execute_stream(&self.0, request, session_data);
+        Box::pin(stream.map(|mut response| {
+            ensure_codes(&mut response);
+            response
+        }))
+    }
 }
 
 /// The SDL `courier schema` prints and `schema.graphql` holds.

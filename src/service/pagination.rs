@@ -46,6 +46,16 @@ impl PageRequest {
     }
 }
 
+/// What a connection field with this `first` costs per unit of its selection, for the
+/// query budget: the rows it may return (an out-of-range value is refused at execution,
+/// so it is costed as the largest page it could have been).
+pub fn page_cost(first: Option<i32>) -> usize {
+    match first {
+        None => DEFAULT_PAGE_SIZE,
+        Some(n) => usize::try_from(n).map_or(1, |n| n.clamp(1, MAX_PAGE_SIZE)),
+    }
+}
+
 /// One page of rows in listing order.
 #[derive(Debug, Clone)]
 pub struct Page<T> {

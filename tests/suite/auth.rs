@@ -37,7 +37,7 @@ async fn missing_or_wrong_keys_are_unauthenticated(backend: Backend) {
         "nothing answers without a key"
     );
 
-    // A legacy client asking for application/json gets the same code with a 200.
+    // A legacy client asking for application/json gets the same code and status.
     let legacy = app
         .request(reqwest::Method::POST, "/graphql")
         .header("accept", "application/json")
@@ -45,7 +45,7 @@ async fn missing_or_wrong_keys_are_unauthenticated(backend: Backend) {
         .send()
         .await
         .expect("answered");
-    assert_eq!(legacy.status(), StatusCode::OK);
+    assert_eq!(legacy.status(), StatusCode::UNAUTHORIZED);
     let body: serde_json::Value = legacy.json().await.expect("json");
     assert_eq!(gql_error_code(&body), Some("UNAUTHENTICATED"), "{body}");
 }

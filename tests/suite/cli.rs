@@ -133,7 +133,7 @@ async fn concurrent_migrations_from_several_processes_succeed() {
 }
 
 /// Starts `courier serve` on port 0 with extra settings; returns it and its address.
-fn spawn_serve(database_url: &str, settings: &[(&str, &str)]) -> (Child, String) {
+pub(crate) fn spawn_serve(database_url: &str, settings: &[(&str, &str)]) -> (Child, String) {
     let mut command = courier(database_url);
     command
         .arg("serve")

@@ -1,0 +1,385 @@
+//! Bounds on a GraphQL document, checked before anything recurses on it or expands it:
+//! size and nesting by a flat scan of the text, then fragment expansion and root fields
+//! counted once per fragment. A hostile document costs a scan, never a stack or a stall.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_graphql::extensions::{
+    Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest, NextValidation,
+};
+use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
+use async_graphql::{ErrorExtensionValues, Request, ServerError, ServerResult, ValidationResult};
+
+/// Deepest selection a query may make.
+pub const MAX_QUERY_DEPTH: usize = 12;
+/// The query budget: the largest total cost of one operation. Each field costs 1, and a
+/// connection field costs its page size (`first`, default 20) times its selection.
+pub const MAX_QUERY_COMPLEXITY: usize = 5_000;
+/// Largest document (the query text) accepted, in bytes. Payloads belong in variables.
+pub const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
+/// Deepest nesting of `{`, `[` and `(` in a document: selections, list and object
+/// literals and argument lists together.
+pub const MAX_NESTING: usize = 64;
+/// Most field selections a document may make once every fragment spread is expanded.
+pub const MAX_EXPANDED_SELECTIONS: u64 = 5_000;
+/// Most fields at the root of one operation (aliases included).
+pub const MAX_ROOT_FIELDS: usize = 32;
+/// Longest chain of fragments spreading fragments.
+pub const MAX_FRAGMENT_DEPTH: usize = 32;
+/// Documents larger than this are parsed and checked off the async runtime's threads.
+const PARSE_OFF_RUNTIME_BYTES: usize = 8 * 1024;
+
+/// Why a document was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// The text is too long.
+    #[error("the document is larger than {MAX_DOCUMENT_BYTES} bytes; send payloads as variables")]
+    TooLarge,
+    /// Brackets, braces or parentheses nest too deeply.
+    #[error("the document nests deeper than {MAX_NESTING} levels")]
+    TooDeep,
+    /// Fragment spreads expand to too many selections.
+    #[error("the document selects more than {MAX_EXPANDED_SELECTIONS} fields once fragments are expanded")]
+    TooManySelections,
+    /// Too many fields at the root of one operation.
+    #[error("an operation may select at most {MAX_ROOT_FIELDS} root fields")]
+    TooManyRootFields,
+    /// Fragments spread each other too deeply, or in a cycle.
+    #[error(
+        "fragments spread each other more than {MAX_FRAGMENT_DEPTH} levels deep, or in a cycle"
+    )]
+    FragmentsTooDeep,
+    /// Selections nest too deeply.
+    #[error("the query nests {0} selections deep; at most {MAX_QUERY_DEPTH} are allowed")]
+    SelectionsTooDeep(usize),
+    /// The query costs more than the budget.
+    #[error("the query costs {0}, over the budget of {MAX_QUERY_COMPLEXITY} (a connection costs `first` times its selection)")]
+    OverBudget(usize),
+}
+
+impl LimitError {
+    /// The GraphQL error a refused document answers with.
+    /// It carries `extensions.limit` so transports can tell it from other refusals.
+    pub fn to_server_error(&self) -> ServerError {
+        let mut error = ServerError::new(self.to_string(), None);
+        let mut extensions = ErrorExtensionValues::default();
+        extensions.set("code", "BAD_USER_INPUT");
+        extensions.set("limit", self.kind());
+        error.extensions = Some(extensions);
+        error
+    }
+
+    /// A stable name for the limit, sent as `extensions.limit`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LimitError::TooLarge => "DOCUMENT_SIZE",
+            LimitError::TooDeep => "NESTING",
+            LimitError::TooManySelections => "EXPANDED_SELECTIONS",
+            LimitError::TooManyRootFields => "ROOT_FIELDS",
+            LimitError::FragmentsTooDeep => "FRAGMENT_DEPTH",
+            LimitError::SelectionsTooDeep(_) => "DEPTH",
+            LimitError::OverBudget(_) => "COST",
+        }
+    }
+}
+
+/// Whether `error` refused a document for one of these limits.
+pub fn is_limit_refusal(error: &ServerError) -> bool {
+    error
+        .extensions
+        .as_ref()
+        .is_some_and(|extensions| extensions.get("limit").is_some())
+}
+
+/// Checks the text's size and nesting without parsing it: one pass over the bytes, with
+/// strings, block strings and comments skipped, so nothing can recurse on hostile input.
+pub fn scan_text(query: &str) -> Result<(), LimitError> {
+    if query.len() > MAX_DOCUMENT_BYTES {
+        return Err(LimitError::TooLarge);
+    }
+    let bytes = query.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
+                    i += 1;
+                }
+            }
+            b'"' if bytes[i..].starts_with(b"\"\"\"") => {
+                i += 3;
+                while i < bytes.len() && !bytes[i..].starts_with(b"\"\"\"") {
+                    // `\"""` inside a block string is an escaped delimiter.
+                    i += if bytes[i..].starts_with(b"\\\"\"\"") {
+                        4
+                    } else {
+                        1
+                    };
+                }
+                i += 2;
+            }
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' | b'[' | b'(' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(LimitError::TooDeep);
+                }
+            }
+            b'}' | b']' | b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Counts what a parsed document selects with every fragment expanded, each fragment
+/// counted once and remembered, so exponential spreads cost linear work.
+pub fn check_document(document: &ExecutableDocument) -> Result<(), LimitError> {
+    let mut counter = ExpansionCounter {
+        document,
+        memo: HashMap::new(),
+        in_progress: Vec::new(),
+    };
+    let mut total = 0u64;
+    for (_, operation) in document.operations.iter() {
+        let counts = counter.selections(&operation.node.selection_set.node, 0)?;
+        if counts.root > MAX_ROOT_FIELDS as u64 {
+            return Err(LimitError::TooManyRootFields);
+        }
+        total = total.saturating_add(counts.expanded);
+        if total > MAX_EXPANDED_SELECTIONS {
+            return Err(LimitError::TooManySelections);
+        }
+    }
+    // Fragments no operation uses are still validated by the server: count them too.
+    for name in document.fragments.keys() {
+        counter.fragment(name.as_str(), 0)?;
+    }
+    Ok(())
+}
+
+/// What one selection set amounts to once its fragments are expanded.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    /// Fields at the set's own level (through fragments, not into sub-selections).
+    root: u64,
+    /// Fields at every level.
+    expanded: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) -> Result<(), LimitError> {
+        self.root = self.root.saturating_add(other.root);
+        self.expanded = self.expanded.saturating_add(other.expanded);
+        if self.expanded > MAX_EXPANDED_SELECTIONS {
+            return Err(LimitError::TooManySelections);
+        }
+        Ok(())
+    }
+}
+
+struct ExpansionCounter<'a> {
+    document: &'a ExecutableDocument,
+    /// Counts of each fragment already expanded.
+    memo: HashMap<&'a str, Counts>,
+    /// Fragments being expanded right now, to refuse cycles.
+    in_progress: Vec<&'a str>,
+}
+
+impl<'a> ExpansionCounter<'a> {
+    fn selections(&mut self, set: &'a SelectionSet, depth: usize) -> Result<Counts, LimitError> {
+        let mut counts = Counts::default();
+        for selection in &set.items {
+            let here = match &selection.node {
+                Selection::Field(field) => {
+                    let children = self.selections(&field.node.selection_set.node, depth)?;
+                    Counts {
+                        root: 1,
+                        expanded: children.expanded.saturating_add(1),
+                    }
+                }
+                Selection::FragmentSpread(spread) => {
+                    self.fragment(spread.node.fragment_name.node.as_str(), depth + 1)?
+                }
+                Selection::InlineFragment(inline) => {
+                    self.selections(&inline.node.selection_set.node, depth)?
+                }
+            };
+            counts.add(here)?;
+        }
+        Ok(counts)
+    }
+
+    fn fragment(&mut self, name: &'a str, depth: usize) -> Result<Counts, LimitError> {
+        if let Some(counts) = self.memo.get(name) {
+            return Ok(*counts);
+        }
+        if depth > MAX_FRAGMENT_DEPTH || self.in_progress.contains(&name) {
+            return Err(LimitError::FragmentsTooDeep);
+        }
+        // An unknown fragment is a validation error reported later; it expands to nothing.
+        let Some((key, fragment)) = self.document.fragments.get_key_value(name) else {
+            return Ok(Counts::default());
+        };
+        self.in_progress.push(key.as_str());
+        let counts = self.selections(&fragment.node.selection_set.node, depth);
+        self.in_progress.pop();
+        let counts = counts?;
+        self.memo.insert(key.as_str(), counts);
+        Ok(counts)
+    }
+}
+
+/// Checks a request's document: the text scan, then parsing (cached on the request for
+/// the executor) and the expansion count.
+fn check_request(request: &mut Request) -> ServerResult<()> {
+    scan_text(&request.query).map_err(|err| err.to_server_error())?;
+    let document = request.parsed_query()?;
+    check_document(document).map_err(|err| err.to_server_error())
+}
+
+/// The schema extension that applies these limits to every request on every transport
+/// (HTTP POST and GET, both WebSocket protocols) before the server parses or validates it.
+pub struct DocumentLimits;
+
+impl ExtensionFactory for DocumentLimits {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(DocumentLimitsExtension)
+    }
+}
+
+struct DocumentLimitsExtension;
+
+#[async_graphql::async_trait::async_trait]
+impl Extension for DocumentLimitsExtension {
+    async fn prepare_request(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        mut request: Request,
+        next: NextPrepareRequest<'_>,
+    ) -> ServerResult<Request> {
+        if request.query.len() > PARSE_OFF_RUNTIME_BYTES {
+            // Parsing a large document takes milliseconds: not on the threads serving everyone.
+            let checked = tokio::task::spawn_blocking(move || {
+                let result = check_request(&mut request);
+                result.map(|()| request)
+            })
+            .await
+            .map_err(|err| {
+                ServerError::new(format!("checking the document failed: {err}"), None)
+            })?;
+            request = checked?;
+        } else {
+            check_request(&mut request)?;
+        }
+        next.run(ctx, request).await
+    }
+
+    /// The depth limit and the query budget, applied to what validation measured.
+    async fn validation(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        next: NextValidation<'_>,
+    ) -> Result<ValidationResult, Vec<ServerError>> {
+        let measured = next.run(ctx).await?;
+        if measured.depth > MAX_QUERY_DEPTH {
+            return Err(vec![
+                LimitError::SelectionsTooDeep(measured.depth).to_server_error()
+            ]);
+        }
+        if measured.complexity > MAX_QUERY_COMPLEXITY {
+            return Err(vec![
+                LimitError::OverBudget(measured.complexity).to_server_error()
+            ]);
+        }
+        Ok(measured)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(query: &str) -> ExecutableDocument {
+        async_graphql::parser::parse_query(query).expect("parses")
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_without_parsing() {
+        let deep = format!(
+            "{{ endpoints(first: {}1{}) {{ edges {{ cursor }} }} }}",
+            "[".repeat(5_000),
+            "]".repeat(5_000)
+        );
+        assert_eq!(scan_text(&deep), Err(LimitError::TooDeep));
+        let fine = format!("{{ a(x: {}1{}) }}", "[".repeat(20), "]".repeat(20));
+        assert_eq!(scan_text(&fine), Ok(()));
+    }
+
+    #[test]
+    fn brackets_inside_strings_and_comments_do_not_count() {
+        let text = format!(
+            "# {}\n{{ a(x: \"{}\", y: \"\"\"{}\\\"\"\"{}\"\"\") }}",
+            "[".repeat(500),
+            "{".repeat(500),
+            "(".repeat(500),
+            "[".repeat(500)
+        );
+        assert_eq!(scan_text(&text), Ok(()));
+        assert_eq!(
+            scan_text(&"x".repeat(MAX_DOCUMENT_BYTES + 1)),
+            Err(LimitError::TooLarge)
+        );
+    }
+
+    /// N fragments, each spreading the previous one twice: 2^N fields if expanded.
+    fn fragment_bomb(n: usize) -> String {
+        let mut text = format!("query {{ ...F{n} }}\nfragment F1 on Query {{ __typename }}\n");
+        for i in 2..=n {
+            text.push_str(&format!(
+                "fragment F{i} on Query {{ ...F{p} ...F{p} }}\n",
+                p = i - 1
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn exponential_spreads_are_counted_in_linear_time() {
+        let started = std::time::Instant::now();
+        assert_eq!(
+            check_document(&parsed(&fragment_bomb(30))),
+            Err(LimitError::TooManySelections)
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(check_document(&parsed(&fragment_bomb(5))), Ok(()));
+    }
+
+    #[test]
+    fn fragment_cycles_and_wide_roots_are_refused() {
+        let cycle = "query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }";
+        assert_eq!(
+            check_document(&parsed(cycle)),
+            Err(LimitError::FragmentsTooDeep)
+        );
+        let wide = format!(
+            "{{ {} }}",
+            (0..=MAX_ROOT_FIELDS)
+                .map(|i| format!("a{i}: __typename"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        assert_eq!(
+            check_document(&parsed(&wide)),
+            Err(LimitError::TooManyRootFields)
+        );
+    }
+}
