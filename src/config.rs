@@ -147,7 +147,7 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_MAX_PAYLOAD_BYTES", default_value_t = 256 * 1024)]
     pub max_payload_bytes: usize,
 
-    /// Allow webhook URLs that resolve to loopback, private or link-local addresses.
+    /// Allow webhook URLs that resolve to loopback, private, link-local or other non-public addresses.
     #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set)]
     pub allow_private_destinations: bool,
 

@@ -187,15 +187,13 @@ impl Dispatcher {
             url::Host::Ipv6(ip) => IpAddr::V6(ip),
             url::Host::Domain(_) => return None,
         };
-        (!destination::is_public(ip)).then(|| refusal_message(ip))
+        destination::non_public(ip).map(|block| {
+            format!(
+                "destination refused: {ip} is not a public address, it is in {block} \
+                 (set COURIER_ALLOW_PRIVATE_DESTINATIONS=true to allow it)"
+            )
+        })
     }
-}
-
-fn refusal_message(ip: IpAddr) -> String {
-    format!(
-        "destination refused: {ip} is not a public address \
-         (set COURIER_ALLOW_PRIVATE_DESTINATIONS=true to allow it)"
-    )
 }
 
 /// The Standard Webhooks headers for `webhook`, signed now.
@@ -274,31 +272,116 @@ impl Resolve for GuardedResolver {
         Box::pin(async move {
             let resolved: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> = resolved
-                .iter()
-                .copied()
-                .filter(|addr| allow_private || destination::is_public(addr.ip()))
-                .collect();
-            if allowed.is_empty() {
-                let first = resolved
-                    .first()
-                    .map(|addr| addr.ip().to_string())
-                    .unwrap_or_default();
-                let message = format!(
-                    "destination refused: {host} resolves to {first}, not a public address \
-                     (set COURIER_ALLOW_PRIVATE_DESTINATIONS=true to allow it)"
-                );
-                return Err(message.into());
-            }
+            let allowed = screen_resolved(&host, resolved, allow_private)?;
             let addrs: Addrs = Box::new(allowed.into_iter());
             Ok(addrs)
         })
     }
 }
 
+/// The addresses of `host` Courier may connect to; an error naming the first refused one
+/// when none is left.
+fn screen_resolved(
+    host: &str,
+    resolved: Vec<SocketAddr>,
+    allow_private: bool,
+) -> Result<Vec<SocketAddr>, String> {
+    if allow_private {
+        return Ok(resolved);
+    }
+    let first = resolved.first().copied();
+    let allowed: Vec<SocketAddr> = resolved
+        .into_iter()
+        .filter(|addr| destination::is_public(addr.ip()))
+        .collect();
+    if !allowed.is_empty() {
+        return Ok(allowed);
+    }
+    Err(match first {
+        Some(addr) => {
+            let ip = addr.ip();
+            let block = destination::non_public(ip)
+                .map(|block| format!(", it is in {block}"))
+                .unwrap_or_default();
+            format!(
+                "destination refused: {host} resolves to {ip}, not a public address{block} \
+                 (set COURIER_ALLOW_PRIVATE_DESTINATIONS=true to allow it)"
+            )
+        }
+        None => format!("destination refused: {host} resolves to no address"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_non_public_range_is_refused_at_connect_time() {
+        use crate::destination::tests::{literal_url, NON_PUBLIC_SAMPLES};
+        let timeout = Duration::from_secs(1);
+        let strict = Dispatcher::new(timeout, false).unwrap();
+        let permissive = Dispatcher::new(timeout, true).unwrap();
+        for (range, samples) in NON_PUBLIC_SAMPLES {
+            for addr in *samples {
+                // A literal address in the URL never reaches the resolver.
+                let url = literal_url(addr);
+                let refusal = strict.refuse_literal_address(&url).unwrap_or_default();
+                assert!(
+                    refusal.starts_with("destination refused"),
+                    "{range}: {url} -> {refusal:?}"
+                );
+                assert_eq!(permissive.refuse_literal_address(&url), None, "{url}");
+                // A name that resolves to it.
+                let resolved = vec![SocketAddr::new(addr.parse().unwrap(), 443)];
+                let refusal =
+                    screen_resolved("hooks.example.com", resolved.clone(), false).expect_err(addr);
+                assert!(
+                    refusal.starts_with("destination refused: hooks.example.com resolves to"),
+                    "{range}: {refusal}"
+                );
+                assert_eq!(
+                    screen_resolved("hooks.example.com", resolved.clone(), true),
+                    Ok(resolved)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_keeps_only_its_public_addresses() {
+        let public: SocketAddr = "[2606:4700:4700::1111]:443".parse().unwrap();
+        let resolved = vec![
+            "[2002:7f00:1::]:443".parse().unwrap(),
+            public,
+            "100.64.0.1:443".parse().unwrap(),
+        ];
+        assert_eq!(
+            screen_resolved("mixed.example.com", resolved, false),
+            Ok(vec![public])
+        );
+        let refusal = screen_resolved("nothing.example.com", Vec::new(), false).unwrap_err();
+        assert!(refusal.starts_with("destination refused"), "{refusal}");
+    }
+
+    #[test]
+    fn refusals_name_the_block() {
+        let strict = Dispatcher::new(Duration::from_secs(1), false).unwrap();
+        let refusal = strict
+            .refuse_literal_address("http://[2002:7f00:1::]/hook")
+            .unwrap_or_default();
+        assert!(refusal.contains("6to4 (2002::/16)"), "{refusal}");
+        let refusal = screen_resolved(
+            "cgnat.example.com",
+            vec!["100.64.0.1:80".parse().unwrap()],
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            refusal.contains("Shared Address Space (100.64.0.0/10)"),
+            "{refusal}"
+        );
+    }
 
     #[test]
     fn retry_after_accepts_seconds_and_http_dates() {

@@ -8,6 +8,7 @@ mod auth;
 mod claims;
 mod cli;
 mod delivery;
+mod destinations;
 mod endpoint_race;
 mod endpoints;
 mod hostile_documents;
