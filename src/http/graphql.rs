@@ -13,6 +13,7 @@ use super::negotiate::{self, MediaType};
 use super::HttpState;
 use crate::auth::Identity;
 use crate::error::{error_chain, Error};
+use crate::schema::json;
 use crate::schema::loaders::RequestLoaders;
 
 /// The body of a GraphQL POST: `query` is required, `variables` must be an object.
@@ -33,7 +34,9 @@ impl WireRequest {
             request = request.operation_name(name);
         }
         if let Some(variables) = self.variables {
-            request = request.variables(Variables::from_json(serde_json::Value::Object(variables)));
+            // Converted directly, not through serde, so every number keeps its exact text.
+            let variables = json::to_graphql(&serde_json::Value::Object(variables));
+            request = request.variables(Variables::from_value(variables));
         }
         request
     }

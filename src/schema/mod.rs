@@ -3,6 +3,7 @@
 mod delivery;
 mod endpoint;
 mod error;
+pub mod json;
 pub mod loaders;
 mod scalars;
 mod submission;

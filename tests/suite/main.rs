@@ -10,6 +10,7 @@ mod cli;
 mod delivery;
 mod endpoint_race;
 mod endpoints;
+mod exact_numbers;
 mod http_hardening;
 mod listings;
 mod rate_limit;
