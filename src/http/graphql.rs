@@ -14,6 +14,7 @@ use super::HttpState;
 use crate::auth::Identity;
 use crate::error::{error_chain, Error};
 use crate::schema::ensure_codes;
+use crate::schema::json;
 use crate::schema::limits;
 use crate::schema::loaders::RequestLoaders;
 
@@ -35,7 +36,9 @@ impl WireRequest {
             request = request.operation_name(name);
         }
         if let Some(variables) = self.variables {
-            request = request.variables(Variables::from_json(serde_json::Value::Object(variables)));
+            // Converted directly, not through serde, so every number keeps its exact text.
+            let variables = json::to_graphql(&serde_json::Value::Object(variables));
+            request = request.variables(Variables::from_value(variables));
         }
         request
     }

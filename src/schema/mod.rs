@@ -3,6 +3,7 @@
 mod delivery;
 mod endpoint;
 mod error;
+pub mod json;
 pub mod limits;
 pub mod loaders;
 mod scalars;

@@ -1,14 +1,14 @@
 //! GraphQL for submissions: the `Submission` type, `submit`, and `submission(id)`.
 
-use async_graphql::{Context, InputObject, Json, Object, SimpleObject, ID};
+use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 use axum::http::header::RETRY_AFTER;
 use chrono::{DateTime, Utc};
 use entity::submission;
-use serde_json::Value;
 
 use super::delivery::Delivery;
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
+use super::json::Json;
 use super::scalars::{caller, loaders, missing, parse_id, state};
 use crate::error::Error;
 use crate::service::submissions::NewSubmission;
@@ -33,8 +33,8 @@ impl Submission {
         self.0.idempotency_key.as_deref()
     }
     /// The submitted JSON, delivered as the webhook body.
-    async fn payload(&self) -> Json<&Value> {
-        Json(&self.0.payload)
+    async fn payload(&self) -> Json {
+        Json(self.0.payload.clone())
     }
     /// Its delivery.
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
@@ -56,7 +56,7 @@ pub struct SubmitInput {
     /// The endpoint to deliver to.
     endpoint_id: ID,
     /// Any JSON value, delivered as the webhook body.
-    payload: Json<Value>,
+    payload: Json,
     /// Makes retrying safe: a repeat with the same key and the same content returns the
     /// first submission (`created: false`); different content is `IDEMPOTENCY_CONFLICT`.
     /// 1 to 255 characters.

@@ -13,8 +13,9 @@ use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::service::canonical::payload_hash;
+use crate::service::payload;
 use crate::service::rate_limit::RateLimiter;
-use crate::service::submission_store::{storable, NewRows};
+use crate::service::submission_store::NewRows;
 use crate::service::submit_batcher::SubmitBatcher;
 use crate::wake::Wakeup;
 
@@ -86,27 +87,15 @@ impl Submissions {
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
         caller.require_access(input.endpoint_id)?;
         let key = validate_key(input.idempotency_key)?;
-        if !storable(&input.payload) {
-            return Err(Error::bad_input(
-                "payload must not contain NUL characters (\\u0000)",
-            ));
-        }
-        let size = serde_json::to_vec(&input.payload)
-            .map_err(|err| Error::bad_input(format!("payload is not valid JSON: {err}")))?
-            .len();
-        if size > self.max_payload_bytes {
-            return Err(Error::bad_input(format!(
-                "payload is {size} bytes; the limit is {}",
-                self.max_payload_bytes
-            )));
-        }
+        let payload = payload::accept(input.payload, self.max_payload_bytes)?;
 
         if let Err(err) = self.rate_limiter.check(&caller.key_id.to_string()).await {
             self.metrics.submission("rate_limited");
             return Err(err);
         }
 
-        let hash = payload_hash(&input.payload);
+        let hash =
+            payload_hash(&payload).map_err(|err| Error::bad_input(format!("payload: {err}")))?;
         if let Some(key) = &key {
             if let Some(existing) = self.find_by_key(input.endpoint_id, key).await? {
                 return self.answer_existing(existing, &hash).await;
@@ -118,7 +107,7 @@ impl Submissions {
                 id: Uuid::now_v7(),
                 endpoint_id: input.endpoint_id,
                 idempotency_key: key.clone(),
-                payload: input.payload,
+                payload,
                 payload_hash: hash.clone(),
                 submitted_by: Some(caller.key_id),
                 created_at: db::now(),

@@ -11,6 +11,7 @@ mod delivery;
 mod destinations;
 mod endpoint_race;
 mod endpoints;
+mod exact_numbers;
 mod hostile_documents;
 mod http_hardening;
 mod listings;

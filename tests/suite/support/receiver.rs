@@ -48,6 +48,8 @@ pub struct Received {
     pub webhook_id: String,
     /// The parsed body.
     pub body: serde_json::Value,
+    /// The body exactly as sent.
+    pub raw_body: String,
     /// Whether the official verifier accepted it with the path's secret.
     pub verified: bool,
     /// `content-type`.
@@ -163,6 +165,7 @@ async fn receive(
             path,
             webhook_id: webhook_id.clone(),
             body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+            raw_body: String::from_utf8_lossy(&body).into_owned(),
             verified,
             content_type: headers
                 .get("content-type")
