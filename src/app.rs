@@ -35,14 +35,22 @@ impl App {
         http::router(self.schema.clone(), self.state.clone())
     }
 
-    /// Serves HTTP on `listener` (and runs the delivery worker unless its concurrency is 0)
-    /// until the shutdown token is cancelled, then lets in-flight work finish.
+    /// Serves HTTP on `listener`, with the event listener, the revocation watcher and (unless
+    /// its concurrency is 0) the delivery worker, until the shutdown token is cancelled;
+    /// then lets in-flight work finish.
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
         let shutdown = self.state.shutdown.clone();
         let events_listener = tokio::spawn(crate::listener::run(
             self.state.db.clone(),
             self.state.events.clone(),
             self.state.wakeup.clone(),
+            self.state.revocations.clone(),
+            shutdown.clone(),
+        ));
+        let revocation_watcher = tokio::spawn(crate::revocation::watch(
+            self.state.db.clone(),
+            self.state.keys.clone(),
+            self.state.revocations.clone(),
             shutdown.clone(),
         ));
         let worker = if self.state.config.worker_concurrency > 0 {
@@ -70,6 +78,7 @@ impl App {
         }
         let _ = pruner.await;
         let _ = events_listener.await;
+        let _ = revocation_watcher.await;
         Ok(())
     }
 }

@@ -4,12 +4,17 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use entity::api_key;
 use rand::RngCore as _;
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, Set,
+    Statement, Value,
+};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
+use crate::revocation::KEYS_CHANNEL;
 
 /// Every token starts with this, so leaked tokens are easy to recognise and scan for.
 const TOKEN_PREFIX: &str = "courier_";
@@ -139,6 +144,89 @@ pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> 
     .insert(db.conn())
     .await?;
     Ok(NewApiKey { id, token })
+}
+
+/// What [`revoke_api_key`] found: the key as stored afterwards either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeOutcome {
+    /// This call revoked the key.
+    Revoked(api_key::Model),
+    /// The key had been revoked before (by another call, process or operator); unchanged.
+    AlreadyRevoked(api_key::Model),
+}
+
+impl RevokeOutcome {
+    /// The key as stored, with its `revoked_at`.
+    pub fn key(&self) -> &api_key::Model {
+        match self {
+            RevokeOutcome::Revoked(key) | RevokeOutcome::AlreadyRevoked(key) => key,
+        }
+    }
+}
+
+/// Revokes an API key: it authenticates nothing from now on, and every process drops it
+/// from its cache and ends its sessions within a second (see [`crate::revocation`]).
+/// Two racing revocations are settled by the conditional UPDATE: one revokes, the other
+/// finds it revoked, and `revoked_at` keeps the first time.
+#[tracing::instrument(skip(db))]
+pub async fn revoke_api_key(db: &Db, id: Uuid) -> Result<RevokeOutcome> {
+    let txn = db.begin_read_committed().await?;
+    let revoked = api_key::Entity::update_many()
+        .col_expr(api_key::Column::RevokedAt, Expr::value(db::now()))
+        .filter(api_key::Column::Id.eq(id))
+        .filter(api_key::Column::RevokedAt.is_null())
+        .exec(&txn)
+        .await?
+        .rows_affected
+        == 1;
+    if revoked && db.backend() == DbBackend::Postgres {
+        // Sent on commit only; every process's listener hears it and checks at once.
+        txn.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pg_notify($1, $2)",
+            [KEYS_CHANNEL.into(), id.to_string().into()],
+        ))
+        .await?;
+    }
+    let key = api_key::Entity::find_by_id(id).one(&txn).await?;
+    txn.commit().await?;
+    match key {
+        None => Err(Error::NotFound("API key")),
+        Some(key) if revoked => {
+            tracing::info!("API key revoked");
+            Ok(RevokeOutcome::Revoked(key))
+        }
+        Some(key) => Ok(RevokeOutcome::AlreadyRevoked(key)),
+    }
+}
+
+// Which of the keys in use are revoked (the revocation watcher's poll). PostgreSQL binds
+// the ids as one uuid array, SQLite (which stores uuids as 16-byte blobs) as one JSON array
+// of hex strings, so each backend prepares one statement whatever the number of keys.
+const REVOKED_AMONG_POSTGRES: &str =
+    "SELECT id FROM api_keys WHERE id = ANY($1::uuid[]) AND revoked_at IS NOT NULL";
+const REVOKED_AMONG_SQLITE: &str = "SELECT id FROM api_keys \
+     WHERE id IN (SELECT unhex(value) FROM json_each($1)) AND revoked_at IS NOT NULL";
+
+/// The keys among `ids` that have been revoked, by whatever means.
+pub async fn revoked_among(db: &Db, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+    let statement = match db.backend() {
+        DbBackend::Postgres => Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            REVOKED_AMONG_POSTGRES,
+            [Value::from(ids.to_vec())],
+        ),
+        backend => {
+            let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+            let hex =
+                serde_json::to_string(&hex).map_err(|err| sea_orm::DbErr::Json(err.to_string()))?;
+            Statement::from_sql_and_values(backend, REVOKED_AMONG_SQLITE, [hex.into()])
+        }
+    };
+    let rows = db.conn().query_all_raw(statement).await?;
+    rows.iter()
+        .map(|row| row.try_get::<Uuid>("", "id").map_err(Error::from))
+        .collect()
 }
 
 /// Resolves an `Authorization` header value (`Bearer <token>`) to the caller.

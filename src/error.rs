@@ -11,6 +11,9 @@ pub enum Error {
     /// No credentials, or credentials that match no live API key.
     #[error("a valid API key is required")]
     Unauthenticated,
+    /// The key a session or subscription was opened with has since been revoked.
+    #[error("the API key was revoked")]
+    KeyRevoked,
     /// The caller is known but may not do this.
     #[error("{0}")]
     Forbidden(&'static str),
@@ -55,7 +58,7 @@ impl Error {
     /// The stable code clients see in `extensions.code`.
     pub fn code(&self) -> &'static str {
         match self {
-            Error::Unauthenticated => "UNAUTHENTICATED",
+            Error::Unauthenticated | Error::KeyRevoked => "UNAUTHENTICATED",
             Error::Forbidden(_) => "FORBIDDEN",
             Error::NotFound(_) => "NOT_FOUND",
             Error::BadInput(_) => "BAD_USER_INPUT",

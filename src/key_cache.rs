@@ -1,10 +1,13 @@
 //! A short-lived cache of authenticated API keys: a busy client costs one key lookup per
 //! `COURIER_AUTH_CACHE_MS`, not one per request. Only valid keys are cached, so a new key
-//! works at once; a revoked key stops working within the TTL on every process.
+//! works at once; a revoked key is evicted by [`crate::revocation`] within a second on every
+//! process, and would in any case expire with the TTL.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use uuid::Uuid;
 
 use crate::auth::{self, Identity};
 use crate::db::Db;
@@ -49,6 +52,26 @@ impl KeyCache {
             entries.insert(hash, (identity.clone(), Instant::now()));
         }
         Ok(identity)
+    }
+
+    /// The keys of the fresh entries (the ones a request may still be admitted by);
+    /// expired entries are dropped on the way.
+    pub fn key_ids(&self) -> Vec<Uuid> {
+        let Ok(mut entries) = self.entries.lock() else {
+            return Vec::new();
+        };
+        entries.retain(|_, (_, looked_up)| looked_up.elapsed() < self.ttl);
+        entries
+            .values()
+            .map(|(identity, _)| identity.key_id)
+            .collect()
+    }
+
+    /// Forgets every entry of the keys in `revoked`, so their next request is looked up.
+    pub fn evict(&self, revoked: &[Uuid]) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|_, (identity, _)| !revoked.contains(&identity.key_id));
+        }
     }
 
     fn fresh(&self, hash: &str) -> Option<Identity> {

@@ -6,7 +6,8 @@
 //! - [`http`]: routes: `/graphql` (HTTP and WebSocket), `/healthz`, `/readyz`, `/metrics`.
 //! - [`schema`]: GraphQL types and resolvers, one module per domain; no SQL.
 //! - [`service`]: domain operations and their transactions; no GraphQL.
-//! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys.
+//! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys;
+//!   [`revocation`]: revoked keys leave the cache and end their sessions on every process.
 //! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets.
 //! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes.
@@ -44,6 +45,7 @@ pub mod http;
 pub mod key_cache;
 pub mod listener;
 pub mod metrics;
+pub mod revocation;
 pub mod schema;
 pub mod service;
 pub mod signing;

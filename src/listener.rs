@@ -1,5 +1,6 @@
 //! The one `LISTEN` connection of a process (PostgreSQL only): state changes from every
-//! process feed this process's subscribers, and new due work wakes its worker.
+//! process feed this process's subscribers, new due work wakes its worker, and a revoked
+//! API key wakes its revocation watcher.
 
 use std::time::Duration;
 
@@ -8,21 +9,30 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::Db;
 use crate::events::{EventMessage, Events, StateChange, EVENTS_CHANNEL};
+use crate::revocation::{Revocations, KEYS_CHANNEL};
 use crate::wake::Wakeup;
 
 /// Listens until `shutdown`, reconnecting after a lost connection. After a reconnect,
-/// subscribers are told they may have missed events.
-pub async fn run(db: Db, events: Events, wakeup: Wakeup, shutdown: CancellationToken) {
+/// subscribers are told they may have missed events (a missed revocation needs no such
+/// notice: the revocation watcher polls anyway).
+pub async fn run(
+    db: Db,
+    events: Events,
+    wakeup: Wakeup,
+    revocations: Revocations,
+    shutdown: CancellationToken,
+) {
     let Some(pool) = db.pg_listen_pool().cloned() else {
         return;
     };
     let listen = async {
         loop {
             match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(mut listener) => match listener.listen(EVENTS_CHANNEL).await {
+                Ok(mut listener) => match listener.listen_all([EVENTS_CHANNEL, KEYS_CHANNEL]).await
+                {
                     Ok(()) => {
                         events.set_live(true);
-                        receive(&mut listener, &events, &wakeup).await;
+                        receive(&mut listener, &events, &wakeup, &revocations).await;
                         // Whatever was published while reconnecting is lost to this process.
                         events.set_live(false);
                         events.deliver(EventMessage::Gap);
@@ -40,12 +50,20 @@ pub async fn run(db: Db, events: Events, wakeup: Wakeup, shutdown: CancellationT
     }
 }
 
-/// Hands every notification to subscribers until the connection is lost. A quiet
-/// connection is checked every [`LIVENESS_CHECK`], so one silently dropped by the network
-/// is noticed and replaced.
-async fn receive(listener: &mut sqlx::postgres::PgListener, events: &Events, wakeup: &Wakeup) {
+/// Hands every notification to subscribers (or, for a revoked key, to the revocation
+/// watcher) until the connection is lost. A quiet connection is checked every
+/// [`LIVENESS_CHECK`], so one silently dropped by the network is noticed and replaced.
+async fn receive(
+    listener: &mut sqlx::postgres::PgListener,
+    events: &Events,
+    wakeup: &Wakeup,
+    revocations: &Revocations,
+) {
     loop {
         match tokio::time::timeout(LIVENESS_CHECK, listener.try_recv()).await {
+            Ok(Ok(Some(notification))) if notification.channel() == KEYS_CHANNEL => {
+                revocations.hint();
+            }
             Ok(Ok(Some(notification))) => match StateChange::from_wire(notification.payload()) {
                 Some(change) => {
                     if change.state == DeliveryState::Pending {

@@ -10,6 +10,7 @@ use crate::db::Db;
 use crate::events::Events;
 use crate::key_cache::KeyCache;
 use crate::metrics::Metrics;
+use crate::revocation::Revocations;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
 use crate::service::rate_limit::RateLimiter;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub events: Events,
     /// Recently authenticated API keys.
     pub keys: Arc<KeyCache>,
+    /// The keys open sessions and subscriptions hold, ended when found revoked.
+    pub revocations: Revocations,
     /// Endpoint operations.
     pub endpoints: Endpoints,
     /// Submission operations.
@@ -59,6 +62,7 @@ impl AppState {
         );
         AppState {
             keys: Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms))),
+            revocations: Revocations::default(),
             endpoints: Endpoints::new(db.clone(), config.allow_private_destinations),
             submissions: Submissions::new(
                 db.clone(),

@@ -1,20 +1,44 @@
-//! `/graphql/ws`: GraphQL over WebSocket in both protocols (`graphql-transport-ws` and the legacy `graphql-ws`),
-//! authenticated by the `connection_init` payload.
+//! `/graphql/ws`: GraphQL over WebSocket in both protocols (`graphql-transport-ws` and the
+//! legacy `graphql-ws`), authenticated by the `connection_init` payload; a missing, wrong or
+//! revoked key closes the socket with 4403.
 
-use async_graphql::http::ALL_WEBSOCKET_PROTOCOLS;
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use async_graphql::http::{WebSocketProtocols, ALL_WEBSOCKET_PROTOCOLS};
 use async_graphql::Data;
 use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
+use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::HttpState;
+use crate::error::Error;
+use crate::revocation::KeyInUse;
 use crate::schema::{ApiError, CodedExecutor};
+use crate::state::AppState;
 
 /// How long a new WebSocket may take to send an accepted `connection_init`.
-const CONNECTION_INIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const CONNECTION_INIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Upgrades to a GraphQL WebSocket session; it ends when the client leaves or the process shuts down.
+/// Once the key is found revoked, how long the session may take to send the errors that end
+/// its subscriptions before the socket is closed. It reads nothing more from the client.
+const REVOKED_FLUSH: Duration = Duration::from_millis(200);
+
+/// Messages the GraphQL session may queue ahead of the socket.
+const OUTGOING_BUFFER: usize = 16;
+
+/// The close code `graphql-transport-ws` gives a missing, wrong or revoked key (used for the
+/// legacy protocol too, after its `connection_error`).
+const FORBIDDEN: u16 = 4403;
+
+/// Upgrades to a GraphQL WebSocket session; it ends when the client leaves, the key is
+/// revoked or the process shuts down.
 pub async fn upgrade(
     State(state): State<HttpState>,
     protocol: GraphQLProtocol,
@@ -27,38 +51,234 @@ pub async fn upgrade(
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
+    let legacy = speaks_legacy(&headers);
     upgrade
         .protocols(ALL_WEBSOCKET_PROTOCOLS)
-        .on_upgrade(move |socket| async move {
-            let db = state.app.db.clone();
-            let keys = state.app.keys.clone();
-            let shutdown = state.app.shutdown.clone();
-            let (initialised, init_done) = tokio::sync::oneshot::channel::<()>();
-            let session = GraphQLWebSocket::new(socket, CodedExecutor(state.schema.clone()), protocol)
-                .on_connection_init(move |payload| async move {
-                    let authorization = authorization_of(&payload).or(upgrade_authorization);
-                    let identity = keys
-                        .authenticate(&db, authorization.as_deref())
-                        .await
-                        .map_err(|err| async_graphql::Error::from(ApiError::from(err)))?;
-                    let _ = initialised.send(());
-                    let mut data = Data::default();
-                    data.insert(identity);
-                    Ok(data)
-                })
-                .serve();
-            // A client that never authenticates does not get to hold a connection.
-            let init_deadline = async {
-                if tokio::time::timeout(CONNECTION_INIT_TIMEOUT, init_done).await.is_ok() {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
-                () = session => {}
-                () = init_deadline => tracing::debug!("WebSocket closed: no connection_init in time"),
-                () = shutdown.cancelled() => {}
+        .on_upgrade(move |socket| {
+            Session {
+                state,
+                protocol,
+                legacy,
+                upgrade_authorization,
             }
+            .serve(socket)
         })
+}
+
+/// What `connection_init` settled.
+enum Init {
+    /// Authenticated: the session holds its key until it ends.
+    Accepted(KeyInUse),
+    /// Refused: the socket closes with this frame.
+    Refused(CloseFrame),
+}
+
+/// Where a session stands, as seen by the pump between it and the socket.
+enum Phase {
+    /// No `connection_init` accepted yet.
+    AwaitingInit,
+    /// The session ended before `connection_init` settled.
+    Abandoned,
+    /// `connection_init` was refused.
+    Refused(CloseFrame),
+    /// Authenticated under this key.
+    Active(KeyInUse),
+    /// The key was revoked: the subscriptions' last errors go out until `until`. The key is
+    /// still held, so an operation that slipped in ends at once too.
+    Revoked { _key: KeyInUse, until: Instant },
+}
+
+impl Phase {
+    /// Resolves when the session's key is found revoked.
+    async fn revoked(&self) {
+        match self {
+            Phase::Active(key) => key.revoked().await,
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// Resolves when a revoked session must close.
+    async fn flushed(&self) {
+        match self {
+            Phase::Revoked { until, .. } => tokio::time::sleep_until(*until).await,
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// How the socket ends.
+enum Ending {
+    /// With this close frame, after an optional last text message.
+    Close(Option<String>, CloseFrame),
+    /// Without a close frame of ours (the client left, or the process is stopping).
+    Drop,
+}
+
+/// One WebSocket session, before it starts.
+struct Session {
+    state: HttpState,
+    protocol: GraphQLProtocol,
+    /// Whether it speaks the legacy `graphql-ws` protocol.
+    legacy: bool,
+    /// The `Authorization` header of the upgrade request, if any.
+    upgrade_authorization: Option<String>,
+}
+
+impl Session {
+    /// Runs the GraphQL session over `socket`. Everything it sends passes through a pump
+    /// that can rewrite its close frame (a refused `connection_init` closes with 4403, not
+    /// async-graphql's 1002) and close the socket itself when the key is revoked.
+    async fn serve(self, socket: WebSocket) {
+        let (mut outgoing, incoming) = socket.split();
+        // After a revocation the client is heard no more; the session only finishes sending.
+        let deaf = CancellationToken::new();
+        let incoming = incoming
+            .take_until(deaf.clone().cancelled_owned())
+            .chain(futures_util::stream::pending());
+        let (to_client, mut from_session) = mpsc::channel(OUTGOING_BUFFER);
+        let (init_settled, mut init) = oneshot::channel();
+        let app = self.state.app.clone();
+        let upgrade_authorization = self.upgrade_authorization.clone();
+        let session = GraphQLWebSocket::new_with_pair(
+            PollSender::new(to_client),
+            incoming,
+            CodedExecutor(self.state.schema.clone()),
+            self.protocol,
+        )
+        .on_connection_init(move |payload| {
+            connection_init(app, payload, upgrade_authorization, init_settled)
+        })
+        .serve();
+        tokio::pin!(session);
+        let init_deadline = tokio::time::sleep(CONNECTION_INIT_TIMEOUT);
+        tokio::pin!(init_deadline);
+        let shutdown = self.state.app.shutdown.clone();
+        let mut phase = Phase::AwaitingInit;
+        let mut session_running = true;
+
+        let ending = loop {
+            let awaiting_init = matches!(phase, Phase::AwaitingInit);
+            tokio::select! {
+                // Settle the init before reading what the session sent after it.
+                biased;
+                () = shutdown.cancelled() => break Ending::Drop,
+                settled = &mut init, if awaiting_init => {
+                    phase = match settled {
+                        Ok(Init::Accepted(key)) => Phase::Active(key),
+                        Ok(Init::Refused(close)) => Phase::Refused(close),
+                        Err(_) => Phase::Abandoned,
+                    };
+                }
+                () = phase.revoked() => {
+                    deaf.cancel();
+                    if let Phase::Active(key) = std::mem::replace(&mut phase, Phase::Abandoned) {
+                        let until = Instant::now() + REVOKED_FLUSH;
+                        phase = Phase::Revoked { _key: key, until };
+                    }
+                }
+                () = phase.flushed() => break self.revoked_ending(),
+                () = &mut init_deadline, if awaiting_init => {
+                    tracing::debug!("WebSocket closed: no connection_init in time");
+                    break Ending::Drop;
+                }
+                () = &mut session, if session_running => session_running = false,
+                message = from_session.recv() => match (message, &phase) {
+                    (Some(Message::Close(_)), Phase::Refused(close)) => {
+                        break Ending::Close(None, close.clone());
+                    }
+                    (Some(Message::Close(frame)), _) => {
+                        let _ = outgoing.send(Message::Close(frame)).await;
+                        break Ending::Drop;
+                    }
+                    (Some(message), _) => {
+                        if outgoing.send(message).await.is_err() {
+                            break Ending::Drop;
+                        }
+                    }
+                    // The session is over and everything it sent is out.
+                    (None, Phase::Refused(close)) => break Ending::Close(None, close.clone()),
+                    (None, Phase::Revoked { .. }) => break self.revoked_ending(),
+                    (None, _) => break Ending::Drop,
+                },
+            }
+        };
+        if let Ending::Close(last, close) = ending {
+            if let Some(last) = last {
+                let _ = outgoing.send(Message::Text(last.into())).await;
+            }
+            let _ = outgoing.send(Message::Close(Some(close))).await;
+        }
+    }
+
+    /// How a session whose key was revoked ends: the legacy protocol first gets a
+    /// `connection_error` saying why; both get 4403.
+    fn revoked_ending(&self) -> Ending {
+        let reason = Error::KeyRevoked.to_string();
+        tracing::info!("WebSocket closed: its API key was revoked");
+        let last = self.legacy.then(|| {
+            serde_json::json!({ "type": "connection_error", "payload": { "message": reason } })
+                .to_string()
+        });
+        Ending::Close(
+            last,
+            CloseFrame {
+                code: FORBIDDEN,
+                reason: format!("Forbidden: {reason}").into(),
+            },
+        )
+    }
+}
+
+/// Authenticates `connection_init` and tells the pump how it went. A missing, wrong or
+/// revoked key is refused with 4403; a key that could not be checked (the database did
+/// not answer) with 1011, which invites a retry.
+async fn connection_init(
+    app: AppState,
+    payload: serde_json::Value,
+    upgrade_authorization: Option<String>,
+    settled: oneshot::Sender<Init>,
+) -> async_graphql::Result<Data> {
+    let authorization = authorization_of(&payload).or(upgrade_authorization);
+    match app
+        .keys
+        .authenticate(&app.db, authorization.as_deref())
+        .await
+    {
+        Ok(identity) => {
+            let _ = settled.send(Init::Accepted(app.revocations.register(identity.key_id)));
+            let mut data = Data::default();
+            data.insert(identity);
+            Ok(data)
+        }
+        Err(err) => {
+            let close = match err {
+                Error::Unauthenticated | Error::KeyRevoked => CloseFrame {
+                    code: FORBIDDEN,
+                    reason: "Forbidden".into(),
+                },
+                _ => CloseFrame {
+                    code: close_code::ERROR,
+                    reason: "internal error".into(),
+                },
+            };
+            let _ = settled.send(Init::Refused(close));
+            Err(ApiError::from(err).into())
+        }
+    }
+}
+
+/// Whether the session speaks the legacy `graphql-ws` protocol, chosen the way
+/// [`GraphQLProtocol`] chooses: the first protocol the client lists that is known.
+fn speaks_legacy(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|protocols| {
+            protocols
+                .split(',')
+                .find_map(|protocol| WebSocketProtocols::from_str(protocol.trim()).ok())
+        })
+        == Some(WebSocketProtocols::SubscriptionsTransportWS)
 }
 
 /// The `Authorization` entry of a `connection_init` payload, its key matched case-insensitively.
@@ -82,5 +302,21 @@ mod tests {
         let payload = serde_json::json!({ "Authorization": "Bearer y" });
         assert_eq!(authorization_of(&payload).as_deref(), Some("Bearer y"));
         assert_eq!(authorization_of(&serde_json::json!(null)), None);
+    }
+
+    #[test]
+    fn the_protocol_is_the_first_known_one_the_client_lists() {
+        let offered = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                header::HeaderValue::from_static(value),
+            );
+            speaks_legacy(&headers)
+        };
+        assert!(offered("graphql-ws"));
+        assert!(offered("chat, graphql-ws, graphql-transport-ws"));
+        assert!(!offered("graphql-transport-ws, graphql-ws"));
+        assert!(!speaks_legacy(&HeaderMap::new()));
     }
 }

@@ -15,6 +15,7 @@ use crate::auth::Identity;
 use crate::error::Error;
 use crate::events::{EventMessage, StateChange};
 use crate::metrics::Metrics;
+use crate::revocation::KeyInUse;
 
 /// How long a new subscription waits for this process to be listening for changes.
 const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -64,6 +65,7 @@ impl DeliverySubscription {
     /// `PENDING`), claimed (`PROCESSING`), `DELIVERED`, retry scheduled (`PENDING`),
     /// `FAILED`, replayed (`PENDING`). A subscriber that falls behind gets one
     /// `SUBSCRIPTION_LAGGED` error and the subscription ends: resubscribe and refetch.
+    /// When the caller's API key is revoked, one `UNAUTHENTICATED` error ends it.
     async fn delivery_state_changed(
         &self,
         ctx: &Context<'_>,
@@ -84,6 +86,7 @@ impl DeliverySubscription {
         }
         let watch = Watch {
             receiver: app.events.subscribe(),
+            key: app.revocations.register(caller.key_id),
             caller,
             endpoint,
             metrics: app.metrics.clone(),
@@ -97,6 +100,8 @@ impl DeliverySubscription {
 /// One subscriber's position in the event broadcast.
 struct Watch {
     receiver: tokio::sync::broadcast::Receiver<EventMessage>,
+    /// The caller's key, watched for revocation.
+    key: KeyInUse,
     caller: Identity,
     endpoint: Option<Uuid>,
     metrics: Arc<Metrics>,
@@ -116,7 +121,17 @@ impl Watch {
             return None;
         }
         loop {
-            match self.receiver.recv().await {
+            // A revocation wins over any event already waiting: nothing is sent after it.
+            let received = tokio::select! {
+                biased;
+                () = self.key.revoked() => None,
+                received = self.receiver.recv() => Some(received),
+            };
+            let Some(received) = received else {
+                self.finished = true;
+                return Some((Err(ApiError::from(Error::KeyRevoked)), self));
+            };
+            match received {
                 Ok(EventMessage::Change(change)) => {
                     if self.wants(&change) {
                         return Some((Ok(DeliveryStateChange(change)), self));

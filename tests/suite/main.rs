@@ -17,6 +17,7 @@ mod http_hardening;
 mod listings;
 mod rate_limit;
 mod replay;
+mod revocation;
 mod schema_drift;
 mod submissions;
 mod subscriptions;

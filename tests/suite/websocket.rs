@@ -2,6 +2,7 @@
 
 use courier::auth::Role;
 use futures_util::{SinkExt as _, StreamExt as _};
+use sea_orm::ConnectionTrait as _;
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -50,6 +51,55 @@ pub async fn next(socket: &mut Socket) -> Option<Value> {
             }
             Message::Close(_) => return None,
             _ => {}
+        }
+    }
+}
+
+/// What the server sends, keep-alives skipped.
+#[derive(Debug)]
+pub enum Frame {
+    /// A protocol message.
+    Message(Value),
+    /// A close frame (`code`, `reason`), or `None` if the connection just ended.
+    Closed(Option<(u16, String)>),
+}
+
+/// The next frame before `deadline`, or `None` if nothing came by then.
+pub async fn frame_before(socket: &mut Socket, deadline: tokio::time::Instant) -> Option<Frame> {
+    loop {
+        let message = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .ok()?;
+        match message {
+            None | Some(Err(_)) => return Some(Frame::Closed(None)),
+            Some(Ok(Message::Text(text))) => {
+                let value: Value = serde_json::from_str(&text).expect("JSON message");
+                if value["type"] != "ka" && value["type"] != "ping" {
+                    return Some(Frame::Message(value));
+                }
+            }
+            Some(Ok(Message::Close(frame))) => {
+                return Some(Frame::Closed(
+                    frame.map(|frame| (u16::from(frame.code), frame.reason.to_string())),
+                ))
+            }
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// Reads until the server closes (within `wait`): the messages before, and the close frame.
+pub async fn until_closed(
+    socket: &mut Socket,
+    wait: std::time::Duration,
+) -> (Vec<Value>, Option<(u16, String)>) {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut messages = Vec::new();
+    loop {
+        match frame_before(socket, deadline).await {
+            Some(Frame::Message(message)) => messages.push(message),
+            Some(Frame::Closed(close)) => return (messages, close),
+            None => panic!("the server did not close within {wait:?}; it sent {messages:?}"),
         }
     }
 }
@@ -125,31 +175,47 @@ async fn legacy_graphql_ws_runs_operations_with_a_lowercase_key() {
     );
 }
 
+/// A missing, wrong or revoked key closes the socket with `4403 Forbidden`, as
+/// `graphql-transport-ws` specifies; the legacy protocol says why in a `connection_error` first.
 #[tokio::test]
-async fn websocket_without_a_valid_key_is_refused() {
+async fn websocket_without_a_valid_key_is_closed_with_4403() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
-    for (protocol, payload) in [
-        ("graphql-transport-ws", json!({})),
-        (
-            "graphql-transport-ws",
+    let revoked = app.admin_token().await;
+    app.state
+        .db
+        .conn()
+        .execute_unprepared("UPDATE api_keys SET revoked_at = created_at")
+        .await
+        .expect("revoke");
+    let revoked = format!("Bearer {revoked}");
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        for payload in [
+            json!({}),
             json!({ "Authorization": "Bearer courier_wrong" }),
-        ),
-        (
-            "graphql-ws",
-            json!({ "Authorization": "Bearer courier_wrong" }),
-        ),
-    ] {
-        let mut socket = connect(&app, protocol).await;
-        send(
-            &mut socket,
-            json!({ "type": "connection_init", "payload": payload }),
-        )
-        .await;
-        match next(&mut socket).await {
-            None => {}
-            Some(message) => {
-                assert_eq!(message["type"], "connection_error", "{protocol}: {message}")
+            json!({ "Authorization": revoked }),
+        ] {
+            let mut socket = connect(&app, protocol).await;
+            send(
+                &mut socket,
+                json!({ "type": "connection_init", "payload": payload }),
+            )
+            .await;
+            let (messages, close) =
+                until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+            let (code, reason) =
+                close.unwrap_or_else(|| panic!("{protocol} {payload}: no close frame"));
+            assert_eq!(code, 4403, "{protocol} {payload}: {reason}");
+            if protocol == "graphql-ws" {
+                assert_eq!(messages.len(), 1, "{messages:?}");
+                assert_eq!(messages[0]["type"], "connection_error", "{messages:?}");
+                assert_eq!(
+                    messages[0]["payload"]["message"], "a valid API key is required",
+                    "{messages:?}"
+                );
+            } else {
+                assert_eq!(reason, "Forbidden");
+                assert!(messages.is_empty(), "{messages:?}");
             }
         }
     }

@@ -1,0 +1,207 @@
+//! Revoked API keys, felt by every process within a second: a watcher checks the keys this
+//! process has in use, evicts revoked ones from the key cache and ends their sessions.
+//!
+//! Whatever wrote `api_keys.revoked_at` (this process, another one, plain SQL), the watcher
+//! finds it on its next poll, every [`POLL_INTERVAL`]. On PostgreSQL a `NOTIFY` on
+//! [`KEYS_CHANNEL`] (sent by [`crate::auth::revoke_api_key`], heard by [`crate::listener`])
+//! wakes it at once; that is only a hint, the poll is the guarantee.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use uuid::Uuid;
+
+use crate::auth;
+use crate::db::Db;
+use crate::error::error_chain;
+use crate::key_cache::KeyCache;
+
+/// The PostgreSQL channel on which a revocation is announced (payload: the key's id).
+pub const KEYS_CHANNEL: &str = "courier_keys";
+
+/// How often the keys in use are checked when no hint arrives.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The keys this process's WebSocket sessions and subscriptions hold, each with a token
+/// cancelled when the key is found revoked. A cheap clone.
+#[derive(Clone, Debug, Default)]
+pub struct Revocations {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    in_use: Mutex<HashMap<Uuid, InUse>>,
+    hint: Notify,
+}
+
+/// One key's users and the token they watch.
+#[derive(Debug)]
+struct InUse {
+    revoked: CancellationToken,
+    users: usize,
+}
+
+impl Revocations {
+    /// Records that a session or subscription acts under `key_id` until the guard drops.
+    /// A key already found revoked hands back its cancelled token, so a late user ends at once.
+    pub fn register(&self, key_id: Uuid) -> KeyInUse {
+        let mut in_use = self.lock();
+        let entry = in_use.entry(key_id).or_insert_with(|| InUse {
+            revoked: CancellationToken::new(),
+            users: 0,
+        });
+        entry.users += 1;
+        KeyInUse {
+            key_id,
+            revoked: entry.revoked.clone(),
+            revocations: self.clone(),
+        }
+    }
+
+    /// Asks the watcher to check now instead of at its next poll (e.g. a `NOTIFY` arrived).
+    pub fn hint(&self) {
+        self.inner.hint.notify_one();
+    }
+
+    /// Keys in use and not yet found revoked.
+    fn live_keys(&self) -> Vec<Uuid> {
+        self.lock()
+            .iter()
+            .filter(|(_, entry)| !entry.revoked.is_cancelled())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Ends every session and subscription acting under one of `revoked`.
+    fn revoke(&self, revoked: &[Uuid]) {
+        let in_use = self.lock();
+        for id in revoked {
+            if let Some(entry) = in_use.get(id) {
+                entry.revoked.cancel();
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, InUse>> {
+        // The map stays consistent even if a holder panicked: every update is one statement.
+        self.inner
+            .in_use
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A session's or subscription's hold on its key: [`KeyInUse::revoked`] resolves once the
+/// key is found revoked. Dropping it releases the key.
+#[derive(Debug)]
+pub struct KeyInUse {
+    key_id: Uuid,
+    revoked: CancellationToken,
+    revocations: Revocations,
+}
+
+impl KeyInUse {
+    /// Resolves when the key is found revoked.
+    pub fn revoked(&self) -> WaitForCancellationFuture<'_> {
+        self.revoked.cancelled()
+    }
+
+    /// Whether the key has been found revoked.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.is_cancelled()
+    }
+}
+
+impl Drop for KeyInUse {
+    fn drop(&mut self) {
+        let mut in_use = self.revocations.lock();
+        if let Some(entry) = in_use.get_mut(&self.key_id) {
+            entry.users = entry.users.saturating_sub(1);
+            if entry.users == 0 {
+                in_use.remove(&self.key_id);
+            }
+        }
+    }
+}
+
+/// Checks the keys in use (cached and held by sessions) every [`POLL_INTERVAL`] and on
+/// every hint, until `shutdown`. A revoked key leaves the cache and its sessions end.
+pub async fn watch(
+    db: Db,
+    keys: Arc<KeyCache>,
+    revocations: Revocations,
+    shutdown: CancellationToken,
+) {
+    let mut poll = tokio::time::interval(POLL_INTERVAL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = poll.tick() => {}
+            () = revocations.inner.hint.notified() => {}
+        }
+        let mut in_use = keys.key_ids();
+        in_use.extend(revocations.live_keys());
+        in_use.sort_unstable();
+        in_use.dedup();
+        if in_use.is_empty() {
+            continue;
+        }
+        match auth::revoked_among(&db, &in_use).await {
+            Ok(revoked) if revoked.is_empty() => {}
+            Ok(revoked) => {
+                // Evict first: a session opened from a stale cache entry after this point
+                // is still caught, by the next poll.
+                keys.evict(&revoked);
+                revocations.revoke(&revoked);
+                for key_id in &revoked {
+                    tracing::info!(%key_id, "API key revoked: its sessions end");
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "checking for revoked API keys failed")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revoked_key_ends_every_holder_and_is_released_by_the_last() {
+        let revocations = Revocations::default();
+        let key = Uuid::now_v7();
+        let other = Uuid::now_v7();
+        let first = revocations.register(key);
+        let second = revocations.register(key);
+        let bystander = revocations.register(other);
+        let mut live = revocations.live_keys();
+        live.sort_unstable();
+        let mut expected = vec![key, other];
+        expected.sort_unstable();
+        assert_eq!(live, expected);
+
+        revocations.revoke(&[key]);
+        assert!(first.is_revoked() && second.is_revoked());
+        assert!(!bystander.is_revoked());
+        assert_eq!(revocations.live_keys(), vec![other], "no need to ask again");
+
+        let late = revocations.register(key);
+        assert!(
+            late.is_revoked(),
+            "a late holder of a revoked key ends at once"
+        );
+        drop((first, second, late));
+        let fresh = revocations.register(key);
+        assert!(
+            !fresh.is_revoked(),
+            "once released, the key is looked at afresh"
+        );
+    }
+}
