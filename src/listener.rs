@@ -16,19 +16,24 @@ pub async fn run(db: Db, events: Events, wakeup: Wakeup, shutdown: CancellationT
     let Some(pool) = db.pg_listen_pool().cloned() else {
         return;
     };
+    let deadline = db.timeouts().work;
     let listen = async {
         loop {
+            // Connecting is bounded by the pool's acquire timeout; `LISTEN` by the work deadline.
             match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(mut listener) => match listener.listen(EVENTS_CHANNEL).await {
-                    Ok(()) => {
-                        events.set_live(true);
-                        receive(&mut listener, &events, &wakeup).await;
-                        // Whatever was published while reconnecting is lost to this process.
-                        events.set_live(false);
-                        events.deliver(EventMessage::Gap);
+                Ok(mut listener) => {
+                    match tokio::time::timeout(deadline, listener.listen(EVENTS_CHANNEL)).await {
+                        Ok(Ok(())) => {
+                            events.set_live(true);
+                            receive(&mut listener, &events, &wakeup, deadline).await;
+                            // Whatever was published while reconnecting is lost to this process.
+                            events.set_live(false);
+                            events.deliver(EventMessage::Gap);
+                        }
+                        Ok(Err(err)) => tracing::warn!(error = %err, "LISTEN failed; retrying"),
+                        Err(_) => tracing::warn!("LISTEN got no answer; retrying"),
                     }
-                    Err(err) => tracing::warn!(error = %err, "LISTEN failed; retrying"),
-                },
+                }
                 Err(err) => tracing::warn!(error = %err, "event listener cannot connect; retrying"),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -41,9 +46,14 @@ pub async fn run(db: Db, events: Events, wakeup: Wakeup, shutdown: CancellationT
 }
 
 /// Hands every notification to subscribers until the connection is lost. A quiet
-/// connection is checked every [`LIVENESS_CHECK`], so one silently dropped by the network
-/// is noticed and replaced.
-async fn receive(listener: &mut sqlx::postgres::PgListener, events: &Events, wakeup: &Wakeup) {
+/// connection is checked every [`LIVENESS_CHECK`] and must answer within `deadline`, so one
+/// silently dropped by the network is noticed and replaced.
+async fn receive(
+    listener: &mut sqlx::postgres::PgListener,
+    events: &Events,
+    wakeup: &Wakeup,
+    deadline: Duration,
+) {
     loop {
         match tokio::time::timeout(LIVENESS_CHECK, listener.try_recv()).await {
             Ok(Ok(Some(notification))) => match StateChange::from_wire(notification.payload()) {
@@ -67,11 +77,9 @@ async fn receive(listener: &mut sqlx::postgres::PgListener, events: &Events, wak
                 return;
             }
             Err(_quiet) => {
-                let ping = tokio::time::timeout(
-                    LIVENESS_CHECK,
-                    sqlx::query("SELECT 1").execute(&mut *listener),
-                )
-                .await;
+                let ping =
+                    tokio::time::timeout(deadline, sqlx::query("SELECT 1").execute(&mut *listener))
+                        .await;
                 if !matches!(ping, Ok(Ok(_))) {
                     tracing::warn!("event listener stopped answering; reconnecting");
                     return;

@@ -37,8 +37,8 @@ pub async fn upgrade(
             let session = GraphQLWebSocket::new(socket, state.schema.clone(), protocol)
                 .on_connection_init(move |payload| async move {
                     let authorization = authorization_of(&payload).or(upgrade_authorization);
-                    let identity = keys
-                        .authenticate(&db, authorization.as_deref())
+                    let identity = db
+                        .within_deadline(keys.authenticate(&db, authorization.as_deref()))
                         .await
                         .map_err(|err| async_graphql::Error::from(ApiError::from(err)))?;
                     let _ = initialised.send(());
