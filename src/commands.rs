@@ -53,7 +53,12 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
 
 /// Connects and applies pending migrations.
 async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
-    let db = Db::connect(&database.database_url, database.db_pool_size).await?;
+    let db = Db::connect_with(
+        &database.database_url,
+        database.db_pool_size,
+        database.timeouts(),
+    )
+    .await?;
     db.migrate().await?;
     Ok(db)
 }

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::db::Timeouts;
+
 /// Longest retry delay accepted: 30 days.
 pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
 
@@ -98,6 +100,25 @@ pub struct DatabaseArgs {
         global = true
     )]
     pub db_pool_size: u32,
+
+    /// Longest wait for a database connection, opening one included, in milliseconds.
+    #[arg(long, env = "COURIER_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(100..=600_000), global = true)]
+    pub db_acquire_timeout_ms: u64,
+
+    /// Longest a request (or one step of a background task) waits on the database, in
+    /// milliseconds; past it the request answers SERVICE_UNAVAILABLE (HTTP 503, Retry-After).
+    #[arg(long, env = "COURIER_DB_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=600_000), global = true)]
+    pub db_timeout_ms: u64,
+}
+
+impl DatabaseArgs {
+    /// The database deadlines these settings give.
+    pub fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            acquire: Duration::from_millis(self.db_acquire_timeout_ms),
+            work: Duration::from_millis(self.db_timeout_ms),
+        }
+    }
 }
 
 /// Settings of `courier serve`.

@@ -1,6 +1,9 @@
 //! Connecting, migrating, and the one place where PostgreSQL and SQLite differ.
 
+mod deadline;
+
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -14,6 +17,9 @@ use sea_orm::{
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
+use self::deadline::{check_on_release, MissedDeadlines};
+pub use self::deadline::{deadline_missed, is_unavailable, Timeouts};
+
 /// Arbitrary constant naming the advisory lock that serialises migrations across processes.
 const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
 
@@ -24,29 +30,50 @@ pub struct Db {
     queries: Counter,
     /// One connection of its own for `LISTEN`, so listening never starves queries.
     pg_listen_pool: Option<sqlx::PgPool>,
+    timeouts: Timeouts,
+    missed: Arc<MissedDeadlines>,
 }
 
 impl Db {
-    /// Opens a pool for `url` (`postgres://` or `sqlite://`) with `pool_size` connections.
+    /// Opens a pool for `url` (`postgres://` or `sqlite:`) with `pool_size` connections
+    /// and the default [`Timeouts`].
+    pub async fn connect(url: &str, pool_size: u32) -> Result<Self, DbErr> {
+        Self::connect_with(url, pool_size, Timeouts::default()).await
+    }
+
+    /// Opens a pool for `url` (`postgres://` or `sqlite:`) with `pool_size` connections.
+    /// No wait for a connection outlasts `timeouts.acquire`, opening one included; the
+    /// work deadline applies where callers use [`Db::within_deadline`].
     ///
     /// SQLite gets WAL, a busy timeout and foreign keys so several connections can share the file.
-    pub async fn connect(url: &str, pool_size: u32) -> Result<Self, DbErr> {
+    pub async fn connect_with(
+        url: &str,
+        pool_size: u32,
+        timeouts: Timeouts,
+    ) -> Result<Self, DbErr> {
         let pool_size = pool_size.max(1);
+        let missed = Arc::new(MissedDeadlines::default());
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url).map_err(sqlx_err)?;
             let pool = PgPoolOptions::new()
                 .max_connections(pool_size)
-                .acquire_timeout(Duration::from_secs(10))
+                .acquire_timeout(timeouts.acquire)
+                .after_release(check_on_release(missed.clone(), timeouts.acquire))
                 .connect_with(options.clone())
                 .await
                 .map_err(sqlx_err)?;
+            // Two slots, though `LISTEN` uses one: a listener dropped on a silent network
+            // says `UNLISTEN` on its way out and may hold its slot until TCP gives up, which
+            // must not keep the replacement from connecting.
             let listen_pool = PgPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(10))
+                .max_connections(2)
+                .acquire_timeout(timeouts.acquire)
                 .connect_lazy_with(options);
             Ok(Db::counted(
                 SqlxPostgresConnector::from_sqlx_postgres_pool(pool),
                 Some(listen_pool),
+                timeouts,
+                missed,
             ))
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
@@ -63,13 +90,15 @@ impl Db {
                 .min_connections(u32::from(in_memory))
                 .idle_timeout((!in_memory).then_some(Duration::from_secs(600)))
                 .max_lifetime((!in_memory).then_some(Duration::from_secs(1800)))
-                .acquire_timeout(Duration::from_secs(10))
+                .acquire_timeout(timeouts.acquire)
                 .connect_with(options)
                 .await
                 .map_err(sqlx_err)?;
             Ok(Db::counted(
                 SqlxSqliteConnector::from_sqlx_sqlite_pool(pool),
                 None,
+                timeouts,
+                missed,
             ))
         } else {
             Err(DbErr::Custom(format!(
@@ -79,7 +108,12 @@ impl Db {
         }
     }
 
-    fn counted(mut conn: DatabaseConnection, pg_listen_pool: Option<sqlx::PgPool>) -> Self {
+    fn counted(
+        mut conn: DatabaseConnection,
+        pg_listen_pool: Option<sqlx::PgPool>,
+        timeouts: Timeouts,
+        missed: Arc<MissedDeadlines>,
+    ) -> Self {
         let queries = Counter::default();
         let counter = queries.clone();
         conn.set_metric_callback(move |_| {
@@ -89,6 +123,8 @@ impl Db {
             conn,
             queries,
             pg_listen_pool,
+            timeouts,
+            missed,
         }
     }
 

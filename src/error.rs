@@ -2,6 +2,12 @@
 
 use sea_orm::{DbErr, SqlErr};
 
+use crate::db;
+
+/// What `Retry-After` advises when the database did not answer: about one request deadline,
+/// long enough for a network blip or a failover to pass, short enough not to stall clients.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 5;
+
 /// Result of a service operation.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -41,6 +47,11 @@ pub enum Error {
     /// A subscriber fell behind (or events may have been lost) and must refetch.
     #[error("the subscriber fell behind and missed events; resubscribe and refetch")]
     Lagged,
+    /// The database could not be reached or did not answer in time. The operation may or
+    /// may not have taken effect (a reply can be lost after a commit): retry it, with the
+    /// same idempotency key where there is one.
+    #[error("the database did not answer in time; retry later")]
+    Unavailable(#[source] DbErr),
     /// A uniqueness constraint settled a race against this operation.
     #[error("unique constraint violated: {0}")]
     UniqueViolation(String),
@@ -66,17 +77,29 @@ impl Error {
             Error::RateLimited { .. } => "RATE_LIMITED",
             Error::NotReplayable { .. } => "DELIVERY_NOT_REPLAYABLE",
             Error::Lagged => "SUBSCRIPTION_LAGGED",
+            Error::Unavailable(_) => "SERVICE_UNAVAILABLE",
             Error::UniqueViolation(_) | Error::Database(_) => "INTERNAL_SERVER_ERROR",
+        }
+    }
+
+    /// Seconds after which a retry may succeed, for errors that say so (`Retry-After`).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Error::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+            Error::Unavailable(_) => Some(UNAVAILABLE_RETRY_AFTER_SECS),
+            _ => None,
         }
     }
 }
 
 impl From<DbErr> for Error {
     /// The one place database errors are classified: constraint races become
-    /// [`Error::UniqueViolation`] so callers can settle them; everything else is internal.
+    /// [`Error::UniqueViolation`] so callers can settle them; an unreachable or silent
+    /// database becomes [`Error::Unavailable`]; everything else is internal.
     fn from(err: DbErr) -> Self {
         match err.sql_err() {
             Some(SqlErr::UniqueConstraintViolation(detail)) => Error::UniqueViolation(detail),
+            _ if db::is_unavailable(&err) => Error::Unavailable(err),
             _ => Error::Database(err),
         }
     }

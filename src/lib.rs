@@ -9,7 +9,8 @@
 //! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys;
 //!   [`revocation`]: revoked keys leave the cache and end their sessions on every process.
 //! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets.
-//! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ.
+//! - [`db`]: connecting, migrating, deadlines on database work, and the one place
+//!   PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes.
 //! - [`worker`]: claims due deliveries, signs and sends them, records each attempt under
 //!   its claim's fence; [`wake`]: hints that wake the worker.
@@ -20,7 +21,7 @@
 //! - [`state`]: the cheap-to-clone application state every handler and task shares.
 //!
 //! # How a request flows
-//! HTTP -> [`http`] (media type, body limit, API key) -> [`schema`] resolver ->
+//! HTTP -> [`http`] (media type, body limit, API key, database deadline) -> [`schema`] resolver ->
 //! [`service`] operation (one transaction; races settled by the database) -> database.
 //! Errors travel back as [`error::Error`] and are mapped once to `extensions.code`.
 //!

@@ -25,20 +25,25 @@ pub async fn run(
     let Some(pool) = db.pg_listen_pool().cloned() else {
         return;
     };
+    let deadline = db.timeouts().work;
     let listen = async {
         loop {
+            // Connecting is bounded by the pool's acquire timeout; `LISTEN` by the work deadline.
             match sqlx::postgres::PgListener::connect_with(&pool).await {
-                Ok(mut listener) => match listener.listen_all([EVENTS_CHANNEL, KEYS_CHANNEL]).await
-                {
-                    Ok(()) => {
-                        events.set_live(true);
-                        receive(&mut listener, &events, &wakeup, &revocations).await;
-                        // Whatever was published while reconnecting is lost to this process.
-                        events.set_live(false);
-                        events.deliver(EventMessage::Gap);
+                Ok(mut listener) => {
+                    let listening = listener.listen_all([EVENTS_CHANNEL, KEYS_CHANNEL]);
+                    match tokio::time::timeout(deadline, listening).await {
+                        Ok(Ok(())) => {
+                            events.set_live(true);
+                            receive(&mut listener, &events, &wakeup, &revocations, deadline).await;
+                            // Whatever was published while reconnecting is lost to this process.
+                            events.set_live(false);
+                            events.deliver(EventMessage::Gap);
+                        }
+                        Ok(Err(err)) => tracing::warn!(error = %err, "LISTEN failed; retrying"),
+                        Err(_) => tracing::warn!("LISTEN got no answer; retrying"),
                     }
-                    Err(err) => tracing::warn!(error = %err, "LISTEN failed; retrying"),
-                },
+                }
                 Err(err) => tracing::warn!(error = %err, "event listener cannot connect; retrying"),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -52,12 +57,14 @@ pub async fn run(
 
 /// Hands every notification to subscribers (or, for a revoked key, to the revocation
 /// watcher) until the connection is lost. A quiet connection is checked every
-/// [`LIVENESS_CHECK`], so one silently dropped by the network is noticed and replaced.
+/// [`LIVENESS_CHECK`] and must answer within `deadline`, so one silently dropped by the
+/// network is noticed and replaced.
 async fn receive(
     listener: &mut sqlx::postgres::PgListener,
     events: &Events,
     wakeup: &Wakeup,
     revocations: &Revocations,
+    deadline: Duration,
 ) {
     loop {
         match tokio::time::timeout(LIVENESS_CHECK, listener.try_recv()).await {
@@ -85,11 +92,9 @@ async fn receive(
                 return;
             }
             Err(_quiet) => {
-                let ping = tokio::time::timeout(
-                    LIVENESS_CHECK,
-                    sqlx::query("SELECT 1").execute(&mut *listener),
-                )
-                .await;
+                let ping =
+                    tokio::time::timeout(deadline, sqlx::query("SELECT 1").execute(&mut *listener))
+                        .await;
                 if !matches!(ping, Ok(Ok(_))) {
                     tracing::warn!("event listener stopped answering; reconnecting");
                     return;

@@ -2,7 +2,7 @@
 //! GET for queries (or GraphiQL for a browser), media types negotiated, 4xx for requests that cannot run.
 
 use async_graphql::parser::types::OperationType;
-use async_graphql::{Value, Variables};
+use async_graphql::{ServerError, Value, Variables};
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -12,11 +12,12 @@ use serde::Deserialize;
 use super::negotiate::{self, MediaType};
 use super::HttpState;
 use crate::auth::Identity;
-use crate::error::{error_chain, Error};
+use crate::error::{error_chain, Error, UNAVAILABLE_RETRY_AFTER_SECS};
 use crate::schema::ensure_codes;
 use crate::schema::json;
 use crate::schema::limits;
 use crate::schema::loaders::RequestLoaders;
+use crate::schema::ApiError;
 
 /// The body of a GraphQL POST: `query` is required, `variables` must be an object.
 #[derive(Debug, Deserialize)]
@@ -143,17 +144,15 @@ async fn authenticate(state: &HttpState, headers: &HeaderMap) -> Result<Identity
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok());
-    state
-        .app
-        .keys
-        .authenticate(&state.app.db, authorization)
+    let db = &state.app.db;
+    db.within_deadline(state.app.keys.authenticate(db, authorization))
         .await
 }
 
 async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Request) -> Response {
     // A caching set of loaders for this request alone (see `schema::loaders`).
     let request = request.data(RequestLoaders::default());
-    let mut response = state.schema.execute(request).await;
+    let mut response = execute_in_time(state, request).await;
     // Parse and validation failures (and the depth/complexity limits) never reach a resolver:
     // they come back with no data and no error path. Such a request could not be executed.
     let not_executed = response.data == Value::Null
@@ -180,8 +179,54 @@ async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Re
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         }
     };
+    retry_later_if_unavailable(&mut http, &response.errors);
     http.headers_mut().extend(response.http_headers);
     http
+}
+
+/// Executes `request` within the database deadline: a request whose database work cannot
+/// finish in time is abandoned and answered `SERVICE_UNAVAILABLE`, instead of holding its
+/// client for as long as the network to the database stays silent.
+async fn execute_in_time(
+    state: &HttpState,
+    request: async_graphql::Request,
+) -> async_graphql::Response {
+    let execution = async { Ok::<_, Error>(state.schema.execute(request).await) };
+    match state.app.db.within_deadline(execution).await {
+        Ok(response) => response,
+        Err(err) => async_graphql::Response::from_errors(vec![server_error(err)]),
+    }
+}
+
+/// A service error raised outside any resolver, in its GraphQL form (no path, no location).
+fn server_error(err: Error) -> ServerError {
+    let err = async_graphql::Error::from(ApiError::from(err));
+    let mut error = ServerError::new(err.message, None);
+    error.extensions = err.extensions;
+    error
+}
+
+/// Makes a response that reports the database unavailable a 503 with `Retry-After`, for
+/// either media type: the request may not have run, and the same request may succeed later.
+fn retry_later_if_unavailable(http: &mut Response, errors: &[ServerError]) {
+    let retry_after = errors.iter().find_map(|error| {
+        let extensions = error.extensions.as_ref()?;
+        let unavailable = matches!(extensions.get("code"), Some(Value::String(code)) if code == "SERVICE_UNAVAILABLE");
+        unavailable.then(|| match extensions.get("retryAfter") {
+            Some(Value::Number(secs)) => secs.as_u64().unwrap_or(UNAVAILABLE_RETRY_AFTER_SECS),
+            _ => UNAVAILABLE_RETRY_AFTER_SECS,
+        })
+    });
+    if let Some(secs) = retry_after {
+        retry_later(http, secs);
+    }
+}
+
+/// HTTP 503 with `Retry-After: secs`.
+fn retry_later(http: &mut Response, secs: u64) {
+    *http.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    http.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
 }
 
 /// A response for a request that was refused before execution.
@@ -212,9 +257,21 @@ fn auth_error(media: MediaType, err: Error) -> Response {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             response
         }
+        Error::Unavailable(_) => {
+            let errors = [server_error(err)];
+            let body = serde_json::json!({ "errors": errors }).to_string();
+            let mut response = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::CONTENT_TYPE, media.content_type())],
+                body,
+            )
+                .into_response();
+            retry_later_if_unavailable(&mut response, &errors);
+            response
+        }
         other => {
-            // The key could not be checked (the database is unreachable): a
-            // temporary condition the client may retry, not a bad request.
+            // The key could not be checked for another reason: logged in full, reported
+            // generically, and still a condition the client may retry, not a bad request.
             tracing::error!(error = %error_chain(&other), "authenticating a request failed");
             request_error(
                 media,

@@ -4,7 +4,7 @@ mod graphql;
 mod negotiate;
 mod websocket;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
@@ -27,6 +27,10 @@ pub struct HttpState {
     /// The application state.
     pub app: AppState,
 }
+
+/// How long `/readyz` waits for the database, and `/metrics` for the due-queue count: a
+/// probe gets its answer (503 when the database is silent) well within two seconds.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Builds the router with its limits, tracing and metrics.
 pub fn router(schema: CourierSchema, app: AppState) -> Router {
@@ -53,9 +57,10 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers, within [`PROBE_TIMEOUT`].
 async fn readyz(State(state): State<HttpState>) -> Response {
-    match state.app.db.ping().await {
+    let db = &state.app.db;
+    match db.within(PROBE_TIMEOUT, db.ping()).await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(err) => {
             tracing::warn!(error = %err, "readiness check failed");
@@ -66,7 +71,8 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 
 /// Prometheus scrape endpoint. The due-queue depth is measured now, for this scrape.
 async fn metrics(State(state): State<HttpState>) -> Response {
-    match state.app.deliveries.due_count().await {
+    let due = state.app.deliveries.due_count();
+    match state.app.db.within(PROBE_TIMEOUT, due).await {
         Ok(due) => {
             state.app.metrics.due_depth.set(due);
         }

@@ -239,11 +239,8 @@ async fn connection_init(
     settled: oneshot::Sender<Init>,
 ) -> async_graphql::Result<Data> {
     let authorization = authorization_of(&payload).or(upgrade_authorization);
-    match app
-        .keys
-        .authenticate(&app.db, authorization.as_deref())
-        .await
-    {
+    let lookup = app.keys.authenticate(&app.db, authorization.as_deref());
+    match app.db.within_deadline(lookup).await {
         Ok(identity) => {
             let _ = settled.send(Init::Accepted(app.revocations.register(identity.key_id)));
             let mut data = Data::default();
@@ -255,6 +252,10 @@ async fn connection_init(
                 Error::Unauthenticated | Error::KeyRevoked => CloseFrame {
                     code: FORBIDDEN,
                     reason: "Forbidden".into(),
+                },
+                Error::Unavailable(_) => CloseFrame {
+                    code: close_code::AGAIN,
+                    reason: "database unavailable; try again later".into(),
                 },
                 _ => CloseFrame {
                     code: close_code::ERROR,

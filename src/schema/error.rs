@@ -33,8 +33,11 @@ fn to_graphql(err: Error) -> async_graphql::Error {
             tracing::error!(error = %error_chain(&err), "internal error");
             async_graphql::Error::new("internal error").extend_with(|_, e| e.set("code", code))
         }
-        Error::RateLimited { retry_after_secs } => {
-            let retry_after = *retry_after_secs;
+        Error::RateLimited { .. } | Error::Unavailable(_) => {
+            if let Error::Unavailable(_) = &err {
+                tracing::warn!(error = %error_chain(&err), "the database did not answer in time");
+            }
+            let retry_after = err.retry_after_secs().unwrap_or(1);
             async_graphql::Error::new(err.to_string()).extend_with(|_, e| {
                 e.set("code", code);
                 e.set("retryAfter", retry_after);

@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::db::Db;
+use crate::db::{is_unavailable, Db};
 use crate::error::Error;
 use crate::events::{Events, EVENTS_CHANNEL};
 use crate::service::submission_store::{prepare, store, NewRows, Prepared, Stored};
@@ -93,19 +93,21 @@ impl SubmitBatcher {
     }
 }
 
+/// Writes what arrives until every handle is gone. Each statement runs within the database
+/// deadline: one writer stuck on a silent connection would otherwise hold every submission.
 async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
     let mut jobs = Vec::with_capacity(MAX_BATCH);
     while inbox.recv_many(&mut jobs, MAX_BATCH).await > 0 {
         if jobs.len() == 1 {
             if let Some(job) = jobs.pop() {
-                let stored = store(&db, &events, job.rows).await.map_err(Error::from);
-                let _ = job.reply.send(stored);
+                let stored = db.within_deadline(store(&db, &events, job.rows)).await;
+                let _ = job.reply.send(stored.map_err(Error::from));
             }
             continue;
         }
         let batch: Vec<Job> = std::mem::take(&mut jobs);
         let prepared: Vec<Prepared> = batch.iter().map(|job| prepare(job.rows.clone())).collect();
-        match store_many(&db, &prepared).await {
+        match db.within_deadline(store_many(&db, &prepared)).await {
             Ok(valid) => {
                 for (job, rows) in batch.into_iter().zip(prepared) {
                     let result = match valid.get(&rows.delivery.id) {
@@ -118,13 +120,21 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
                     let _ = job.reply.send(result);
                 }
             }
+            Err(err) if is_unavailable(&err) => {
+                // Whether the statement committed is unknown, and trying each submission on
+                // its own would only make every caller wait longer: they all retry.
+                tracing::warn!(error = %err, size = batch.len(), "group write got no answer");
+                for job in batch {
+                    let _ = job.reply.send(Err(Error::from(err.clone())));
+                }
+            }
             Err(err) => {
                 // Nothing of the statement was written: write each submission on its own,
                 // so each caller gets its own answer.
                 tracing::warn!(error = %err, size = batch.len(), "group write failed; writing one by one");
                 for job in batch {
-                    let stored = store(&db, &events, job.rows).await.map_err(Error::from);
-                    let _ = job.reply.send(stored);
+                    let stored = db.within_deadline(store(&db, &events, job.rows)).await;
+                    let _ = job.reply.send(stored.map_err(Error::from));
                 }
             }
         }

@@ -120,14 +120,18 @@ impl Worker {
         this.drain(in_flight, recorder).await;
     }
 
+    /// Claims up to `limit` due deliveries. A claim the database does not confirm within the
+    /// deadline is given up; if it did happen, its rows are reclaimed after their lease.
     async fn claim(&self, limit: usize) -> Result<Vec<Claim>, sea_orm::DbErr> {
-        let claims = claim_due(
-            &self.state.db,
-            &self.state.events,
-            limit as u32,
-            self.state.config.lease(),
-        )
-        .await?;
+        let db = &self.state.db;
+        let claims = db
+            .within_deadline(claim_due(
+                db,
+                &self.state.events,
+                limit as u32,
+                self.state.config.lease(),
+            ))
+            .await?;
         self.state.metrics.claims.inc_by(claims.len() as u64);
         Ok(claims)
     }
@@ -142,11 +146,13 @@ impl Worker {
         if claims.is_empty() {
             return;
         }
-        let mut targets = match load_targets(&self.state.db, &claims).await {
+        let db = &self.state.db;
+        let mut targets = match db.within_deadline(load_targets(db, &claims)).await {
             Ok(targets) => targets,
             Err(err) => {
                 tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed; releasing them");
-                if let Err(err) = release(&self.state.db, &self.state.events, &claims).await {
+                let released = db.within_deadline(release(db, &self.state.events, &claims));
+                if let Err(err) = released.await {
                     // They stay `processing` and are reclaimed after their lease.
                     tracing::error!(error = %error_chain(&err), "releasing claims failed");
                 }

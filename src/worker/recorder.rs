@@ -55,7 +55,9 @@ impl Recorder {
         }
     }
 
-    /// Writes one batch, retrying through database trouble. A result written after its
+    /// Writes one batch, retrying through database trouble (each try within the database
+    /// deadline; a try whose commit went unacknowledged is recognised by the next, which
+    /// adds no second attempt for the same claim). A result written after its
     /// lease ran out is still safe (the claim-token fence marks it superseded if another
     /// worker took over, and applies it if nobody did), so outcomes are not dropped just
     /// because they are late; only a shutdown or [`GIVE_UP_AFTER`] ends the retries.
@@ -66,7 +68,11 @@ impl Recorder {
         let mut tries = 0;
         loop {
             tries += 1;
-            match record_batch(&self.state.db, &self.state.events, &attempts).await {
+            let db = &self.state.db;
+            match db
+                .within_deadline(record_batch(db, &self.state.events, &attempts))
+                .await
+            {
                 Ok(recorded) => {
                     for (attempt, recorded) in attempts.iter().zip(recorded) {
                         self.report(attempt, &recorded);

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use courier::app::App;
 use courier::auth::{self, Role};
 use courier::config::ServeArgs;
+use courier::db::Db;
 use courier::state::AppState;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -12,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::TestDb;
+use super::{PartitionProxy, TestDb};
 
 /// A running app instance. Each one has its own pool, like a separate process would.
 pub struct TestApp {
@@ -35,11 +36,27 @@ impl TestApp {
 
     /// Starts an instance after `configure` adjusts the settings.
     pub async fn spawn_with(db: &TestDb, configure: impl FnOnce(&mut ServeArgs)) -> TestApp {
+        Self::spawn_on(db.connect(5).await, configure).await
+    }
+
+    /// Starts an instance whose pool (of 5) reaches the database through `proxy`.
+    pub async fn spawn_through(
+        db: &TestDb,
+        proxy: &PartitionProxy,
+        configure: impl FnOnce(&mut ServeArgs),
+    ) -> TestApp {
+        let pool = Db::connect(&proxy.url_for(&db.url), 5)
+            .await
+            .expect("connect through the proxy");
+        Self::spawn_on(pool, configure).await
+    }
+
+    /// Starts an instance over `pool` after `configure` adjusts the settings.
+    pub async fn spawn_on(pool: Db, configure: impl FnOnce(&mut ServeArgs)) -> TestApp {
         let mut config = ServeArgs::from_env().expect("default settings parse");
         config.allow_private_destinations = true;
         config.worker_concurrency = 0;
         configure(&mut config);
-        let pool = db.connect(5).await;
         let shutdown = CancellationToken::new();
         let app = App::new(pool, config, shutdown.clone());
         let state = app.state().clone();

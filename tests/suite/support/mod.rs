@@ -1,12 +1,15 @@
-//! Shared test support: fresh databases (SQLite files, PostgreSQL databases), app instances on port 0, and a GraphQL client.
+//! Shared test support: fresh databases (SQLite files, PostgreSQL databases), app instances on port 0,
+//! a GraphQL client, and a proxy that cuts the network to the database.
 
 pub mod app;
 pub mod database;
+pub mod partition;
 pub mod postgres_server;
 pub mod receiver;
 
 pub use app::{gql_error_code, TestApp};
 pub use database::{Backend, TestDb};
+pub use partition::PartitionProxy;
 pub use receiver::{Receiver, Reply};
 
 /// An HTTP client for talking to test servers. reqwest is built without a bundled TLS
