@@ -3,7 +3,10 @@
 //! counted once per fragment. A hostile document costs a scan, never a stack or a stall.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use tokio::runtime::RuntimeFlavor;
 
 use async_graphql::extensions::{
     Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest, NextValidation,
@@ -252,11 +255,16 @@ pub struct DocumentLimits;
 
 impl ExtensionFactory for DocumentLimits {
     fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(DocumentLimitsExtension)
+        Arc::new(DocumentLimitsExtension::default())
     }
 }
 
-struct DocumentLimitsExtension;
+/// One request's half of [`DocumentLimits`].
+#[derive(Default)]
+struct DocumentLimitsExtension {
+    /// Whether the document is large enough to be parsed and validated off the runtime.
+    large: AtomicBool,
+}
 
 #[async_graphql::async_trait::async_trait]
 impl Extension for DocumentLimitsExtension {
@@ -266,7 +274,9 @@ impl Extension for DocumentLimitsExtension {
         mut request: Request,
         next: NextPrepareRequest<'_>,
     ) -> ServerResult<Request> {
-        if request.query.len() > PARSE_OFF_RUNTIME_BYTES {
+        let large = request.query.len() > PARSE_OFF_RUNTIME_BYTES;
+        self.large.store(large, Ordering::Relaxed);
+        if large {
             // Parsing a large document takes milliseconds: not on the threads serving everyone.
             let checked = tokio::task::spawn_blocking(move || {
                 let result = check_request(&mut request);
@@ -289,7 +299,17 @@ impl Extension for DocumentLimitsExtension {
         ctx: &ExtensionContext<'_>,
         next: NextValidation<'_>,
     ) -> Result<ValidationResult, Vec<ServerError>> {
-        let measured = next.run(ctx).await?;
+        // Validation of a large document (within the limits) can take milliseconds: let
+        // the runtime move other tasks off this thread meanwhile, where it can.
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
+        let measured = match runtime {
+            Some(runtime) if self.large.load(Ordering::Relaxed) => {
+                tokio::task::block_in_place(|| runtime.block_on(next.run(ctx)))?
+            }
+            _ => next.run(ctx).await?,
+        };
         if measured.depth > MAX_QUERY_DEPTH {
             return Err(vec![
                 LimitError::SelectionsTooDeep(measured.depth).to_server_error()

@@ -295,3 +295,45 @@ async fn queries_cost_what_they_read(backend: Backend) {
 }
 
 on_both_backends!(queries_cost_what_they_read);
+
+/// Thousands of fields with one response name (which validation compares pairwise) within
+/// the budget: answered, and a cheap query meanwhile is not held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_fields_do_not_stall_other_requests() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let repeated = format!(
+        "{{ endpoints(first: 1) {{ edges {{ node {{ {} }} }} }} }}",
+        "id ".repeat(4_900)
+    );
+    let heavy: Vec<_> = (0..4)
+        .map(|_| {
+            let base_url = app.base_url.clone();
+            let admin = admin.clone();
+            let repeated = repeated.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let answer = post_document(&base_url, &admin, &repeated).await;
+                (answer, started.elapsed())
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let (status, body) = post_document(
+        &app.base_url,
+        &admin,
+        "{ endpoints(first: 1) { edges { cursor } } }",
+    )
+    .await;
+    let cheap = started.elapsed();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for task in heavy {
+        let ((status, _), took) = task.await.expect("joined");
+        eprintln!("heavy document answered {status} in {took:?}");
+    }
+    assert!(
+        cheap < Duration::from_secs(1),
+        "a cheap query waited {cheap:?}"
+    );
+}
