@@ -13,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::revocation::Revocations;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
+use crate::service::fanout::Fanout;
 use crate::service::rate_limit::RateLimiter;
 use crate::service::submissions::Submissions;
 use crate::service::submit_batcher::SubmitBatcher;
@@ -43,6 +44,8 @@ pub struct AppState {
     pub submissions: Submissions,
     /// Delivery operations.
     pub deliveries: Deliveries,
+    /// Publishing events to every subscribed endpoint.
+    pub fanout: Fanout,
     /// The per-API-key submission limit.
     pub submit_rate_limiter: RateLimiter,
 }
@@ -75,6 +78,14 @@ impl AppState {
             deliveries: Deliveries::new(
                 db.clone(),
                 events.clone(),
+                wakeup.clone(),
+                metrics.clone(),
+            ),
+            fanout: Fanout::new(
+                db.clone(),
+                events.clone(),
+                submit_rate_limiter.clone(),
+                config.max_payload_bytes,
                 wakeup.clone(),
                 metrics.clone(),
             ),

@@ -21,6 +21,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// When the endpoint was last changed.
     pub updated_at: DateTimeUtc,
+    /// The event types `publish` delivers here, as a JSON array of strings; empty: every type.
+    pub event_types: Json,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

@@ -3,6 +3,7 @@
 pub mod api_key;
 pub mod delivery_attempt;
 pub mod endpoint;
+pub mod event;
 pub mod rate_limit_counter;
 pub mod submission;
 pub mod webhook_delivery;

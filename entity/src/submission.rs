@@ -21,6 +21,10 @@ pub struct Model {
     pub submitted_by: Option<Uuid>,
     /// When it was stored.
     pub created_at: DateTimeUtc,
+    /// The event it fans out, when `publish` made it.
+    pub event_id: Option<Uuid>,
+    /// Its event type: the event's, or the label `submit` was given.
+    pub event_type: Option<String>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

@@ -155,6 +155,26 @@ pub struct DeliveryFilter {
     endpoint_id: Option<ID>,
     /// Only deliveries in this state.
     state: Option<DeliveryState>,
+    /// Only deliveries of submissions with this event type.
+    event_type: Option<String>,
+}
+
+/// One page of the deliveries `filter` selects that the caller may see, newest first.
+pub async fn delivery_page(
+    ctx: &Context<'_>,
+    filter: Filter,
+    first: Option<i32>,
+    after: Option<String>,
+) -> ApiResult<Connection<String, Delivery>> {
+    let request = PageRequest::new(first, after.as_deref())?;
+    let page = state(ctx)?
+        .deliveries
+        .list(caller(ctx)?, filter, request)
+        .await?;
+    loaders(ctx)?
+        .prime_deliveries(&page.items, &Selected::of_delivery_nodes(ctx))
+        .await?;
+    Ok(relay_page(page, &request, |row| row.id, Delivery))
 }
 
 /// Delivery queries.
@@ -188,16 +208,10 @@ impl DeliveryQuery {
                 .map(|id| parse_id(id, "filter.endpointId"))
                 .transpose()?,
             state: filter.state.map(Into::into),
+            event_type: filter.event_type,
+            event_id: None,
         };
-        let request = PageRequest::new(first, after.as_deref())?;
-        let page = state(ctx)?
-            .deliveries
-            .list(caller(ctx)?, filter, request)
-            .await?;
-        loaders(ctx)?
-            .prime_deliveries(&page.items, &Selected::of_delivery_nodes(ctx))
-            .await?;
-        Ok(relay_page(page, &request, |row| row.id, Delivery))
+        delivery_page(ctx, filter, first, after).await
     }
 }
 

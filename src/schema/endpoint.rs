@@ -9,6 +9,7 @@ use super::error::ApiResult;
 use super::loaders::Selected;
 use super::scalars::{caller, loaders, parse_id, relay_page, state};
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
+use crate::service::event_types;
 use crate::service::pagination::PageRequest;
 
 /// A webhook destination (wraps the stored row).
@@ -33,6 +34,10 @@ impl Endpoint {
     /// Disabled endpoints accept no submissions and receive no deliveries.
     async fn disabled(&self) -> bool {
         self.0.disabled
+    }
+    /// The event types `publish` delivers here, sorted; empty: every type.
+    async fn event_types(&self) -> Vec<String> {
+        event_types::subscribed(&self.0.event_types)
     }
     /// When the endpoint was created.
     async fn created_at(&self) -> DateTime<Utc> {
@@ -99,6 +104,9 @@ pub struct CreateEndpointInput {
     name: String,
     /// `http` or `https` URL with a host.
     url: String,
+    /// The event types `publish` delivers here (each 1 to 255 characters, no whitespace);
+    /// omitted, null or empty: every type.
+    event_types: Option<Vec<String>>,
 }
 
 /// Input of `updateEndpoint`; omitted fields stay as they are.
@@ -110,6 +118,8 @@ pub struct UpdateEndpointInput {
     url: Option<String>,
     /// Disable or re-enable the endpoint.
     disabled: Option<bool>,
+    /// New event types; omitted or null: unchanged; empty: every type.
+    event_types: Option<Vec<String>>,
 }
 
 /// Endpoint queries.
@@ -160,6 +170,7 @@ impl EndpointMutation {
         let input = NewEndpoint {
             name: input.name,
             url: input.url,
+            event_types: input.event_types,
         };
         let created = state(ctx)?.endpoints.create(caller(ctx)?, input).await?;
         Ok(created.into())
@@ -177,6 +188,7 @@ impl EndpointMutation {
             name: input.name,
             url: input.url,
             disabled: input.disabled,
+            event_types: input.event_types,
         };
         let updated = state(ctx)?
             .endpoints

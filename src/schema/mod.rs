@@ -3,6 +3,7 @@
 mod delivery;
 mod endpoint;
 mod error;
+mod event;
 pub mod json;
 pub mod limits;
 pub mod loaders;
@@ -30,6 +31,7 @@ pub struct QueryRoot(
     endpoint::EndpointQuery,
     submission::SubmissionQuery,
     delivery::DeliveryQuery,
+    event::EventQuery,
 );
 
 /// Every mutation, merged from the domain modules.
@@ -39,6 +41,7 @@ pub struct MutationRoot(
     endpoint::EndpointMutation,
     submission::SubmissionMutation,
     delivery::DeliveryMutation,
+    event::EventMutation,
 );
 
 /// Every subscription, merged from the domain modules.

@@ -8,6 +8,7 @@ use entity::submission;
 use super::delivery::Delivery;
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
+use super::event::Event;
 use super::json::Json;
 use super::scalars::{caller, loaders, missing, parse_id, state};
 use crate::error::Error;
@@ -48,6 +49,18 @@ impl Submission {
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
+    /// Its event type: the published event's, or the label given to `submit`.
+    async fn event_type(&self) -> Option<&str> {
+        self.0.event_type.as_deref()
+    }
+    /// The event it delivers, when `publish` made it.
+    async fn event(&self, ctx: &Context<'_>) -> ApiResult<Option<Event>> {
+        let Some(event_id) = self.0.event_id else {
+            return Ok(None);
+        };
+        let found = state(ctx)?.fanout.load(event_id).await?;
+        Ok(Some(Event(found.ok_or_else(|| missing("event"))?)))
+    }
 }
 
 /// Input of `submit`.
@@ -61,6 +74,9 @@ pub struct SubmitInput {
     /// first submission (`created: false`); different content is `IDEMPOTENCY_CONFLICT`.
     /// 1 to 255 characters.
     idempotency_key: Option<String>,
+    /// An optional event type label, stored and shown with the submission. `submit` always
+    /// delivers to the endpoint named, whatever event types it subscribes to.
+    event_type: Option<String>,
 }
 
 /// The answer to `submit`.
@@ -105,6 +121,7 @@ impl SubmissionMutation {
             endpoint_id,
             payload: input.payload.0,
             idempotency_key: input.idempotency_key,
+            event_type: input.event_type,
         };
         match state(ctx)?.submissions.submit(caller(ctx)?, input).await {
             Ok(outcome) => Ok(SubmitResult {

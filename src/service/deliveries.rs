@@ -3,11 +3,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use entity::delivery_attempt;
 use entity::webhook_delivery::{self, DeliveryState};
+use entity::{delivery_attempt, submission};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
-    QuerySelect, Statement,
+    QuerySelect, QueryTrait, Statement,
 };
 use uuid::Uuid;
 
@@ -50,12 +50,16 @@ pub struct StateCounts {
 }
 
 /// Which deliveries a listing shows.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct DeliveryFilter {
     /// Only this endpoint's.
     pub endpoint_id: Option<Uuid>,
     /// Only those in this state.
     pub state: Option<DeliveryState>,
+    /// Only those of submissions with this event type.
+    pub event_type: Option<String>,
+    /// Only those fanned out from this event.
+    pub event_id: Option<Uuid>,
 }
 
 /// Delivery operations.
@@ -141,6 +145,20 @@ impl Deliveries {
         }
         if let Some(state) = filter.state {
             query = query.filter(webhook_delivery::Column::State.eq(state));
+        }
+        if filter.event_type.is_some() || filter.event_id.is_some() {
+            let mut submissions = submission::Entity::find()
+                .select_only()
+                .column(submission::Column::Id);
+            if let Some(event_type) = filter.event_type {
+                submissions = submissions.filter(submission::Column::EventType.eq(event_type));
+            }
+            if let Some(event_id) = filter.event_id {
+                submissions = submissions.filter(submission::Column::EventId.eq(event_id));
+            }
+            query = query.filter(
+                webhook_delivery::Column::SubmissionId.in_subquery(submissions.into_query()),
+            );
         }
         if let Some(after) = page.after {
             query = query.filter(webhook_delivery::Column::Id.lt(after));

@@ -11,6 +11,7 @@ use crate::auth::Identity;
 use crate::db::{self, Db};
 use crate::destination;
 use crate::error::{Error, Result};
+use crate::service::event_types;
 use crate::service::pagination::{Page, PageRequest};
 use crate::signing;
 
@@ -42,6 +43,8 @@ pub struct NewEndpoint {
     pub name: String,
     /// Webhook URL.
     pub url: String,
+    /// The event types `publish` delivers here; `None` or empty: every type.
+    pub event_types: Option<Vec<String>>,
 }
 
 /// Fields of `updateEndpoint`; `None` leaves a field unchanged.
@@ -53,6 +56,8 @@ pub struct EndpointPatch {
     pub url: Option<String>,
     /// Disable or re-enable.
     pub disabled: Option<bool>,
+    /// New event types; empty: every type.
+    pub event_types: Option<Vec<String>>,
 }
 
 /// Operations on endpoints.
@@ -81,6 +86,7 @@ impl Endpoints {
         caller.require_admin()?;
         let name = validate_name(&input.name)?;
         let url = destination::validate_url(&input.url, self.allow_private_destinations)?;
+        let event_types = event_types::subscription(input.event_types.unwrap_or_default())?;
         let secret = signing::mint_secret();
         let now = db::now();
         let endpoint = endpoint::ActiveModel {
@@ -91,6 +97,7 @@ impl Endpoints {
             disabled: Set(false),
             created_at: Set(now),
             updated_at: Set(now),
+            event_types: Set(event_types),
         }
         .insert(self.db.conn())
         .await?;
@@ -119,6 +126,10 @@ impl Endpoints {
             .as_deref()
             .map(|url| destination::validate_url(url, self.allow_private_destinations))
             .transpose()?;
+        let event_types = patch
+            .event_types
+            .map(event_types::subscription)
+            .transpose()?;
 
         let txn = self.db.begin_write().await?;
         let current = endpoint::Entity::find_by_id(id)
@@ -140,6 +151,9 @@ impl Endpoints {
         }
         if let Some(disabled) = patch.disabled {
             row.disabled = Set(disabled);
+        }
+        if let Some(event_types) = event_types {
+            row.event_types = Set(event_types);
         }
         row.updated_at = Set(db::now());
         let endpoint = row.update(&txn).await?;

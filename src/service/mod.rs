@@ -4,6 +4,8 @@ pub mod canonical;
 pub mod decimal;
 pub mod deliveries;
 pub mod endpoints;
+pub mod event_types;
+pub mod fanout;
 pub mod pagination;
 pub mod payload;
 pub mod rate_limit;

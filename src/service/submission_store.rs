@@ -19,8 +19,9 @@ const STORE_POSTGRES: &str = "\
 WITH target AS (
     SELECT id FROM endpoints WHERE id = $1 AND NOT disabled
 ), stored_submission AS (
-    INSERT INTO submissions (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at)
-    SELECT $2, target.id, $3, $4, $5, $6, $7 FROM target
+    INSERT INTO submissions
+        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
+    SELECT $2, target.id, $3, $4, $5, $6, $7, $11 FROM target
     RETURNING id, endpoint_id
 ), stored_delivery AS (
     INSERT INTO webhook_deliveries
@@ -111,6 +112,7 @@ pub async fn store(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, Db
                         delivery.id.into(),
                         crate::events::EVENTS_CHANNEL.into(),
                         created.to_wire()?.into(),
+                        submission.event_type.clone().into(),
                     ],
                 ))
                 .await?;

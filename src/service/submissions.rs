@@ -13,6 +13,7 @@ use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::service::canonical::payload_hash;
+use crate::service::event_types;
 use crate::service::payload;
 use crate::service::rate_limit::RateLimiter;
 use crate::service::submission_store::NewRows;
@@ -31,6 +32,8 @@ pub struct NewSubmission {
     pub payload: Value,
     /// Makes retries safe: the same key with the same content answers with the first submission.
     pub idempotency_key: Option<String>,
+    /// An optional event type label (`submit` ignores endpoints' type filters).
+    pub event_type: Option<String>,
 }
 
 /// The answer to `submit`.
@@ -87,6 +90,11 @@ impl Submissions {
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
         caller.require_access(input.endpoint_id)?;
         let key = validate_key(input.idempotency_key)?;
+        let event_type = input
+            .event_type
+            .as_deref()
+            .map(event_types::validate)
+            .transpose()?;
         let payload = payload::accept(input.payload, self.max_payload_bytes)?;
 
         if let Err(err) = self.rate_limiter.check(&caller.key_id.to_string()).await {
@@ -111,6 +119,8 @@ impl Submissions {
                 payload_hash: hash.clone(),
                 submitted_by: Some(caller.key_id),
                 created_at: db::now(),
+                event_id: None,
+                event_type,
             },
             delivery_id: Uuid::now_v7(),
         };
@@ -209,7 +219,7 @@ impl Submissions {
 }
 
 /// An idempotency key is optional; when given it is 1 to 255 characters.
-fn validate_key(key: Option<String>) -> Result<Option<String>> {
+pub(crate) fn validate_key(key: Option<String>) -> Result<Option<String>> {
     match key {
         None => Ok(None),
         Some(key) if key.is_empty() => Err(Error::bad_input("idempotencyKey must not be empty")),

@@ -25,12 +25,14 @@ const MAX_BATCH: usize = 64;
 /// caller then reads the winner. Every valid row comes back, saying whether it was stored.
 const STORE_MANY: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
-            submitted_by, created_at, event) AS (VALUES {rows}),
+            submitted_by, created_at, event, event_type) AS (VALUES {rows}),
 valid AS (
     SELECT input.* FROM input JOIN endpoints e ON e.id = input.endpoint_id WHERE NOT e.disabled
 ), stored_submissions AS (
-    INSERT INTO submissions (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at)
-    SELECT submission_id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at
+    INSERT INTO submissions
+        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
+    SELECT submission_id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by,
+           created_at, event_type
     FROM valid
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id
@@ -144,7 +146,8 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
 /// Writes `prepared` in one statement. Returns, for each submission whose endpoint is
 /// valid, whether it was stored (false: its idempotency key was taken), by delivery id.
 async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, bool>, DbErr> {
-    let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * 9);
+    const COLUMNS: usize = 10;
+    let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * COLUMNS);
     values.push(EVENTS_CHANNEL.into());
     let mut rows = Vec::with_capacity(prepared.len());
     for (n, p) in prepared.iter().enumerate() {
@@ -159,8 +162,9 @@ async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, bool
             Value::from(s.submitted_by),
             Value::from(s.created_at),
             Value::from(p.created.to_wire()?),
+            Value::from(s.event_type.clone()),
         ]);
-        rows.push(format!("({})", Db::placeholders(2 + n * 9, 9)));
+        rows.push(format!("({})", Db::placeholders(2 + n * COLUMNS, COLUMNS)));
     }
     let sql = STORE_MANY.replace("{rows}", &rows.join(", "));
     let stored = db

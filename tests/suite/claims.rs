@@ -39,6 +39,7 @@ async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
             endpoint_id: endpoint,
             payload: serde_json::json!({ "n": n }),
             idempotency_key: None,
+            event_type: None,
         };
         ids.push(
             app.state

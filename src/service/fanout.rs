@@ -1,0 +1,407 @@
+//! `publish`: one typed event, fanned out in one transaction to a submission and a
+//! `pending` delivery for every enabled endpoint subscribed to its type (and in the
+//! publisher's scope). Idempotency rests on `UNIQUE (published_by, idempotency_key)`.
+
+use std::sync::Arc;
+
+use entity::webhook_delivery::DeliveryState;
+use entity::{event, submission};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel, QueryFilter, Statement,
+    Value,
+};
+use uuid::Uuid;
+
+use crate::auth::Identity;
+use crate::db::{self, Db};
+use crate::error::{Error, Result};
+use crate::events::{Events, StateChange};
+use crate::metrics::Metrics;
+use crate::service::canonical::payload_hash;
+use crate::service::rate_limit::RateLimiter;
+use crate::service::submissions::validate_key;
+use crate::service::{event_types, payload};
+use crate::wake::Wakeup;
+
+/// Race 3 for events: the unique index decides who created the event. A loser waits for
+/// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
+const INSERT_EVENT: &str = "\
+INSERT INTO events (id, event_type, idempotency_key, payload, payload_hash, published_by, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (published_by, idempotency_key) DO NOTHING
+RETURNING id";
+
+/// The endpoints an event reaches, share-locked until the fan-out commits: a concurrent
+/// disable or change of event types (which locks the row `FOR UPDATE`) waits for the fan-out,
+/// or the fan-out waits for it and then reads the endpoint as it committed. Either way no
+/// due delivery is left on a disabled endpoint.
+const TARGETS_POSTGRES: &str = "\
+SELECT id FROM endpoints
+WHERE NOT disabled
+  AND (event_types = '[]'::jsonb OR event_types @> jsonb_build_array($1::text))
+ORDER BY id
+FOR SHARE";
+
+/// [`TARGETS_POSTGRES`] for a partner: only the endpoints in its scope.
+const TARGETS_IN_SCOPE_POSTGRES: &str = "\
+SELECT id FROM endpoints
+WHERE NOT disabled
+  AND (event_types = '[]'::jsonb OR event_types @> jsonb_build_array($1::text))
+  AND id = ANY($2)
+ORDER BY id
+FOR SHARE";
+
+/// SQLite: the write transaction (`BEGIN IMMEDIATE`) already excludes every other writer.
+const TARGETS_SQLITE: &str = "\
+SELECT id FROM endpoints
+WHERE NOT disabled
+  AND (json_array_length(event_types) = 0
+       OR EXISTS (SELECT 1 FROM json_each(endpoints.event_types) WHERE json_each.value = $1))
+ORDER BY id";
+
+/// Every submission and delivery of a fan-out in one statement, whatever the number of
+/// endpoints: the ids travel as arrays, so the statement is prepared once.
+const FAN_OUT_POSTGRES: &str = "\
+WITH targets AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) AS t(submission_id, delivery_id, endpoint_id)
+), stored AS (
+    INSERT INTO submissions
+        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_id, event_type)
+    SELECT submission_id, endpoint_id, NULL, $4, $5, $6, $7, $8, $9 FROM targets
+)
+INSERT INTO webhook_deliveries
+    (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
+SELECT delivery_id, submission_id, endpoint_id, 'pending', 0, $7, $7, $7 FROM targets";
+
+/// Rows per statement when fanning out on SQLite (its limit on bound parameters).
+const SQLITE_CHUNK: usize = 500;
+
+/// What a sender publishes.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// The type endpoints subscribe to.
+    pub event_type: String,
+    /// Any JSON value; each webhook's body.
+    pub payload: serde_json::Value,
+    /// Makes retries safe, per API key.
+    pub idempotency_key: Option<String>,
+}
+
+/// The answer to `publish`.
+#[derive(Debug, Clone)]
+pub struct PublishOutcome {
+    /// False when an earlier event with the same key and content was returned.
+    pub created: bool,
+    /// The event (new, or the earlier one).
+    pub event: event::Model,
+    /// Deliveries this call created (none when `created` is false).
+    pub deliveries: usize,
+}
+
+/// Event operations.
+#[derive(Clone, Debug)]
+pub struct Fanout {
+    db: Db,
+    events: Events,
+    rate_limiter: RateLimiter,
+    max_payload_bytes: usize,
+    wakeup: Wakeup,
+    metrics: Arc<Metrics>,
+}
+
+impl Fanout {
+    /// Event operations on `db`; `events` carries the deliveries' creation, `wakeup` is
+    /// hinted after a fan-out commits.
+    pub fn new(
+        db: Db,
+        events: Events,
+        rate_limiter: RateLimiter,
+        max_payload_bytes: usize,
+        wakeup: Wakeup,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Fanout {
+            db,
+            events,
+            rate_limiter,
+            max_payload_bytes,
+            wakeup,
+            metrics,
+        }
+    }
+
+    /// Publishes an event: stores it and fans it out to every matching endpoint in one
+    /// transaction (all of it or none of it), or answers with the earlier event that holds
+    /// the same idempotency key. Counts once against the caller's rate limit.
+    #[tracing::instrument(level = "debug", skip_all, fields(event_type = %input.event_type))]
+    pub async fn publish(&self, caller: &Identity, input: NewEvent) -> Result<PublishOutcome> {
+        let event_type = event_types::validate(&input.event_type)?;
+        let key = validate_key(input.idempotency_key)?;
+        let payload = payload::accept(input.payload, self.max_payload_bytes)?;
+        self.rate_limiter.check(&caller.key_id.to_string()).await?;
+        let hash =
+            payload_hash(&payload).map_err(|err| Error::bad_input(format!("payload: {err}")))?;
+        if let Some(key) = &key {
+            if let Some(existing) = self.find_by_key(caller.key_id, key).await? {
+                return self.answer_existing(existing, &event_type, &hash);
+            }
+        }
+
+        let event = event::Model {
+            id: Uuid::now_v7(),
+            event_type,
+            idempotency_key: key.clone(),
+            payload,
+            payload_hash: hash,
+            published_by: caller.key_id,
+            created_at: db::now(),
+        };
+        match self.fan_out(caller, &event).await? {
+            Some(deliveries) => {
+                self.metrics.submission("published");
+                if deliveries > 0 {
+                    self.wakeup.hint();
+                }
+                tracing::info!(event_id = %event.id, event_type = %event.event_type, deliveries, "event published");
+                Ok(PublishOutcome {
+                    created: true,
+                    event,
+                    deliveries,
+                })
+            }
+            None => {
+                // The key was taken by a publish that committed first: read it afresh.
+                let key = key.unwrap_or_default();
+                let winner =
+                    self.find_by_key(caller.key_id, &key)
+                        .await?
+                        .ok_or(Error::Database(sea_orm::DbErr::RecordNotFound(
+                            "the event that won the idempotency race".into(),
+                        )))?;
+                self.answer_existing(winner, &event.event_type, &event.payload_hash)
+            }
+        }
+    }
+
+    /// Writes the event and its fan-out in one transaction. `None`: the idempotency key
+    /// was taken, and nothing was written.
+    async fn fan_out(&self, caller: &Identity, event: &event::Model) -> Result<Option<usize>> {
+        let backend = self.db.backend();
+        let txn = self.db.begin_read_committed().await?;
+        let inserted = txn
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                INSERT_EVENT,
+                [
+                    event.id.into(),
+                    event.event_type.clone().into(),
+                    event.idempotency_key.clone().into(),
+                    event.payload.clone().into(),
+                    event.payload_hash.clone().into(),
+                    event.published_by.into(),
+                    event.created_at.into(),
+                ],
+            ))
+            .await?;
+        if inserted.is_none() {
+            txn.rollback().await?;
+            return Ok(None);
+        }
+
+        let targets = self.targets(&txn, caller, &event.event_type).await?;
+        let rows: Vec<(submission::Model, Uuid)> = targets
+            .into_iter()
+            .map(|endpoint_id| {
+                let submission = submission::Model {
+                    id: Uuid::now_v7(),
+                    endpoint_id,
+                    idempotency_key: None,
+                    payload: event.payload.clone(),
+                    payload_hash: event.payload_hash.clone(),
+                    submitted_by: Some(event.published_by),
+                    created_at: event.created_at,
+                    event_id: Some(event.id),
+                    event_type: Some(event.event_type.clone()),
+                };
+                (submission, Uuid::now_v7())
+            })
+            .collect();
+        self.insert_fan_out(&txn, event, &rows).await?;
+        let created = rows
+            .iter()
+            .map(|(submission, delivery_id)| StateChange {
+                delivery_id: *delivery_id,
+                endpoint_id: submission.endpoint_id,
+                previous_state: None,
+                state: DeliveryState::Pending,
+                at: event.created_at,
+            })
+            .collect();
+        let staged = self.events.stage(&txn, created).await?;
+        txn.commit().await?;
+        staged.committed();
+        Ok(Some(rows.len()))
+    }
+
+    /// The enabled endpoints subscribed to `event_type` that the caller may publish to.
+    async fn targets<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        caller: &Identity,
+        event_type: &str,
+    ) -> Result<Vec<Uuid>> {
+        let backend = self.db.backend();
+        let statement = match (backend, caller.visible_endpoints()) {
+            (DbBackend::Postgres, None) => {
+                Statement::from_sql_and_values(backend, TARGETS_POSTGRES, [event_type.into()])
+            }
+            (DbBackend::Postgres, Some(scope)) => Statement::from_sql_and_values(
+                backend,
+                TARGETS_IN_SCOPE_POSTGRES,
+                [event_type.into(), Value::from(scope.to_vec())],
+            ),
+            _ => Statement::from_sql_and_values(backend, TARGETS_SQLITE, [event_type.into()]),
+        };
+        let rows = txn.query_all_raw(statement).await?;
+        let ids = rows
+            .iter()
+            .map(|row| row.try_get::<Uuid>("", "id"))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        // SQLite has no array parameter; the scope is applied to the few rows read.
+        Ok(ids
+            .into_iter()
+            .filter(|id| caller.can_access(*id))
+            .collect())
+    }
+
+    /// Inserts every submission and its `pending` delivery, due now.
+    async fn insert_fan_out<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        event: &event::Model,
+        rows: &[(submission::Model, Uuid)],
+    ) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        match self.db.backend() {
+            DbBackend::Postgres => {
+                let submission_ids: Vec<Uuid> = rows.iter().map(|(s, _)| s.id).collect();
+                let delivery_ids: Vec<Uuid> = rows.iter().map(|(_, d)| *d).collect();
+                let endpoint_ids: Vec<Uuid> = rows.iter().map(|(s, _)| s.endpoint_id).collect();
+                txn.execute_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    FAN_OUT_POSTGRES,
+                    [
+                        Value::from(submission_ids),
+                        Value::from(delivery_ids),
+                        Value::from(endpoint_ids),
+                        event.payload.clone().into(),
+                        event.payload_hash.clone().into(),
+                        event.published_by.into(),
+                        event.created_at.into(),
+                        event.id.into(),
+                        event.event_type.clone().into(),
+                    ],
+                ))
+                .await?;
+            }
+            _ => {
+                for chunk in rows.chunks(SQLITE_CHUNK) {
+                    submission::Entity::insert_many(
+                        chunk
+                            .iter()
+                            .map(|(submission, _)| submission.clone().into_active_model()),
+                    )
+                    .exec(txn)
+                    .await?;
+                    entity::webhook_delivery::Entity::insert_many(chunk.iter().map(
+                        |(submission, delivery_id)| {
+                            pending_delivery(submission, *delivery_id).into_active_model()
+                        },
+                    ))
+                    .exec(txn)
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn find_by_key(&self, publisher: Uuid, key: &str) -> Result<Option<event::Model>> {
+        Ok(event::Entity::find()
+            .filter(event::Column::PublishedBy.eq(publisher))
+            .filter(event::Column::IdempotencyKey.eq(key))
+            .one(self.db.conn())
+            .await?)
+    }
+
+    /// Same type and content: the earlier event, `created: false`. Otherwise a conflict.
+    fn answer_existing(
+        &self,
+        existing: event::Model,
+        event_type: &str,
+        hash: &str,
+    ) -> Result<PublishOutcome> {
+        if existing.event_type != event_type || existing.payload_hash != hash {
+            self.metrics.submission("conflicted");
+            return Err(Error::IdempotencyConflict);
+        }
+        self.metrics.submission("deduplicated");
+        Ok(PublishOutcome {
+            created: false,
+            event: existing,
+            deliveries: 0,
+        })
+    }
+
+    /// One event, if it exists and the caller may see it: admins see every event, a
+    /// partner the events it published and those delivered to an endpoint in its scope.
+    pub async fn get(&self, caller: &Identity, id: Uuid) -> Result<Option<event::Model>> {
+        let Some(found) = self.load(id).await? else {
+            return Ok(None);
+        };
+        let Some(scope) = caller.visible_endpoints() else {
+            return Ok(Some(found));
+        };
+        if found.published_by == caller.key_id {
+            return Ok(Some(found));
+        }
+        let reached = submission::Entity::find()
+            .filter(submission::Column::EventId.eq(id))
+            .filter(submission::Column::EndpointId.is_in(scope.iter().copied()))
+            .one(self.db.conn())
+            .await?;
+        match reached {
+            Some(_) => Ok(Some(found)),
+            None => Err(Error::Forbidden(
+                "this event is outside the API key's scope",
+            )),
+        }
+    }
+
+    /// One event by id, with no scope check: for fields of rows already checked.
+    pub async fn load(&self, id: Uuid) -> Result<Option<event::Model>> {
+        Ok(event::Entity::find_by_id(id).one(self.db.conn()).await?)
+    }
+}
+
+/// The delivery of a fanned-out submission: `pending`, due when the event was stored.
+fn pending_delivery(
+    submission: &submission::Model,
+    delivery_id: Uuid,
+) -> entity::webhook_delivery::Model {
+    entity::webhook_delivery::Model {
+        id: delivery_id,
+        submission_id: submission.id,
+        endpoint_id: submission.endpoint_id,
+        state: DeliveryState::Pending,
+        cycle_attempts: 0,
+        next_attempt_at: Some(submission.created_at),
+        claim_token: None,
+        claim_expires_at: None,
+        last_error: None,
+        created_at: submission.created_at,
+        updated_at: submission.created_at,
+    }
+}
