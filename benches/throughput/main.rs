@@ -6,7 +6,8 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`). Tunables: `BENCH_PENDING` (5000),
 //! `BENCH_SECONDS` (10), `BENCH_CONNECTIONS` (32), `BENCH_LATENCY_SAMPLES` (100),
 //! `BENCH_WORKER_CONCURRENCY` (128, the drain process's `COURIER_WORKER_CONCURRENCY`);
-//! `BENCH_SUBMIT_ONLY=1` measures pgbench and then submit three times, nothing else.
+//! `BENCH_SUBMIT_ONLY=1` measures pgbench and then submit three times, nothing else;
+//! `BENCH_PUBLISH_ONLY=1` measures pgbench and `publish` to 300 subscribed endpoints.
 //! Results are printed and written to `target/courier-bench.json`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -47,6 +48,15 @@ async fn main() {
     let pgbench_tps = pgbench::tps(&server, Duration::from_secs(seconds)).await;
     println!("pgbench -N -c 8 -j 2: {pgbench_tps:.0} TPS");
 
+    if std::env::var("BENCH_PUBLISH_ONLY").is_ok() {
+        let publish = workloads::publish_fanout(&server, 300, 20).await;
+        println!(
+            "publish to {} endpoints: p50 {:.1} ms, max {:.1} ms",
+            publish.endpoints, publish.p50_ms, publish.max_ms
+        );
+        return;
+    }
+
     if std::env::var("BENCH_SUBMIT_ONLY").is_ok() {
         for _ in 0..3 {
             let submit =
@@ -86,6 +96,12 @@ async fn main() {
         latency.p50_ms, latency.p99_ms
     );
 
+    let publish = workloads::publish_fanout(&server, 300, 20).await;
+    println!(
+        "publish to {} endpoints: p50 {:.1} ms, max {:.1} ms",
+        publish.endpoints, publish.p50_ms, publish.max_ms
+    );
+
     let results = serde_json::json!({
         "machine": { "cores": num_cpus(), "memory": memory() },
         "pgbench_tps": pgbench_tps,
@@ -98,6 +114,8 @@ async fn main() {
         "drain_peak_rss_mb": drain.peak_rss_mb,
         "latency_p50_ms": latency.p50_ms,
         "latency_p99_ms": latency.p99_ms,
+        "publish_300_p50_ms": publish.p50_ms,
+        "publish_300_max_ms": publish.max_ms,
     });
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/courier-bench.json");
     std::fs::write(path, serde_json::to_string_pretty(&results).unwrap()).unwrap();

@@ -283,3 +283,81 @@ pub async fn latency(server_url: &str, samples: usize) -> Latency {
         p99_ms: pick(0.99),
     }
 }
+
+pub struct Publish {
+    pub endpoints: usize,
+    pub p50_ms: f64,
+    pub max_ms: f64,
+}
+
+/// `publish` to `endpoints` subscribed endpoints, all created through the API, on one
+/// `courier serve` with default settings (API only, so nothing drains meanwhile): the time
+/// each publish takes to answer, every delivery row checked as written when it answers.
+pub async fn publish_fanout(server_url: &str, endpoints: usize, samples: usize) -> Publish {
+    let scratch = Scratch::create(server_url, "publish").await;
+    let token = admin_token(&scratch.url);
+    let server = Server::start(
+        &scratch.url,
+        &[
+            ("COURIER_WORKER_CONCURRENCY", "0".into()),
+            ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
+        ],
+    );
+    let client = reqwest::Client::new();
+    for n in 0..endpoints {
+        let body = graphql(
+            &client,
+            &server,
+            &token,
+            "mutation($url: String!) { createEndpoint(input: {name: \"bench\", url: $url, eventTypes: [\"order.paid\"]}) { endpoint { id } } }",
+            json!({ "url": format!("http://127.0.0.1:9/hook/{n}") }),
+        )
+        .await;
+        assert!(body["errors"].is_null(), "{body}");
+    }
+    let db = Db::connect(&scratch.url, 1).await.expect("connect");
+    let mut took = Vec::with_capacity(samples);
+    for n in 0..samples + 2 {
+        let started = Instant::now();
+        let body = graphql(
+            &client,
+            &server,
+            &token,
+            "mutation($input: PublishInput!) { publish(input: $input) { created event { id } } }",
+            json!({ "input": { "eventType": "order.paid", "payload": { "order": n, "status": "paid" } } }),
+        )
+        .await;
+        let elapsed = started.elapsed();
+        let event = body["data"]["publish"]["event"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{body}"))
+            .to_owned();
+        let written = db
+            .conn()
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT COUNT(*) AS n FROM webhook_deliveries d JOIN submissions s \
+                 ON s.id = d.submission_id WHERE s.event_id = $1::uuid",
+                [event.into()],
+            ))
+            .await
+            .expect("count")
+            .expect("row")
+            .try_get::<i64>("", "n")
+            .expect("n");
+        assert_eq!(written as usize, endpoints, "every delivery row written");
+        // The first two warm the process up, as a long-running service would be.
+        if n >= 2 {
+            took.push(elapsed.as_secs_f64() * 1000.0);
+        }
+    }
+    server.stop();
+    let _ = db.close().await;
+    scratch.drop_now().await;
+    took.sort_by(f64::total_cmp);
+    Publish {
+        endpoints,
+        p50_ms: took[took.len() / 2],
+        max_ms: took[took.len() - 1],
+    }
+}
