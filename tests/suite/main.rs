@@ -13,6 +13,7 @@ mod destinations;
 mod endpoint_race;
 mod endpoints;
 mod exact_numbers;
+mod failures;
 mod hostile_documents;
 mod http_hardening;
 mod listings;
