@@ -70,12 +70,24 @@ pub struct Metrics {
     pub submissions: Family<OutcomeLabels, Counter>,
     /// Rate-limit counter failures that let a request through unchecked.
     pub rate_limit_errors: Counter,
+    /// Submissions waiting for the group writer (PostgreSQL).
+    pub submissions_queued: Gauge,
+    /// Statements that wrote several submissions at once (PostgreSQL group commit).
+    pub submission_group_writes: Counter,
+    /// Submissions sent in those statements.
+    pub submission_group_rows: Counter,
+    /// Submissions of a group statement whose idempotency key another submission of the
+    /// same statement took.
+    pub submission_group_duplicates: Counter,
     /// Deliveries claimed by this process's worker.
     pub claims: Counter,
     /// Delivery attempts by outcome.
     pub attempts: Family<OutcomeLabels, Counter>,
     /// Results that arrived after their claim was superseded.
     pub superseded: Counter,
+    /// Attempt outcomes the recorder could not write and gave up on (their deliveries are
+    /// reclaimed after their lease).
+    pub outcomes_given_up: Counter,
     /// Seconds from submission to a 2xx answer.
     pub delivery_latency: Histogram,
     /// Deliveries being sent by this process right now.
@@ -145,9 +157,34 @@ impl Metrics {
             "Rate-limit counter failures; each let a request through unchecked (alert on any)",
             rate_limit_errors.clone(),
         );
+        let submissions_queued = Gauge::default();
+        let submission_group_writes = Counter::default();
+        let submission_group_rows = Counter::default();
+        let submission_group_duplicates = Counter::default();
+        registry.register(
+            "submissions_queued",
+            "Submissions waiting for the group writer",
+            submissions_queued.clone(),
+        );
+        registry.register(
+            "submission_group_writes",
+            "Statements that wrote several submissions at once",
+            submission_group_writes.clone(),
+        );
+        registry.register(
+            "submission_group_rows",
+            "Submissions sent in statements that wrote several at once",
+            submission_group_rows.clone(),
+        );
+        registry.register(
+            "submission_group_duplicates",
+            "Submissions whose idempotency key another submission of the same statement took",
+            submission_group_duplicates.clone(),
+        );
         let claims = Counter::default();
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let superseded = Counter::default();
+        let outcomes_given_up = Counter::default();
         let delivery_latency = latency_histogram();
         let in_flight = Gauge::default();
         let due_depth = Gauge::default();
@@ -165,6 +202,11 @@ impl Metrics {
             "delivery_superseded_results",
             "Attempt results recorded after a newer claim took the delivery",
             superseded.clone(),
+        );
+        registry.register(
+            "delivery_outcomes_given_up",
+            "Attempt outcomes that could not be recorded; their deliveries are reclaimed after the lease",
+            outcomes_given_up.clone(),
         );
         registry.register(
             "delivery_latency_seconds",
@@ -215,11 +257,16 @@ impl Metrics {
             claims,
             attempts,
             superseded,
+            outcomes_given_up,
             delivery_latency,
             in_flight,
             due_depth,
             submissions,
             rate_limit_errors,
+            submissions_queued,
+            submission_group_writes,
+            submission_group_rows,
+            submission_group_duplicates,
             http_requests,
             http_duration,
             graphql_operations,

@@ -72,7 +72,7 @@ impl AppState {
                 submit_rate_limiter.clone(),
                 config.max_payload_bytes,
                 wakeup.clone(),
-                SubmitBatcher::start(db.clone(), events.clone()),
+                SubmitBatcher::start(db.clone(), events.clone(), metrics.clone()),
                 metrics.clone(),
             ),
             deliveries: Deliveries::new(

@@ -80,12 +80,15 @@ impl DeliverySubscription {
             caller.require_access(endpoint)?;
         }
         let app = state(ctx)?;
-        // Until this process hears every process's changes, a subscription would miss some.
+        // Subscribe first, then check that this process hears every process's changes: a
+        // listener lost in between leaves its gap marker in this receiver, where the other
+        // order could check "live", miss the marker, and then silently miss events.
+        let receiver = app.events.subscribe();
         if !app.events.wait_live(LIVE_WAIT).await {
             return Err(ApiError::from(Error::Lagged));
         }
         let watch = Watch {
-            receiver: app.events.subscribe(),
+            receiver,
             key: app.revocations.register(caller.key_id),
             caller,
             endpoint,

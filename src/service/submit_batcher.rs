@@ -5,15 +5,18 @@
 //! guarantees per submission, far fewer serialised commits under load, and no waiting
 //! when the service is quiet (a batch is whatever is queued, never a timer).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+use entity::{submission, webhook_delivery};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait, RuntimeErr, Statement, Value};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::db::{is_unavailable, Db};
-use crate::error::Error;
+use crate::error::{error_chain, Error};
 use crate::events::{Events, EVENTS_CHANNEL};
+use crate::metrics::Metrics;
 use crate::service::submission_store::{prepare, store, NewRows, Prepared, Stored};
 
 /// Most submissions written in one statement.
@@ -49,6 +52,11 @@ SELECT valid.delivery_id AS id,
        CASE WHEN stored_deliveries.id IS NOT NULL THEN pg_notify($1, valid.event) END AS notified
 FROM valid LEFT JOIN stored_deliveries ON stored_deliveries.id = valid.delivery_id";
 
+/// Which of these deliveries exist. After a write whose answer was lost (its connection
+/// dropped after the statement was sent), the ids minted before writing tell whether it
+/// committed, so it is never written twice nor reported failed when it was stored.
+const EXISTING_DELIVERIES: &str = "SELECT id FROM webhook_deliveries WHERE id = ANY($1::uuid[])";
+
 struct Job {
     rows: NewRows,
     reply: oneshot::Sender<Result<Stored, Error>>,
@@ -59,6 +67,7 @@ struct Job {
 pub struct SubmitBatcher {
     db: Db,
     events: Events,
+    metrics: Arc<Metrics>,
     jobs: Option<mpsc::Sender<Job>>,
 }
 
@@ -70,13 +79,23 @@ impl std::fmt::Debug for Job {
 
 impl SubmitBatcher {
     /// On PostgreSQL, starts the group-commit task (it ends when the last handle is dropped).
-    pub fn start(db: Db, events: Events) -> Self {
+    pub fn start(db: Db, events: Events, metrics: Arc<Metrics>) -> Self {
         let jobs = (db.backend() == DbBackend::Postgres).then(|| {
             let (jobs, inbox) = mpsc::channel(MAX_BATCH * 4);
-            tokio::spawn(run(db.clone(), events.clone(), inbox));
+            let writer = Writer {
+                db: db.clone(),
+                events: events.clone(),
+                metrics: metrics.clone(),
+            };
+            tokio::spawn(writer.run(inbox));
             jobs
         });
-        SubmitBatcher { db, events, jobs }
+        SubmitBatcher {
+            db,
+            events,
+            metrics,
+            jobs,
+        }
     }
 
     /// Stores one submission (see [`store`]), possibly in a statement with others. A taken
@@ -86,31 +105,71 @@ impl SubmitBatcher {
             return Ok(store(&self.db, &self.events, rows).await?);
         };
         let (reply, answer) = oneshot::channel();
+        let queued = Queued::new(&self.metrics);
         if let Err(mpsc::error::SendError(job)) = jobs.send(Job { rows, reply }).await {
-            return Ok(store(&self.db, &self.events, job.rows).await?);
+            return store_checked(&self.db, &self.events, job.rows).await;
         }
+        // The writer counts it out when it takes it.
+        std::mem::forget(queued);
         answer
             .await
             .map_err(|_| Error::Database(DbErr::Custom("the submission writer stopped".into())))?
     }
 }
 
-/// Writes what arrives until every handle is gone. Each statement runs within the database
-/// deadline: one writer stuck on a silent connection would otherwise hold every submission.
-async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
-    let mut jobs = Vec::with_capacity(MAX_BATCH);
-    while inbox.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-        if jobs.len() == 1 {
-            if let Some(job) = jobs.pop() {
-                let stored = db.within_deadline(store(&db, &events, job.rows)).await;
-                let _ = job.reply.send(stored.map_err(Error::from));
+/// Counts a submission as queued until it is handed to the writer, or given up on (its
+/// caller went away, or the writer stopped).
+struct Queued<'a>(&'a Metrics);
+
+impl<'a> Queued<'a> {
+    fn new(metrics: &'a Metrics) -> Self {
+        metrics.submissions_queued.inc();
+        Queued(metrics)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.submissions_queued.dec();
+    }
+}
+
+/// The group-commit task.
+struct Writer {
+    db: Db,
+    events: Events,
+    metrics: Arc<Metrics>,
+}
+
+impl Writer {
+    /// Writes what arrives until every handle is gone.
+    async fn run(self, mut inbox: mpsc::Receiver<Job>) {
+        let mut jobs = Vec::with_capacity(MAX_BATCH);
+        while inbox.recv_many(&mut jobs, MAX_BATCH).await > 0 {
+            self.metrics.submissions_queued.dec_by(jobs.len() as i64);
+            if jobs.len() == 1 {
+                if let Some(job) = jobs.pop() {
+                    let stored = store_checked(&self.db, &self.events, job.rows).await;
+                    let _ = job.reply.send(stored);
+                }
+                continue;
             }
-            continue;
+            self.write_group(std::mem::take(&mut jobs)).await;
         }
-        let batch: Vec<Job> = std::mem::take(&mut jobs);
+    }
+
+    /// Writes `batch` in one statement, within the database deadline (one writer stuck on a
+    /// silent connection would otherwise hold every submission), and answers each caller.
+    async fn write_group(&self, batch: Vec<Job>) {
+        let db = &self.db;
         let prepared: Vec<Prepared> = batch.iter().map(|job| prepare(job.rows.clone())).collect();
-        match db.within_deadline(store_many(&db, &prepared)).await {
+        self.metrics.submission_group_writes.inc();
+        self.metrics
+            .submission_group_rows
+            .inc_by(prepared.len() as u64);
+        let err = match db.within_deadline(store_many(db, &prepared)).await {
             Ok(valid) => {
+                self.count_duplicates(&prepared, &valid);
                 for (job, rows) in batch.into_iter().zip(prepared) {
                     let result = match valid.get(&rows.delivery.id) {
                         Some(true) => Ok(Some((rows.submission, rows.delivery))),
@@ -121,26 +180,131 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
                     };
                     let _ = job.reply.send(result);
                 }
+                return;
             }
-            Err(err) if is_unavailable(&err) => {
-                // Whether the statement committed is unknown, and trying each submission on
-                // its own would only make every caller wait longer: they all retry.
-                tracing::warn!(error = %err, size = batch.len(), "group write got no answer");
+            Err(err) => err,
+        };
+        // Unless the server refused the statement, it may have committed even so (its answer
+        // lost with its connection): look for its rows by the ids minted before writing.
+        let ids: Vec<Uuid> = prepared.iter().map(|rows| rows.delivery.id).collect();
+        let existing = if may_have_committed(&err) {
+            db.within_deadline(existing_deliveries(db, &ids)).await
+        } else {
+            Ok(HashSet::new())
+        };
+        let existing = match existing {
+            Ok(existing) => existing,
+            Err(check) => {
+                // Unknown whether the statement committed: every caller retries (with its
+                // idempotency key, where it has one).
+                tracing::warn!(error = %error_chain(&err), check = %error_chain(&check), size = batch.len(),
+                    "group write failed and its outcome cannot be read");
                 for job in batch {
                     let _ = job.reply.send(Err(Error::from(err.clone())));
                 }
+                return;
             }
-            Err(err) => {
-                // Nothing of the statement was written: write each submission on its own,
-                // so each caller gets its own answer.
-                tracing::warn!(error = %err, size = batch.len(), "group write failed; writing one by one");
-                for job in batch {
-                    let stored = db.within_deadline(store(&db, &events, job.rows)).await;
-                    let _ = job.reply.send(stored.map_err(Error::from));
-                }
+        };
+        if existing.is_empty() {
+            tracing::warn!(error = %error_chain(&err), size = batch.len(), "group write failed; writing one by one");
+        } else {
+            tracing::warn!(error = %error_chain(&err), size = batch.len(),
+                "group write committed but its answer was lost");
+        }
+        for (job, rows) in batch.into_iter().zip(prepared) {
+            if existing.contains(&rows.delivery.id) {
+                let _ = job.reply.send(Ok(Some((rows.submission, rows.delivery))));
+            } else if !job.reply.is_closed() {
+                // Not written: each on its own, so each caller gets its own answer.
+                let stored = store_checked(db, &self.events, job.rows).await;
+                let _ = job.reply.send(stored);
             }
         }
     }
+
+    /// Counts the rows of a group whose idempotency key another row of the same group took.
+    fn count_duplicates(&self, prepared: &[Prepared], valid: &HashMap<Uuid, bool>) {
+        let stored_keys: HashSet<(Uuid, &str)> = prepared
+            .iter()
+            .filter(|rows| valid.get(&rows.delivery.id) == Some(&true))
+            .filter_map(|rows| {
+                let s = &rows.submission;
+                Some((s.endpoint_id, s.idempotency_key.as_deref()?))
+            })
+            .collect();
+        let duplicates = prepared
+            .iter()
+            .filter(|rows| valid.get(&rows.delivery.id) == Some(&false))
+            .filter(|rows| {
+                let s = &rows.submission;
+                s.idempotency_key
+                    .as_deref()
+                    .is_some_and(|key| stored_keys.contains(&(s.endpoint_id, key)))
+            })
+            .count();
+        self.metrics
+            .submission_group_duplicates
+            .inc_by(duplicates as u64);
+    }
+}
+
+/// Stores one submission within the database deadline. If that fails, its delivery is
+/// looked up by its pre-minted id: found, the write committed and only its answer was lost.
+async fn store_checked(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, Error> {
+    let (submission_id, delivery_id) = (rows.submission.id, rows.delivery_id);
+    let err = match db.within_deadline(store(db, events, rows)).await {
+        Ok(stored) => return Ok(stored),
+        Err(err) if !may_have_committed(&err) => return Err(Error::from(err)),
+        Err(err) => err,
+    };
+    let found = db
+        .within_deadline(async {
+            if !existing_deliveries(db, &[delivery_id]).await?.is_empty() {
+                let submission = submission::Entity::find_by_id(submission_id)
+                    .one(db.conn())
+                    .await?;
+                let delivery = webhook_delivery::Entity::find_by_id(delivery_id)
+                    .one(db.conn())
+                    .await?;
+                return Ok(submission.zip(delivery));
+            }
+            Ok::<_, DbErr>(None)
+        })
+        .await;
+    match found {
+        Ok(Some(stored)) => {
+            tracing::warn!(error = %error_chain(&err), %delivery_id, "submission committed but its answer was lost");
+            Ok(Some(stored))
+        }
+        _ => Err(Error::from(err)),
+    }
+}
+
+/// Whether a failed write may have committed anyway: anything but an error the server
+/// reported for the statement (which rolled it back), e.g. a connection lost after the
+/// statement was sent, a deadline, or an answer that could not be read.
+fn may_have_committed(err: &DbErr) -> bool {
+    let refused = matches!(
+        err,
+        DbErr::Exec(RuntimeErr::SqlxError(cause)) | DbErr::Query(RuntimeErr::SqlxError(cause))
+            if matches!(cause.as_ref(), sqlx::Error::Database(_))
+    );
+    let never_sent = matches!(err, DbErr::ConnectionAcquire(_));
+    !never_sent && (!refused || is_unavailable(err))
+}
+
+/// The ids among `ids` whose deliveries exist.
+async fn existing_deliveries(db: &Db, ids: &[Uuid]) -> Result<HashSet<Uuid>, DbErr> {
+    db.conn()
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            EXISTING_DELIVERIES,
+            [Value::from(ids.to_vec())],
+        ))
+        .await?
+        .iter()
+        .map(|row| row.try_get::<Uuid>("", "id"))
+        .collect()
 }
 
 /// Writes `prepared` in one statement. Returns, for each submission whose endpoint is

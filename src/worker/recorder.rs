@@ -1,14 +1,17 @@
 //! The recorder: writes finished attempts in batches (one transaction for many outcomes,
-//! each still fenced by its own claim token), then frees their slots.
+//! each still fenced by its own claim token), isolates an outcome the database refuses so
+//! it cannot hold up the others, then frees their slots.
 
 use std::time::Duration;
 
 use std::sync::Arc;
 
+use sea_orm::DbErr;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::record::{record_batch, FinishedAttempt, Recorded};
 use super::schedule::NextStep;
+use crate::db::{is_transient, is_unavailable};
 use crate::error::error_chain;
 use crate::state::AppState;
 
@@ -16,8 +19,19 @@ use crate::state::AppState;
 const MAX_BATCH: usize = 128;
 /// Longest pause between tries at writing a batch.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// How long a batch is retried before its outcomes are left to be reclaimed.
+/// How long a batch is retried through an unreachable database before its outcomes are
+/// left to be reclaimed.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
+/// Tries at writing one outcome the database refuses before it is given up.
+const REFUSED_TRIES: u32 = 3;
+
+/// Why outcomes could not be written.
+enum Unwritten {
+    /// The database answered with an error: something in the batch cannot be written as it is.
+    Refused(DbErr),
+    /// The database stayed unreachable (or busy) past [`GIVE_UP_AFTER`], or the process is stopping.
+    Unreachable(DbErr),
+}
 
 /// A finished attempt on its way to the database, holding its worker slot.
 pub struct Finished {
@@ -55,44 +69,82 @@ impl Recorder {
         }
     }
 
-    /// Writes one batch, retrying through database trouble (each try within the database
-    /// deadline; a try whose commit went unacknowledged is recognised by the next, which
-    /// adds no second attempt for the same claim). A result written after its
-    /// lease ran out is still safe (the claim-token fence marks it superseded if another
-    /// worker took over, and applies it if nobody did), so outcomes are not dropped just
-    /// because they are late; only a shutdown or [`GIVE_UP_AFTER`] ends the retries.
+    /// Writes one batch; see [`Recorder::write_isolating`].
     async fn write(&self, batch: &[Finished]) {
         let attempts: Vec<FinishedAttempt> = batch.iter().map(|f| f.attempt.clone()).collect();
+        self.write_isolating(&attempts).await;
+    }
+
+    /// Writes `attempts` in one transaction. When the database refuses it (rather than
+    /// failing to answer), retrying the same batch cannot help: each half is written on its
+    /// own, down to the outcome it refuses, which alone is given up. One bad outcome costs a
+    /// few quick statements instead of holding every outcome written with it for minutes.
+    async fn write_isolating(&self, attempts: &[FinishedAttempt]) {
+        match self.write_retrying(attempts).await {
+            Ok(recorded) => {
+                for (attempt, recorded) in attempts.iter().zip(recorded) {
+                    self.report(attempt, &recorded);
+                }
+            }
+            Err(Unwritten::Refused(err)) if attempts.len() > 1 => {
+                tracing::warn!(error = %error_chain(&err), outcomes = attempts.len(),
+                    "the database refused a batch of outcomes; writing each half on its own");
+                let (first, second) = attempts.split_at(attempts.len() / 2);
+                Box::pin(self.write_isolating(first)).await;
+                Box::pin(self.write_isolating(second)).await;
+            }
+            Err(Unwritten::Refused(err) | Unwritten::Unreachable(err)) => {
+                self.state
+                    .metrics
+                    .outcomes_given_up
+                    .inc_by(attempts.len() as u64);
+                for attempt in attempts {
+                    tracing::error!(delivery_id = %attempt.claim.delivery_id, error = %error_chain(&err),
+                        "recording failed; the delivery will be reclaimed after its lease");
+                }
+            }
+        }
+    }
+
+    /// Tries to write `attempts` in one transaction (each try within the database deadline; a
+    /// try whose commit went unacknowledged is recognised by the next, which adds no second
+    /// attempt for the same claim). An unreachable or busy database is retried: a result
+    /// written after its lease ran out is still safe (the claim-token fence marks it
+    /// superseded if another worker took over, and applies it if nobody did), so outcomes
+    /// are not dropped just because they are late; only a shutdown or [`GIVE_UP_AFTER`] ends
+    /// those retries. A refusal ends them at once for a batch, which the caller splits,
+    /// and after [`REFUSED_TRIES`] for a single outcome.
+    async fn write_retrying(
+        &self,
+        attempts: &[FinishedAttempt],
+    ) -> Result<Vec<Recorded>, Unwritten> {
         let started = std::time::Instant::now();
         let mut backoff = Duration::from_millis(50);
-        let mut tries = 0;
+        let (mut tries, mut refusals) = (0, 0);
         loop {
             tries += 1;
             let db = &self.state.db;
-            match db
-                .within_deadline(record_batch(db, &self.state.events, &attempts))
+            let err = match db
+                .within_deadline(record_batch(db, &self.state.events, attempts))
                 .await
             {
-                Ok(recorded) => {
-                    for (attempt, recorded) in attempts.iter().zip(recorded) {
-                        self.report(attempt, &recorded);
-                    }
-                    return;
+                Ok(recorded) => return Ok(recorded),
+                Err(err) => err,
+            };
+            let stopping = self.state.shutdown.is_cancelled() && tries >= 3;
+            if is_unavailable(&err) || is_transient(&err) {
+                if started.elapsed() >= GIVE_UP_AFTER || stopping {
+                    return Err(Unwritten::Unreachable(err));
                 }
-                Err(err)
-                    if started.elapsed() < GIVE_UP_AFTER
-                        && !(self.state.shutdown.is_cancelled() && tries >= 3) =>
-                {
-                    tracing::warn!(error = %error_chain(&err), outcomes = attempts.len(), "recording failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
-                Err(err) => {
-                    tracing::error!(error = %error_chain(&err), outcomes = attempts.len(),
-                        "recording failed; the deliveries will be reclaimed after their lease");
-                    return;
+            } else {
+                refusals += 1;
+                if attempts.len() > 1 || refusals >= REFUSED_TRIES || stopping {
+                    return Err(Unwritten::Refused(err));
                 }
             }
+            tracing::warn!(error = %error_chain(&err), outcomes = attempts.len(), "recording failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

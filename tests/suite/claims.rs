@@ -20,7 +20,6 @@ use crate::on_both_backends;
 use crate::support::{Backend, TestApp, TestDb};
 
 const LONG_LEASE: Duration = Duration::from_secs(60);
-const SHORT_LEASE: Duration = Duration::from_secs(1);
 
 /// An API-only app with `count` pending deliveries; returns their ids.
 async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
@@ -52,6 +51,29 @@ async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
         );
     }
     (app, ids)
+}
+
+/// Moves every lease an hour into the past, as if it had run out long ago (a `processing`
+/// row's due time is its lease expiry, so both move): tests never wait on the wall clock
+/// for a lease.
+async fn expire_leases(pool: &Db) {
+    use entity::webhook_delivery::{Column, Entity};
+    use sea_orm::{ActiveModelTrait, ColumnTrait, IntoActiveModel, QueryFilter, Set};
+    let held = Entity::find()
+        .filter(Column::ClaimExpiresAt.is_not_null())
+        .all(pool.conn())
+        .await
+        .expect("leased deliveries");
+    assert!(!held.is_empty(), "a lease to expire");
+    for row in held {
+        let hour = chrono::Duration::hours(1);
+        let expires = row.claim_expires_at.expect("a lease");
+        let due = row.next_attempt_at.map(|due| due - hour);
+        let mut row = row.into_active_model();
+        row.claim_expires_at = Set(Some(expires - hour));
+        row.next_attempt_at = Set(due);
+        row.update(pool.conn()).await.expect("expire the lease");
+    }
 }
 
 /// A publisher for changes made through `pool` (nobody subscribes in these tests).
@@ -183,7 +205,7 @@ async fn an_expired_lease_is_reclaimed_exactly_once(backend: Backend) {
         db.connect(1).await,
         db.connect(1).await,
     );
-    let original = claim_due(&first, &events_for(&first), 1, SHORT_LEASE)
+    let original = claim_due(&first, &events_for(&first), 1, LONG_LEASE)
         .await
         .expect("claim")
         .pop()
@@ -195,7 +217,7 @@ async fn an_expired_lease_is_reclaimed_exactly_once(backend: Backend) {
             .is_empty(),
         "a live lease is not retaken"
     );
-    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+    expire_leases(&first).await;
 
     let barrier = Arc::new(Barrier::new(2));
     let racers = [&second, &third].map(|pool| {
@@ -231,16 +253,15 @@ struct Rivals {
     new: Claim,
 }
 
-/// Claims the only due delivery with a short lease, lets it expire, and retakes it
-/// through another connection.
+/// Claims the only due delivery, expires its lease, and retakes it through another connection.
 async fn rivals(db: &TestDb) -> Rivals {
     let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
-    let old = claim_due(&old_pool, &events_for(&old_pool), 1, SHORT_LEASE)
+    let old = claim_due(&old_pool, &events_for(&old_pool), 1, LONG_LEASE)
         .await
         .expect("claim")
         .pop()
         .expect("claimed");
-    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+    expire_leases(&old_pool).await;
     let new = claim_due(&new_pool, &events_for(&new_pool), 1, LONG_LEASE)
         .await
         .expect("claim")
@@ -369,11 +390,11 @@ async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
     let (_app, ids) = seed(&db, 2).await;
     let pool = db.connect(1).await;
     let events = events_for(&pool);
-    let mut first = claim_due(&pool, &events, 2, SHORT_LEASE)
+    let mut first = claim_due(&pool, &events, 2, LONG_LEASE)
         .await
         .expect("claim");
     first.sort_by_key(|c| c.delivery_id);
-    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+    expire_leases(&pool).await;
     let mut second = claim_due(&pool, &events, 1, LONG_LEASE)
         .await
         .expect("reclaim");

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use courier::config::ServeArgs;
+use sea_orm::ConnectionTrait as _;
 use serde_json::{json, Value};
 
 use crate::on_both_backends;
@@ -60,6 +61,46 @@ pub async fn wait_for_state(
     }
 }
 
+/// For "never sent twice" checks, before counting what a receiver got: waits until no
+/// delivery is due or held by a claim, gives the workers a few more polls (anything they
+/// should not claim, they would claim now), then stops them, which lets every request
+/// already on its way arrive. A duplicate can only come later than this from a lease
+/// retaken after it expired, and a delivery that is settled holds no lease.
+pub async fn settle(apps: impl IntoIterator<Item = TestApp>) {
+    let apps: Vec<TestApp> = apps.into_iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let open = apps[0]
+            .state
+            .db
+            .conn()
+            .query_one_raw(sea_orm::Statement::from_string(
+                apps[0].state.db.backend(),
+                "SELECT COUNT(*) AS n FROM webhook_deliveries \
+                 WHERE state = 'processing' OR (state = 'pending' AND next_attempt_at IS NOT NULL)",
+            ))
+            .await
+            .expect("count open deliveries")
+            .expect("a row")
+            .try_get::<i64>("", "n")
+            .expect("n");
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} deliveries never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let polls = apps
+        .iter()
+        .map(|app| app.state.config.poll_interval_ms)
+        .max()
+        .unwrap_or_default();
+    tokio::time::sleep(Duration::from_millis(polls * 10)).await;
+    for app in apps {
+        app.stop().await;
+    }
+}
+
 fn delivery_id(submitted: &Value) -> String {
     submitted["data"]["submit"]["delivery"]["id"]
         .as_str()
@@ -103,8 +144,9 @@ async fn a_submission_is_delivered_signed(backend: Backend) {
     assert_eq!(numbers_and_statuses(&delivery), vec![(1, Some(200))]);
     assert_eq!(delivery["cycleAttempts"], 1);
     assert!(delivery["nextAttemptAt"].is_null());
+    settle([app]).await;
     let received = receiver.received();
-    assert_eq!(received.len(), 1);
+    assert_eq!(received.len(), 1, "sent once");
     assert!(
         received[0].verified,
         "the official verifier accepts the signature"
@@ -128,16 +170,17 @@ async fn failures_are_retried_until_the_endpoint_accepts(backend: Backend) {
         vec![(1, Some(500)), (2, Some(500)), (3, Some(200))]
     );
     assert_eq!(delivery["cycleAttempts"], 3);
-    let received = receiver.received();
-    assert_eq!(received.len(), 3);
-    assert!(
-        received.iter().all(|r| r.verified && r.webhook_id == id),
-        "same webhook-id on every retry, always signed"
-    );
     assert!(delivery["attempts"][0]["error"]
         .as_str()
         .unwrap_or_default()
         .contains("500"));
+    settle([app]).await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 3, "no attempt after the delivery");
+    assert!(
+        received.iter().all(|r| r.verified && r.webhook_id == id),
+        "same webhook-id on every retry, always signed"
+    );
 }
 
 async fn a_delivery_fails_after_its_attempts_run_out(backend: Backend) {
@@ -161,7 +204,7 @@ async fn a_delivery_fails_after_its_attempts_run_out(backend: Backend) {
             .contains("503"),
         "{delivery}"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle([app]).await;
     assert_eq!(
         receiver.received().len(),
         3,
@@ -303,7 +346,8 @@ async fn three_instances_deliver_every_submission_exactly_once() {
     receiver
         .wait_for(SUBMISSIONS, Duration::from_secs(60))
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let counter = TestApp::spawn(&db).await;
+    settle(apps).await;
     let received = receiver.received();
     let mut per_id: HashMap<&str, usize> = HashMap::new();
     for request in &received {
@@ -316,7 +360,7 @@ async fn three_instances_deliver_every_submission_exactly_once() {
     use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
     let delivered = entity::webhook_delivery::Entity::find()
         .filter(entity::webhook_delivery::Column::State.eq("delivered"))
-        .count(apps[0].state.db.conn())
+        .count(counter.state.db.conn())
         .await
         .expect("count");
     assert_eq!(delivered, SUBMISSIONS as u64);

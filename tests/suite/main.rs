@@ -14,6 +14,7 @@ mod endpoint_race;
 mod endpoints;
 mod exact_numbers;
 mod fanout;
+mod failures;
 mod hostile_documents;
 mod http_hardening;
 mod listings;

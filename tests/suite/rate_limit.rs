@@ -172,32 +172,110 @@ async fn a_broken_counter_lets_requests_through_and_is_counted(backend: Backend)
     assert!(text.contains("courier_rate_limit_errors_total 2"), "{text}");
 }
 
+/// Only ended windows are pruned. The window is long, and the ended one is the window
+/// before the current one, so the test means the same whenever it runs (a short window
+/// could end between the submission and the prune).
 async fn ended_windows_are_pruned(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let app = TestApp::spawn_with(&db, |config| {
-        config.rate_limit = Some(10);
-        config.rate_limit_window_secs = 60;
-    })
-    .await;
+    let app = limited_app(&db, 10).await;
     let admin = app.admin_token().await;
     let (endpoint, _) = app
         .create_endpoint(&admin, "https://example.com/hook")
         .await;
     submit(&app, &admin, &endpoint, json!({}), None).await;
-    let backend = app.state.db.backend();
-    app.state
-        .db
-        .conn()
-        .execute_raw(Statement::from_sql_and_values(
-            backend,
-            "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('submit', 'old', $1, 3)",
-            [(chrono::Utc::now() - chrono::Duration::hours(2)).into()],
+    let conn = app.state.db.conn();
+    let current: chrono::DateTime<chrono::Utc> = conn
+        .query_one_raw(Statement::from_string(
+            app.state.db.backend(),
+            "SELECT window_start FROM rate_limit_counters",
         ))
         .await
-        .expect("insert an old window");
+        .expect("query")
+        .expect("the current window")
+        .try_get("", "window_start")
+        .expect("window_start");
+    let previous = current - chrono::Duration::seconds(LONG_WINDOW_SECS as i64);
+    conn.execute_raw(Statement::from_sql_and_values(
+        app.state.db.backend(),
+        "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('submit', 'old', $1, 3)",
+        [previous.into()],
+    ))
+    .await
+    .expect("insert an ended window");
     let removed = app.state.submit_rate_limiter.prune().await.expect("prune");
     assert_eq!(removed, 1, "only the ended window goes");
     assert_eq!(counted(&app).await, 1, "the current window stays");
+}
+
+/// The counter's statement is retried a bounded number of times on a serialization
+/// failure: a transient one costs nothing (the request is counted once), a persistent one
+/// gives up after five tries and lets the request through, alerted and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counter_retries_serialization_failures_a_bounded_number_of_times() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = limited_app(&db, 1).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    // Every new counter row fails with a serialization failure while the sequence is below
+    // the threshold: a sequence, because its increments survive the failed transactions.
+    app.state
+        .db
+        .conn()
+        .execute_unprepared(
+            "CREATE SEQUENCE counter_tries;
+             CREATE TABLE failing_until (tries BIGINT NOT NULL);
+             INSERT INTO failing_until VALUES (2);
+             CREATE FUNCTION fail_counter() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF nextval('counter_tries') <= (SELECT tries FROM failing_until) THEN
+                     RAISE EXCEPTION 'injected' USING ERRCODE = 'serialization_failure';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER fail_counter BEFORE INSERT ON rate_limit_counters
+                 FOR EACH ROW EXECUTE FUNCTION fail_counter();",
+        )
+        .await
+        .expect("inject serialization failures");
+    let tries = || async {
+        app.state
+            .db
+            .conn()
+            .query_one_raw(Statement::from_string(
+                app.state.db.backend(),
+                "SELECT last_value AS n FROM counter_tries",
+            ))
+            .await
+            .expect("query")
+            .expect("row")
+            .try_get::<i64>("", "n")
+            .expect("n")
+    };
+
+    // Two failures, then success: counted once, and within the limit.
+    let body = submit(&app, &admin, &endpoint, json!({ "n": 1 }), None).await;
+    assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+    assert_eq!(tries().await, 3, "two failed tries and one that counted");
+    assert_eq!(counted(&app).await, 1);
+    let over = submit(&app, &admin, &endpoint, json!({ "n": 2 }), None).await;
+    assert_eq!(gql_error_code(&over), Some("RATE_LIMITED"), "{over}");
+    assert_eq!(app.state.metrics.rate_limit_errors.get(), 0);
+
+    // Failing for good (a new client, so a new row): five tries, then let through.
+    app.state
+        .db
+        .conn()
+        .execute_unprepared("UPDATE failing_until SET tries = 1000")
+        .await
+        .expect("fail for good");
+    let other = app.admin_token().await;
+    let before = tries().await;
+    let body = submit(&app, &other, &endpoint, json!({ "n": 3 }), None).await;
+    assert_eq!(body["data"]["submit"]["created"], true, "fail open: {body}");
+    assert_eq!(tries().await - before, 5, "a bounded number of tries");
+    assert_eq!(app.state.metrics.rate_limit_errors.get(), 1);
 }
 
 on_both_backends!(

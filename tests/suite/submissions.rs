@@ -1,9 +1,11 @@
 //! `submit`: idempotency settled by the unique constraint (race 3), validation, and reading back.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use courier::auth::Role;
-use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait};
+use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, Statement, TransactionTrait};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
@@ -36,6 +38,79 @@ pub async fn row_counts(app: &TestApp) -> (u64, u64) {
         .await
         .expect("count");
     (submissions, deliveries)
+}
+
+/// Polls `condition` every 20 ms until it holds, or panics after `within`.
+pub async fn wait_until<F: Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    mut condition: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + within;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `submits` (against `app`, on PostgreSQL) so that the group writer sends them in one
+/// statement: it is first held on a submission whose endpoint row another session has
+/// locked, and released only once all of `submits` wait in its queue. Returns their answers.
+pub async fn submit_as_one_group<F: Future<Output = Value>>(
+    db: &TestDb,
+    app: &TestApp,
+    admin: &str,
+    submits: Vec<F>,
+) -> Vec<Value> {
+    let count = submits.len() as i64;
+    let (gate, _) = app.create_endpoint(admin, "https://example.com/gate").await;
+    let holder = db.connect(2).await;
+    let lock = holder.conn().begin().await.expect("begin");
+    lock.execute_raw(Statement::from_sql_and_values(
+        sea_orm::DbBackend::Postgres,
+        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
+        [gate.clone().into()],
+    ))
+    .await
+    .expect("lock the gate endpoint");
+    let held = submit(app, admin, &gate, json!({ "gate": true }), None);
+    let rest = async {
+        let observer = &holder;
+        wait_until(
+            "the writer waits on the lock",
+            Duration::from_secs(10),
+            || async move {
+                let waiting = observer
+                    .conn()
+                    .query_one_raw(Statement::from_string(
+                        sea_orm::DbBackend::Postgres,
+                        "SELECT count(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    ))
+                    .await
+                    .expect("query")
+                    .expect("row");
+                waiting.try_get::<i64>("", "n").expect("n") == 1
+            },
+        )
+        .await;
+        let release = async {
+            let queued = &app.state.metrics.submissions_queued;
+            wait_until(
+                "every submission is queued",
+                Duration::from_secs(10),
+                || async move { queued.get() == count },
+            )
+            .await;
+            lock.commit().await.expect("release the gate");
+        };
+        futures_util::future::join(futures_util::future::join_all(submits), release)
+            .await
+            .0
+    };
+    let (gated, answers) = futures_util::future::join(held, rest).await;
+    assert_eq!(gated["data"]["submit"]["created"], true, "{gated}");
+    answers
 }
 
 /// `racers` submissions of `payload_of(i)` under one key, split over `apps`, released at once.
@@ -92,7 +167,7 @@ fn assert_one_created_rest_deduplicated(answers: &[Value]) {
 }
 
 async fn same_key_same_content_doubled_creates_once(backend: Backend) {
-    let (_db, apps, admin, endpoint) = setup(backend, 1).await;
+    let (_db, apps, admin, endpoint) = setup(backend, 2).await;
     let answers = race(&apps, &admin, &endpoint, 2, |_| json!({ "order": 42 })).await;
     assert_one_created_rest_deduplicated(&answers);
     assert_eq!(row_counts(&apps[0]).await, (1, 1));
@@ -389,8 +464,9 @@ async fn idempotency_holds_at_repeatable_read() {
     assert_eq!(row_counts(&apps[0]).await, (1, 1));
 }
 
-/// Submissions arriving together are written together on PostgreSQL; each caller still gets
-/// its own answer: stored, unknown endpoint, disabled endpoint, or the idempotent winner.
+/// Submissions arriving together are written together on PostgreSQL, in one statement with
+/// an in-batch duplicate key; each caller still gets its own answer: stored, unknown
+/// endpoint, disabled endpoint, or the idempotent winner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn submissions_written_together_get_their_own_answers() {
     const EACH: usize = 12;
@@ -411,19 +487,16 @@ async fn submissions_written_together_get_their_own_answers() {
     .await;
     let unknown = uuid::Uuid::now_v7().to_string();
 
-    let barrier = Arc::new(Barrier::new(EACH * 4));
-    let calls = (0..EACH * 4).map(|i| {
-        let (app, admin, barrier) = (&app, admin.clone(), barrier.clone());
-        let (endpoint, key) = match i % 4 {
-            0 => (open.clone(), None),
-            1 => (closed.clone(), None),
-            2 => (unknown.clone(), None),
-            _ => (open.clone(), Some("shared".to_owned())),
-        };
-        async move {
-            barrier.wait().await;
-            (
-                i % 4,
+    let calls = (0..EACH * 4)
+        .map(|i| {
+            let (app, admin) = (&app, admin.clone());
+            let (endpoint, key) = match i % 4 {
+                0 => (open.clone(), None),
+                1 => (closed.clone(), None),
+                2 => (unknown.clone(), None),
+                _ => (open.clone(), Some("shared".to_owned())),
+            };
+            async move {
                 submit(
                     app,
                     &admin,
@@ -431,14 +504,28 @@ async fn submissions_written_together_get_their_own_answers() {
                     json!({ "same": true }),
                     key.as_deref(),
                 )
-                .await,
-            )
-        }
-    });
-    let answers = futures_util::future::join_all(calls).await;
+                .await
+            }
+        })
+        .collect();
+    let answers = submit_as_one_group(&db, &app, &admin, calls).await;
+    let metrics = &app.state.metrics;
+    assert_eq!(
+        (
+            metrics.submission_group_writes.get(),
+            metrics.submission_group_rows.get()
+        ),
+        (1, EACH as u64 * 4),
+        "one statement wrote them all"
+    );
+    assert_eq!(
+        metrics.submission_group_duplicates.get(),
+        EACH as u64 - 1,
+        "the shared key was taken inside the statement"
+    );
     let mut shared_ids = std::collections::HashSet::new();
-    for (kind, answer) in &answers {
-        match kind {
+    for (i, answer) in answers.iter().enumerate() {
+        match i % 4 {
             0 => assert_eq!(answer["data"]["submit"]["created"], true, "{answer}"),
             1 => assert_eq!(gql_error_code(answer), Some("BAD_USER_INPUT"), "{answer}"),
             2 => assert_eq!(gql_error_code(answer), Some("NOT_FOUND"), "{answer}"),
@@ -451,8 +538,10 @@ async fn submissions_written_together_get_their_own_answers() {
     assert_eq!(shared_ids.len(), 1, "one submission for the shared key");
     let created = answers
         .iter()
-        .filter(|(k, a)| *k == 3 && a["data"]["submit"]["created"] == true)
+        .enumerate()
+        .filter(|(i, a)| i % 4 == 3 && a["data"]["submit"]["created"] == true)
         .count();
     assert_eq!(created, 1);
-    assert_eq!(row_counts(&app).await, (EACH as u64 + 1, EACH as u64 + 1));
+    // The gate's submission, the open endpoint's, and the shared key's.
+    assert_eq!(row_counts(&app).await, (EACH as u64 + 2, EACH as u64 + 2));
 }

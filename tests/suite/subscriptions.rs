@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use courier::auth::Role;
 use futures_util::StreamExt as _;
+use sea_orm::ConnectionTrait as _;
 use serde_json::{json, Value};
 
 use crate::delivery::{endpoint_on, quick_worker};
@@ -249,4 +250,126 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
     drop(stream);
     assert_eq!(app.state.metrics.active_subscriptions.get(), 0);
     assert_eq!(app.state.metrics.lagged_subscribers.get(), 1);
+}
+
+/// A subscriber starts while the listener is down; before it runs again the listener comes
+/// back, is lost again (its gap marker sent) and comes back once more. The subscriber
+/// subscribed before checking, so the marker reaches it: it is told it may have missed
+/// events instead of silently missing them. One thread, so nothing runs in between.
+#[tokio::test]
+async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() {
+    use courier::events::EventMessage;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let token = app.admin_token().await;
+    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let schema = courier::schema::build(Some(app.state.clone()));
+    let request =
+        async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
+            .data(caller);
+    let events = &app.state.events;
+    events.set_live(false);
+    let mut stream = schema.execute_stream(request);
+    // The first poll starts the subscription, which waits for the listener.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), stream.next())
+            .await
+            .is_err()
+    );
+    events.set_live(true);
+    events.set_live(false);
+    events.deliver(EventMessage::Gap);
+    events.set_live(true);
+
+    let response = tokio::time::timeout(Duration::from_secs(3), stream.next())
+        .await
+        .expect("the subscriber is told at once")
+        .expect("an item");
+    let code = response
+        .errors
+        .first()
+        .and_then(|e| e.extensions.as_ref())
+        .and_then(|e| e.get("code").cloned());
+    assert_eq!(
+        code,
+        Some(async_graphql::Value::from("SUBSCRIPTION_LAGGED")),
+        "{response:?}"
+    );
+}
+
+/// Reads a subscription's payloads until its first error (events before it are skipped).
+async fn until_error(socket: &mut Socket, within: Duration) -> Value {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let payload = next_payload(socket, left)
+            .await
+            .expect("an error before the deadline");
+        if payload.get("errors").is_some() {
+            return payload;
+        }
+    }
+}
+
+/// Terminating the `LISTEN` backend tells every open subscriber at once that it may have
+/// missed events; once the listener is back, a new subscription sees events again,
+/// including those made by another instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_listener_lags_every_subscriber_and_events_flow_again() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let watched = TestApp::spawn(&db).await;
+    let other = TestApp::spawn(&db).await;
+    let admin = watched.admin_token().await;
+    let (endpoint, _) = watched
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let mut sockets = Vec::new();
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        let mut socket = subscribe(&watched, &admin, protocol, None).await;
+        until_live(&mut socket, &other, &admin, &endpoint).await;
+        sockets.push(socket);
+    }
+
+    let killer = db.connect(1).await;
+    let terminated = killer
+        .conn()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+        ))
+        .await
+        .expect("terminate")
+        .expect("row")
+        .try_get::<i64>("", "n")
+        .expect("n");
+    assert_eq!(terminated, 2, "one listener per instance");
+    let cut = std::time::Instant::now();
+    for socket in &mut sockets {
+        let payload = until_error(socket, Duration::from_secs(3)).await;
+        assert_eq!(
+            payload["errors"][0]["extensions"]["code"], "SUBSCRIPTION_LAGGED",
+            "{payload}"
+        );
+    }
+    assert!(
+        cut.elapsed() < Duration::from_secs(3),
+        "told promptly: {:?}",
+        cut.elapsed()
+    );
+    assert_eq!(watched.state.metrics.lagged_subscribers.get(), 2);
+
+    let mut fresh = subscribe(&watched, &admin, "graphql-transport-ws", None).await;
+    until_live(&mut fresh, &other, &admin, &endpoint).await;
+    let submitted = submit(&other, &admin, &endpoint, json!({ "after": true }), None).await;
+    let id = submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"))
+        .to_owned();
+    let payload = next_payload(&mut fresh, Duration::from_secs(5))
+        .await
+        .expect("an event after the listener returned");
+    assert_eq!(change(&payload)["deliveryId"], id.as_str(), "{payload}");
 }

@@ -1,10 +1,12 @@
 //! A TCP proxy between an app and PostgreSQL that can cut the network without closing it:
 //! partitioned, every socket stays open but no byte moves either way, as when packets are
-//! lost; healed, what was held back flows on, as TCP would retransmit it.
+//! lost; healed, what was held back flows on, as TCP would retransmit it. It can also lose
+//! the answer to one statement: the statement reaches the server and completes there, then
+//! its connection drops before the client hears back.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -26,11 +28,20 @@ impl Gate {
     }
 }
 
+/// The statement whose answer is to be lost, and how many answers were.
+#[derive(Default)]
+struct LostAnswers {
+    /// Bytes that mark the statement (e.g. a value bound to it); taken when seen.
+    armed: Mutex<Option<Vec<u8>>>,
+    lost: AtomicUsize,
+}
+
 /// A running proxy on `127.0.0.1`, port 0.
 pub struct PartitionProxy {
     addr: SocketAddr,
     gate: watch::Sender<Gate>,
     accepted: Arc<AtomicU64>,
+    lost_answers: Arc<LostAnswers>,
     shutdown: CancellationToken,
 }
 
@@ -49,8 +60,10 @@ impl PartitionProxy {
         let addr = listener.local_addr().expect("local address");
         let (gate, _) = watch::channel(Gate::default());
         let accepted = Arc::new(AtomicU64::new(0));
+        let lost_answers = Arc::new(LostAnswers::default());
         let shutdown = CancellationToken::new();
         let (gates, counter, stop) = (gate.clone(), accepted.clone(), shutdown.clone());
+        let losing = lost_answers.clone();
         tokio::spawn(async move {
             loop {
                 let client = tokio::select! {
@@ -61,11 +74,11 @@ impl PartitionProxy {
                     },
                 };
                 let id = counter.fetch_add(1, Ordering::SeqCst);
-                let (gate, stop) = (gates.subscribe(), stop.clone());
+                let (gate, stop, losing) = (gates.subscribe(), stop.clone(), losing.clone());
                 tokio::spawn(async move {
                     tokio::select! {
                         () = stop.cancelled() => {}
-                        () = relay(client, upstream, id, gate) => {}
+                        () = relay(client, upstream, id, gate, losing) => {}
                     }
                 });
             }
@@ -74,8 +87,22 @@ impl PartitionProxy {
             addr,
             gate,
             accepted,
+            lost_answers,
             shutdown,
         }
+    }
+
+    /// Loses the answer to the next statement whose bytes contain `marker`: the statement
+    /// runs (and commits) on the server, then the client's connection is closed before
+    /// any of the server's answer reaches it. Only connections without TLS can be read
+    /// ([`PartitionProxy::plain_url_for`]).
+    pub fn lose_answer_to(&self, marker: &str) {
+        *self.lost_answers.armed.lock().expect("lock") = Some(marker.as_bytes().to_vec());
+    }
+
+    /// How many answers were lost so far.
+    pub fn answers_lost(&self) -> usize {
+        self.lost_answers.lost.load(Ordering::SeqCst)
     }
 
     /// `database_url` with its host and port replaced by this proxy's.
@@ -84,6 +111,22 @@ impl PartitionProxy {
         url.set_host(Some(&self.addr.ip().to_string()))
             .expect("set the host");
         url.set_port(Some(self.addr.port())).expect("set the port");
+        url.to_string()
+    }
+
+    /// [`PartitionProxy::url_for`] without TLS, so the proxy can read what passes (see
+    /// [`PartitionProxy::lose_answer_to`]).
+    pub fn plain_url_for(&self, database_url: &str) -> String {
+        let mut url = url::Url::parse(&self.url_for(database_url)).expect("a database URL");
+        let kept: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(name, _)| name != "sslmode")
+            .map(|(name, value)| (name.into_owned(), value.into_owned()))
+            .collect();
+        url.query_pairs_mut()
+            .clear()
+            .extend_pairs(kept)
+            .append_pair("sslmode", "disable");
         url.to_string()
     }
 
@@ -115,7 +158,13 @@ impl Drop for PartitionProxy {
 }
 
 /// Connects to `upstream` once the gate opens for `id`, then pumps both ways.
-async fn relay(client: TcpStream, upstream: SocketAddr, id: u64, mut gate: watch::Receiver<Gate>) {
+async fn relay(
+    client: TcpStream,
+    upstream: SocketAddr,
+    id: u64,
+    mut gate: watch::Receiver<Gate>,
+    lost_answers: Arc<LostAnswers>,
+) {
     if gate.wait_for(|g| g.open_for(id)).await.is_err() {
         return;
     }
@@ -124,10 +173,26 @@ async fn relay(client: TcpStream, upstream: SocketAddr, id: u64, mut gate: watch
     };
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
+    let losing = Arc::new(AtomicBool::new(false));
     tokio::join!(
-        pump(client_read, server_write, id, gate.clone()),
-        pump(server_read, client_write, id, gate),
+        pump(
+            client_read,
+            server_write,
+            id,
+            gate.clone(),
+            Watch::Requests(lost_answers, losing.clone())
+        ),
+        pump(server_read, client_write, id, gate, Watch::Answers(losing)),
     );
+}
+
+/// What a pump looks for on the way.
+enum Watch {
+    /// Client to server: the armed marker, which makes this connection lose its next answer.
+    Requests(Arc<LostAnswers>, Arc<AtomicBool>),
+    /// Server to client: once losing, swallow the answer up to `ReadyForQuery` (sent after
+    /// the statement's commit), then close the client's side.
+    Answers(Arc<AtomicBool>),
 }
 
 /// Copies `from` to `to`, each chunk (and the end of the stream) only while the gate is open.
@@ -136,8 +201,10 @@ async fn pump(
     mut to: OwnedWriteHalf,
     id: u64,
     mut gate: watch::Receiver<Gate>,
+    watch: Watch,
 ) {
     let mut buffer = vec![0_u8; 16 * 1024];
+    let mut seen: Vec<u8> = Vec::new();
     loop {
         let read = from.read(&mut buffer).await.unwrap_or(0);
         if gate.wait_for(|g| g.open_for(id)).await.is_err() {
@@ -147,7 +214,34 @@ async fn pump(
             let _ = to.shutdown().await;
             return;
         }
-        if to.write_all(&buffer[..read]).await.is_err() {
+        let chunk = &buffer[..read];
+        match &watch {
+            Watch::Requests(lost_answers, losing) => {
+                let mut armed = lost_answers.armed.lock().expect("lock");
+                if let Some(marker) = armed.clone() {
+                    // Keep a marker's length of history, for a marker split between chunks.
+                    seen.extend_from_slice(chunk);
+                    if seen.windows(marker.len()).any(|w| w == marker.as_slice()) {
+                        *armed = None;
+                        losing.store(true, Ordering::SeqCst);
+                        lost_answers.lost.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let keep = seen.len().saturating_sub(marker.len());
+                    seen.drain(..keep);
+                }
+            }
+            Watch::Answers(losing) if losing.load(Ordering::SeqCst) => {
+                // `ReadyForQuery`: 'Z', length 5, transaction status.
+                let ready = read >= 6 && chunk[read - 6..read - 1] == [b'Z', 0, 0, 0, 5];
+                if ready {
+                    let _ = to.shutdown().await;
+                    return;
+                }
+                continue;
+            }
+            Watch::Answers(_) => {}
+        }
+        if to.write_all(chunk).await.is_err() {
             return;
         }
     }

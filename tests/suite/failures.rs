@@ -1,0 +1,176 @@
+//! Failures stay small: an outcome the database refuses to record holds up no other, and a
+//! submission whose answer was lost after it committed is recognised by its pre-minted ids.
+
+use std::time::{Duration, Instant};
+
+use courier::db::Db;
+use sea_orm::ConnectionTrait;
+use serde_json::{json, Value};
+
+use crate::delivery::{endpoint_on, quick_worker, wait_for_state};
+use crate::on_both_backends;
+use crate::submissions::{row_counts, submit, submit_as_one_group, wait_until};
+use crate::support::{Backend, PartitionProxy, Receiver, Reply, TestApp, TestDb};
+
+/// Makes the database refuse to record any attempt answered with HTTP 418.
+async fn refuse_teapots(app: &TestApp) {
+    let sql = match app.state.db.backend() {
+        sea_orm::DbBackend::Postgres => {
+            "ALTER TABLE delivery_attempts ADD CONSTRAINT no_teapots CHECK (status_code IS DISTINCT FROM 418)"
+        }
+        _ => {
+            "CREATE TRIGGER no_teapots BEFORE INSERT ON delivery_attempts \
+             WHEN NEW.status_code = 418 BEGIN SELECT RAISE(ABORT, 'no teapots'); END"
+        }
+    };
+    app.state
+        .db
+        .conn()
+        .execute_unprepared(sql)
+        .await
+        .expect("refuse teapots");
+}
+
+fn delivery_id(submitted: &Value) -> String {
+    submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"))
+        .to_owned()
+}
+
+/// One outcome the database refuses (recorded first, alone) and one refused among others
+/// (recorded in a batch with them): every other outcome is recorded at once, and only the
+/// refused two are given up, to be reclaimed after their lease.
+async fn a_refused_outcome_holds_up_no_other(backend: Backend) {
+    const GOOD: usize = 5;
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    refuse_teapots(&app).await;
+    let teapot = Receiver::start(|_| Reply::status(418)).await;
+    let slow = Duration::from_millis(100);
+    let slow_teapot = Receiver::start(move |_| Reply {
+        delay: slow,
+        ..Reply::status(418)
+    })
+    .await;
+    let accepting = Receiver::start(move |_| Reply {
+        delay: slow,
+        ..Reply::status(200)
+    })
+    .await;
+    let teapot_endpoint = endpoint_on(&app, &admin, &teapot, "teapot").await;
+    let slow_teapot_endpoint = endpoint_on(&app, &admin, &slow_teapot, "slow").await;
+    let good_endpoint = endpoint_on(&app, &admin, &accepting, "good").await;
+
+    let started = Instant::now();
+    let first = delivery_id(&submit(&app, &admin, &teapot_endpoint, json!({}), None).await);
+    let mut good = Vec::new();
+    for n in 0..GOOD {
+        good.push(delivery_id(
+            &submit(&app, &admin, &good_endpoint, json!({ "n": n }), None).await,
+        ));
+    }
+    let second = delivery_id(&submit(&app, &admin, &slow_teapot_endpoint, json!({}), None).await);
+
+    for id in &good {
+        let delivery = wait_for_state(&app, &admin, id, "DELIVERED", Duration::from_secs(5)).await;
+        assert_eq!(delivery["attempts"].as_array().map(Vec::len), Some(1));
+    }
+    let given_up = &app.state.metrics.outcomes_given_up;
+    wait_until(
+        "both refusals are given up",
+        Duration::from_secs(5),
+        || async { given_up.get() >= 2 },
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "recorded within seconds, not minutes: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(given_up.get(), 2, "only the refused outcomes are given up");
+    for id in [&first, &second] {
+        let refused = wait_for_state(&app, &admin, id, "PROCESSING", Duration::from_secs(1)).await;
+        assert_eq!(refused["attempts"], json!([]), "{refused}");
+    }
+}
+
+on_both_backends!(a_refused_outcome_holds_up_no_other);
+
+/// The connection drops after a submission's statement was sent and committed, before its
+/// answer arrives, once in a group statement and once alone: every caller gets its stored
+/// submission (neither `SERVICE_UNAVAILABLE` nor an internal error), and nothing is written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_answer_after_commit_is_recognised_by_its_ids() {
+    const MARKER: &str = "lost-answer-marker";
+    let db = TestDb::new(Backend::Postgres).await;
+    let proxy = PartitionProxy::start(&db.url).await;
+    let pool = Db::connect(&proxy.plain_url_for(&db.url), 5)
+        .await
+        .expect("connect through the proxy");
+    let app = TestApp::spawn_on(pool, |_| {}).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+
+    proxy.lose_answer_to(MARKER);
+    let calls = (0..8)
+        .map(|n| {
+            let (app, admin, endpoint) = (&app, admin.clone(), endpoint.clone());
+            async move {
+                let (payload, key) = match n {
+                    0 => (json!({ "note": MARKER }), None),
+                    1 => (json!({ "n": n }), Some(format!("key-{n}"))),
+                    _ => (json!({ "n": n }), None),
+                };
+                submit(app, &admin, &endpoint, payload, key.as_deref()).await
+            }
+        })
+        .collect();
+    let answers = submit_as_one_group(&db, &app, &admin, calls).await;
+    assert_eq!(
+        proxy.answers_lost(),
+        1,
+        "the group statement lost its answer"
+    );
+    assert_eq!(app.state.metrics.submission_group_writes.get(), 1);
+
+    proxy.lose_answer_to(MARKER);
+    let alone = submit(
+        &app,
+        &admin,
+        &endpoint,
+        json!({ "note": MARKER, "alone": true }),
+        Some("alone"),
+    )
+    .await;
+    assert_eq!(
+        proxy.answers_lost(),
+        2,
+        "the lone statement lost its answer"
+    );
+
+    let mut ids = std::collections::HashSet::new();
+    for answer in answers.iter().chain([&alone]) {
+        assert_eq!(answer["data"]["submit"]["created"], true, "{answer}");
+        ids.insert(answer["data"]["submit"]["submission"]["id"].clone());
+    }
+    assert_eq!(ids.len(), 9);
+    // The gate's submission, eight in the group, one alone: each once.
+    assert_eq!(row_counts(&app).await, (10, 10));
+    let retry = submit(
+        &app,
+        &admin,
+        &endpoint,
+        json!({ "note": MARKER, "alone": true }),
+        Some("alone"),
+    )
+    .await;
+    assert_eq!(retry["data"]["submit"]["created"], false, "{retry}");
+    assert_eq!(
+        retry["data"]["submit"]["submission"]["id"],
+        alone["data"]["submit"]["submission"]["id"]
+    );
+}
