@@ -29,12 +29,12 @@ pub fn location(url: &str) -> String {
 
 /// The absolute path of a SQLite database file, or `None` for other URLs and in-memory databases.
 pub fn sqlite_path(url: &str) -> Option<PathBuf> {
-    if !url.starts_with("sqlite:") {
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
         return None;
     }
     let options = SqliteConnectOptions::from_str(url).ok()?;
     let filename = options.get_filename();
-    if filename.as_os_str().is_empty() || filename.to_string_lossy().contains(":memory:") {
+    if filename.as_os_str().is_empty() {
         return None;
     }
     std::path::absolute(filename).ok()
