@@ -14,19 +14,30 @@ use crate::db::{self, Db};
 use crate::error::Error;
 use crate::schema;
 
-/// Why a command failed.
+/// Why a command failed. Each message names what to change; `main` prints it once, on one line.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
-    /// Settings could not be read.
-    #[error("invalid configuration")]
-    Config(#[from] clap::Error),
-    /// The database could not be reached or migrated.
+    /// Settings that make no sense together.
+    #[error("invalid configuration: {0}")]
+    Settings(String),
+    /// The database could not be opened: the cause and what to change, in one line.
+    #[error("{0}")]
+    Connect(String),
+    /// The database could not be migrated or used.
     #[error("database error")]
     Database(#[from] sea_orm::DbErr),
     /// A domain operation refused.
     #[error(transparent)]
     Service(#[from] Error),
-    /// Binding or serving failed.
+    /// The HTTP address could not be bound.
+    #[error("cannot listen on {addr}: {reason}; set COURIER_BIND (or --bind) to a free address")]
+    Bind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why it could not be had.
+        reason: String,
+    },
+    /// Serving or printing failed.
     #[error("I/O error")]
     Io(#[from] std::io::Error),
 }
@@ -34,11 +45,11 @@ pub enum CommandError {
 /// Runs the command the command line names (`serve` when none).
 pub async fn run(cli: Cli) -> Result<(), CommandError> {
     match cli.command {
-        None => serve(&cli.database, ServeArgs::from_env()?).await,
+        None => serve(&cli.database, *cli.serve).await,
         Some(Command::Serve(args)) => serve(&cli.database, *args).await,
         Some(Command::Migrate) => {
             connect(&cli.database).await?.close().await?;
-            tracing::info!("migrations applied");
+            tracing::info!(database = %db::location(&cli.database.database_url), "migrations applied");
             Ok(())
         }
         Some(Command::Schema) => {
@@ -53,20 +64,39 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
 
 /// Connects and applies pending migrations.
 async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
-    let db = Db::connect_with(
-        &database.database_url,
-        database.db_pool_size,
-        database.timeouts(),
-    )
-    .await?;
+    let url = &database.database_url;
+    let db = match Db::connect_with(url, database.db_pool_size, database.timeouts()).await {
+        Ok(db) => db,
+        Err(err) => {
+            let message = db::explain_connect_error(url, &err, database.timeouts()).await;
+            return Err(CommandError::Connect(message));
+        }
+    };
     db.migrate().await?;
     Ok(db)
 }
 
 async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), CommandError> {
-    tracing::info!(database = %db::redact(&database.database_url), "starting");
+    config.check().map_err(CommandError::Settings)?;
+    tracing::info!(database = %db::location(&database.database_url), "starting");
+    if config.allow_private_destinations {
+        tracing::warn!(
+            "COURIER_ALLOW_PRIVATE_DESTINATIONS is on: webhooks may reach loopback, private and \
+             link-local addresses, this host and its network included"
+        );
+    }
     let db = connect(database).await?;
-    let listener = TcpListener::bind(config.bind).await?;
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .map_err(|err| CommandError::Bind {
+            addr: config.bind,
+            reason: match err.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    "the address is already in use (is another Courier running?)".to_owned()
+                }
+                _ => err.to_string(),
+            },
+        })?;
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     App::new(db.clone(), config, shutdown)
@@ -88,7 +118,12 @@ async fn create_api_key(
     };
     let key = auth::create_api_key(&db, &args.name, role, &args.endpoints).await?;
     db.close().await?;
-    tracing::info!(api_key_id = %key.id, role = role.as_str(), "API key created; the token is shown once");
+    tracing::info!(
+        api_key_id = %key.id,
+        role = role.as_str(),
+        database = %db::location(&database.database_url),
+        "API key created; the token is shown once"
+    );
     print_stdout(&key.token)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::db::Timeouts;
@@ -12,7 +13,13 @@ pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
 
 /// Courier: webhook delivery with durable retries, replay and live delivery events.
 #[derive(Debug, Parser)]
-#[command(name = "courier", version, about, long_about = None)]
+#[command(
+    name = "courier",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     /// Database settings shared by every command.
     #[command(flatten)]
@@ -25,6 +32,11 @@ pub struct Cli {
     /// What to do; `serve` when omitted.
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// Settings of `serve` when no command is named: `courier --bind ADDR` is
+    /// `courier serve --bind ADDR`.
+    #[command(flatten)]
+    pub serve: Box<ServeArgs>,
 }
 
 /// Courier's commands.
@@ -156,8 +168,8 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_POLL_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub poll_interval_ms: u64,
 
-    /// Submissions per API key per window; unset means unlimited.
-    #[arg(long, env = "COURIER_RATE_LIMIT")]
+    /// Submissions per API key per window, at least 1; unset means unlimited.
+    #[arg(long, env = "COURIER_RATE_LIMIT", value_parser = parse_rate_limit)]
     pub rate_limit: Option<u32>,
 
     /// Length of the rate-limit window in seconds.
@@ -168,8 +180,9 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_MAX_PAYLOAD_BYTES", default_value_t = 256 * 1024)]
     pub max_payload_bytes: usize,
 
-    /// Allow webhook URLs that resolve to loopback, private, link-local or other non-public addresses.
-    #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set)]
+    /// Allow webhook URLs that resolve to loopback, private, link-local or other non-public
+    /// addresses (`true`/`false`, `yes`/`no`, `1`/`0`).
+    #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub allow_private_destinations: bool,
 
     /// Largest accepted HTTP request body, in bytes.
@@ -198,6 +211,19 @@ impl ServeArgs {
         Only::try_parse_from(["courier"]).map(|only| only.serve)
     }
 
+    /// Refuses combinations that make no sense, naming the settings to change.
+    pub fn check(&self) -> Result<(), String> {
+        if self.retry_base_ms > self.retry_max_ms {
+            return Err(format!(
+                "COURIER_RETRY_BASE_MS ({}) is above COURIER_RETRY_MAX_MS ({}): the first retry \
+                 delay cannot be longer than the longest; lower COURIER_RETRY_BASE_MS or raise \
+                 COURIER_RETRY_MAX_MS",
+                self.retry_base_ms, self.retry_max_ms
+            ));
+        }
+        Ok(())
+    }
+
     /// The lease length as a duration.
     pub fn lease(&self) -> Duration {
         Duration::from_secs(self.lease_secs)
@@ -206,5 +232,18 @@ impl ServeArgs {
     /// The shutdown grace period as a duration.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+/// `COURIER_RATE_LIMIT`: a positive number. Zero would refuse every submission, which is
+/// never what an operator means; leaving the setting unset means unlimited.
+fn parse_rate_limit(value: &str) -> Result<u32, String> {
+    match value.trim().parse::<u32>() {
+        Ok(0) => Err(
+            "0 would refuse every submission; set at least 1, or unset COURIER_RATE_LIMIT for no limit"
+                .to_owned(),
+        ),
+        Ok(limit) => Ok(limit),
+        Err(err) => Err(format!("{err}; expected a whole number of submissions per window")),
     }
 }

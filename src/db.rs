@@ -1,6 +1,7 @@
 //! Connecting, migrating, and the one place where PostgreSQL and SQLite differ.
 
 mod deadline;
+mod diagnose;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use self::deadline::{check_on_release, MissedDeadlines};
 pub use self::deadline::{deadline_missed, is_unavailable, Timeouts};
+pub use self::diagnose::{describe, explain_connect_error, location, sqlite_path, sqlx_message};
 
 /// Arbitrary constant naming the advisory lock that serialises migrations across processes.
 const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII

@@ -105,14 +105,25 @@ impl From<DbErr> for Error {
     }
 }
 
-/// Renders an error with every `source()` below it, for logs.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+/// Renders an error with every `source()` below it, for logs and fatal messages. A
+/// database error is told by its driver's own message (PostgreSQL's server source line
+/// left out), and a cause that only repeats what its parent said is not repeated.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut link = Some(err);
+    while let Some(current) = link {
+        let (part, last) = match current.downcast_ref::<DbErr>() {
+            // The driver error inside is the whole story; the links below only repeat it.
+            Some(db_err) => (db::describe(db_err), true),
+            None => (current.to_string(), false),
+        };
+        if !text.contains(part.as_str()) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        link = if last { None } else { current.source() };
     }
     text
 }

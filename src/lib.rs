@@ -11,7 +11,8 @@
 //! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets.
 //! - [`db`]: connecting, migrating, deadlines on database work, and the one place
 //!   PostgreSQL and SQLite differ.
-//! - [`error`]: the service error type and its mapping to GraphQL error codes.
+//! - [`error`]: the service error type and its mapping to GraphQL error codes; [`fatal`]:
+//!   errors that stop the process, told once on one line.
 //! - [`worker`]: claims due deliveries, signs and sends them, records each attempt under
 //!   its claim's fence; [`wake`]: hints that wake the worker.
 //! - [`events`]: delivery state changes, staged in the transaction that makes them and
@@ -42,6 +43,7 @@ pub mod db;
 pub mod destination;
 pub mod error;
 pub mod events;
+pub mod fatal;
 pub mod http;
 pub mod key_cache;
 pub mod listener;

@@ -1,18 +1,26 @@
 //! The `courier` binary: parse the command line, start logging, run the command.
 
-use clap::Parser as _;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use courier::config::Cli;
-use courier::{commands, error::error_chain, telemetry};
+use courier::{commands, fatal, telemetry};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    telemetry::init(cli.log_format);
+    let command = Cli::command();
+    let cli = match command
+        .clone()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
+        Ok(cli) => cli,
+        Err(err) => return fatal::usage(&err, &command),
+    };
+    let log_format = cli.log_format;
+    telemetry::init(log_format);
     match commands::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            tracing::error!(error = %error_chain(&err), "courier failed");
-            eprintln!("error: {}", error_chain(&err));
+            fatal::report(log_format, &err);
             std::process::ExitCode::FAILURE
         }
     }

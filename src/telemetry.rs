@@ -1,10 +1,14 @@
 //! Logging: structured `tracing` to stderr, as text or JSON, filtered by `RUST_LOG`.
 
+use std::io::IsTerminal as _;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
 /// Default filter when `RUST_LOG` is unset: Courier at info, noisy dependencies at warn.
+/// Per-request access lines (method, URI, status, latency) come from `tower_http` at
+/// debug: `RUST_LOG=info,tower_http=debug` turns them on.
 const DEFAULT_FILTER: &str = "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn,tower_http=warn";
 
 /// Installs the global subscriber. Logs go to stderr so stdout stays for command output.
@@ -13,6 +17,8 @@ pub fn init(format: LogFormat) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colours only for a person at a terminal: files, pipes and journals get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(|| LossyStderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -110,8 +110,9 @@ impl Phase {
 enum Ending {
     /// With this close frame, after an optional last text message.
     Close(Option<String>, CloseFrame),
-    /// Without a close frame of ours (the client left, or the process is stopping).
-    Drop,
+    /// Without a close frame of ours (the client left, or the process is stopping), for
+    /// this reason.
+    Drop(&'static str),
 }
 
 /// One WebSocket session, before it starts.
@@ -129,6 +130,13 @@ impl Session {
     /// that can rewrite its close frame (a refused `connection_init` closes with 4403, not
     /// async-graphql's 1002) and close the socket itself when the key is revoked.
     async fn serve(self, socket: WebSocket) {
+        let protocol = if self.legacy {
+            "graphql-ws"
+        } else {
+            "graphql-transport-ws"
+        };
+        let opened = Instant::now();
+        tracing::info!(protocol, "WebSocket opened");
         let (mut outgoing, incoming) = socket.split();
         // After a revocation the client is heard no more; the session only finishes sending.
         let deaf = CancellationToken::new();
@@ -161,7 +169,7 @@ impl Session {
             tokio::select! {
                 // Settle the init before reading what the session sent after it.
                 biased;
-                () = shutdown.cancelled() => break Ending::Drop,
+                () = shutdown.cancelled() => break Ending::Drop("the server is shutting down"),
                 settled = &mut init, if awaiting_init => {
                     phase = match settled {
                         Ok(Init::Accepted(key)) => Phase::Active(key),
@@ -178,8 +186,7 @@ impl Session {
                 }
                 () = phase.flushed() => break self.revoked_ending(),
                 () = &mut init_deadline, if awaiting_init => {
-                    tracing::debug!("WebSocket closed: no connection_init in time");
-                    break Ending::Drop;
+                    break Ending::Drop("no connection_init in time");
                 }
                 () = &mut session, if session_running => session_running = false,
                 message = from_session.recv() => match (message, &phase) {
@@ -188,25 +195,32 @@ impl Session {
                     }
                     (Some(Message::Close(frame)), _) => {
                         let _ = outgoing.send(Message::Close(frame)).await;
-                        break Ending::Drop;
+                        break Ending::Drop("closed by the client");
                     }
                     (Some(message), _) => {
                         if outgoing.send(message).await.is_err() {
-                            break Ending::Drop;
+                            break Ending::Drop("the client went away");
                         }
                     }
                     // The session is over and everything it sent is out.
                     (None, Phase::Refused(close)) => break Ending::Close(None, close.clone()),
                     (None, Phase::Revoked { .. }) => break self.revoked_ending(),
-                    (None, _) => break Ending::Drop,
+                    (None, _) => break Ending::Drop("the session ended"),
                 },
             }
         };
-        if let Ending::Close(last, close) = ending {
-            if let Some(last) = last {
-                let _ = outgoing.send(Message::Text(last.into())).await;
+        let duration_ms = opened.elapsed().as_millis();
+        match ending {
+            Ending::Close(last, close) => {
+                tracing::info!(protocol, code = close.code, reason = %close.reason, duration_ms, "WebSocket closed");
+                if let Some(last) = last {
+                    let _ = outgoing.send(Message::Text(last.into())).await;
+                }
+                let _ = outgoing.send(Message::Close(Some(close))).await;
             }
-            let _ = outgoing.send(Message::Close(Some(close))).await;
+            Ending::Drop(reason) => {
+                tracing::info!(protocol, reason, duration_ms, "WebSocket closed");
+            }
         }
     }
 
@@ -214,7 +228,6 @@ impl Session {
     /// `connection_error` saying why; both get 4403.
     fn revoked_ending(&self) -> Ending {
         let reason = Error::KeyRevoked.to_string();
-        tracing::info!("WebSocket closed: its API key was revoked");
         let last = self.legacy.then(|| {
             serde_json::json!({ "type": "connection_error", "payload": { "message": reason } })
                 .to_string()

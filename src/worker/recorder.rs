@@ -158,18 +158,31 @@ impl Recorder {
                     "result recorded under a superseded claim; the newer claim's state stands");
             }
             Some(state) => {
-                tracing::debug!(%delivery_id, attempt = recorded.number, state = state.as_str(),
-                    status = ?attempt.outcome.status, error = ?attempt.outcome.error, "attempt recorded");
+                let outcome = &attempt.outcome;
+                let status = outcome.status.map_or_else(String::new, |s| s.to_string());
+                let error = outcome.error.as_deref().unwrap_or_default();
+                let duration_ms = outcome.duration.as_millis();
+                tracing::debug!(%delivery_id, attempt = recorded.number, state = state.as_str(), "attempt recorded");
                 match attempt.step {
                     NextStep::Delivered => {
                         let latency = (attempt.finished_at - attempt.claim.created_at)
                             .to_std()
                             .unwrap_or_default();
                         metrics.delivery_latency.observe(latency.as_secs_f64());
+                        tracing::info!(%delivery_id, attempt = recorded.number, %status, duration_ms, "delivered");
                     }
-                    NextStep::RetryAfter(delay) => self.wake_for_retry(delay),
+                    NextStep::RetryAfter(delay) => {
+                        let next_attempt_at = recorded
+                            .next_attempt_at
+                            .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+                            .unwrap_or_default();
+                        tracing::info!(%delivery_id, attempt = recorded.number, %status, error, duration_ms,
+                            retry_in_ms = delay.as_millis(), %next_attempt_at, "attempt failed; retry scheduled");
+                        self.wake_for_retry(delay);
+                    }
                     NextStep::Failed => {
-                        tracing::info!(%delivery_id, attempts = recorded.number, error = ?attempt.outcome.error, "delivery failed");
+                        tracing::info!(%delivery_id, attempt = recorded.number, %status, error, duration_ms,
+                            "delivery failed: the cycle's attempts are spent; replay it to try again");
                     }
                 }
             }

@@ -1,0 +1,161 @@
+//! Where a database URL points and, when it cannot be opened, why, in words that name what to change.
+
+use std::path::PathBuf;
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use sea_orm::{DbErr, RuntimeErr};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions as _, Connection as _};
+
+use super::{redact, Timeouts};
+
+/// Longest the second look at an unreachable PostgreSQL may take, after the pool gave up.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SQLite's `SQLITE_CANTOPEN`: the file or its directory cannot be opened or created.
+const SQLITE_CANTOPEN: i32 = 14;
+
+/// Where `url` points, for logs: the absolute path of a SQLite file (the default is
+/// relative to the working directory, so a key made from elsewhere lands elsewhere), or
+/// the URL without its password.
+pub fn location(url: &str) -> String {
+    sqlite_path(url).map_or_else(
+        || redact(url),
+        |path| format!("sqlite://{}", path.display()),
+    )
+}
+
+/// The absolute path of a SQLite database file, or `None` for other URLs and in-memory databases.
+pub fn sqlite_path(url: &str) -> Option<PathBuf> {
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let options = SqliteConnectOptions::from_str(url).ok()?;
+    let filename = options.get_filename();
+    if filename.as_os_str().is_empty() {
+        return None;
+    }
+    std::path::absolute(filename).ok()
+}
+
+/// One line saying why `url` could not be opened and what to change. A PostgreSQL pool
+/// that timed out is asked once more, directly, so the real cause (connection refused,
+/// an unknown host, a wrong password) is told instead of "pool timed out".
+pub async fn explain_connect_error(url: &str, err: &DbErr, timeouts: Timeouts) -> String {
+    let cause = sqlx_cause(err);
+    if url.starts_with("sqlite:") {
+        return explain_sqlite(url, err, cause);
+    }
+    let Ok(options) = PgConnectOptions::from_str(url) else {
+        return describe(err);
+    };
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return describe(err);
+    }
+    let target = format!(
+        "PostgreSQL at {}:{} (database {:?}, user {:?})",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or(options.get_username()),
+        options.get_username(),
+    );
+    let reason = match cause {
+        Some(sqlx::Error::PoolTimedOut) => {
+            let probe =
+                tokio::time::timeout(timeouts.acquire.min(PROBE_TIMEOUT), options.connect()).await;
+            let reason = match probe {
+                Ok(Err(probe)) => sqlx_message(&probe),
+                Ok(Ok(connection)) => {
+                    let _ = connection.close().await;
+                    "it accepted no connection in time (it answers now: was it starting up?)"
+                        .to_owned()
+                }
+                Err(_) => "no answer (a firewall, or a host that is down?)".to_owned(),
+            };
+            return format!(
+                "cannot connect to {target}: {reason}, for {} ms (COURIER_DB_ACQUIRE_TIMEOUT_MS); \
+                 check DATABASE_URL and that the server is running and reachable",
+                timeouts.acquire.as_millis()
+            );
+        }
+        Some(cause) => sqlx_message(cause),
+        None => describe(err),
+    };
+    format!("cannot connect to {target}: {reason}; check DATABASE_URL")
+}
+
+fn explain_sqlite(url: &str, err: &DbErr, cause: Option<&sqlx::Error>) -> String {
+    let path = sqlite_path(url).map_or_else(|| redact(url), |path| path.display().to_string());
+    let reason = cause.map_or_else(|| describe(err), sqlx_message);
+    let cannot_open = matches!(cause, Some(sqlx::Error::Database(db))
+        if db.code().and_then(|code| code.parse::<i32>().ok()).map(|code| code & 0xff) == Some(SQLITE_CANTOPEN));
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let hint = if !cannot_open {
+        "check DATABASE_URL".to_owned()
+    } else if !query.split('&').any(|pair| pair.starts_with("mode=")) {
+        "to create the file when it does not exist, add ?mode=rwc to DATABASE_URL \
+         (e.g. sqlite://courier.db?mode=rwc)"
+            .to_owned()
+    } else {
+        let directory = std::path::Path::new(&path)
+            .parent()
+            .map_or_else(|| ".".to_owned(), |dir| dir.display().to_string());
+        format!("check that the directory {directory} exists and is writable, and that DATABASE_URL has ?mode=rwc")
+    };
+    format!("cannot open the SQLite database {path}: {reason}; {hint}")
+}
+
+/// The driver error inside a SeaORM error, if there is one.
+pub fn sqlx_cause(err: &DbErr) -> Option<&sqlx::Error> {
+    match err {
+        DbErr::Conn(RuntimeErr::SqlxError(inner))
+        | DbErr::Exec(RuntimeErr::SqlxError(inner))
+        | DbErr::Query(RuntimeErr::SqlxError(inner)) => Some(inner.as_ref()),
+        _ => None,
+    }
+}
+
+/// A driver error as a person wants to read it: the database's own message (without the
+/// PostgreSQL server's source line), or the I/O error behind a connection failure.
+pub fn sqlx_message(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        sqlx::Error::Io(io) => io.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// A SeaORM error in one readable piece: the driver's cause when there is one.
+pub fn describe(err: &DbErr) -> String {
+    match (err, sqlx_cause(err)) {
+        (_, Some(cause)) => sqlx_message(cause),
+        (DbErr::Custom(message) | DbErr::Migration(message), None) => message.clone(),
+        (other, None) => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_sqlite_file_is_located_from_the_working_directory() {
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            sqlite_path("sqlite://courier.db?mode=rwc"),
+            Some(cwd.join("courier.db"))
+        );
+        assert_eq!(
+            sqlite_path("sqlite:///var/lib/courier.db"),
+            Some(PathBuf::from("/var/lib/courier.db"))
+        );
+        assert_eq!(sqlite_path("sqlite::memory:"), None);
+        assert_eq!(sqlite_path("postgres://u@h/db"), None);
+        assert_eq!(
+            location("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+    }
+}

@@ -1,0 +1,108 @@
+//! Fatal errors: told once, on one line of stderr, naming what to change.
+//!
+//! They are written directly rather than through `tracing`, so a `RUST_LOG` filter can
+//! never hide why the process stopped; with `COURIER_LOG_FORMAT=json` the line is a JSON
+//! object shaped like every other log line.
+
+use std::io::Write as _;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+
+use crate::config::LogFormat;
+use crate::error::error_chain;
+
+/// Prints why the process stops, as one line in the log format.
+pub fn report(format: LogFormat, err: &(dyn std::error::Error + 'static)) {
+    let message = one_line(&error_chain(err));
+    let line = match format {
+        LogFormat::Text => format!("error: {message}"),
+        LogFormat::Json => serde_json::json!({
+            "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            "level": "ERROR",
+            "message": message,
+            "target": "courier",
+        })
+        .to_string(),
+    };
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "{line}");
+}
+
+/// Reports a command line (or `COURIER_*` variable) that could not be parsed, on one line
+/// naming the variable, and returns the exit code. Help and version go out as clap prints them.
+pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCode {
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = err.print();
+        return std::process::ExitCode::SUCCESS;
+    }
+    let rendered = err.to_string();
+    // The message and its tips; the usage block and the pointer to --help are left out.
+    let mut parts: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more"))
+        .filter(|line| !line.is_empty())
+        .collect();
+    let first = parts
+        .first()
+        .map_or("", |line| line.strip_prefix("error: ").unwrap_or(line));
+    let mut message = first.to_owned();
+    if let Some((quoted, named)) = name_invalid_arg(err, command) {
+        message = message.replacen(&quoted, &named, 1);
+    }
+    if !parts.is_empty() {
+        parts.remove(0);
+    }
+    for part in parts {
+        message.push_str("; ");
+        message.push_str(part);
+    }
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "error: {}; see courier --help", one_line(&message));
+    std::process::ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2))
+}
+
+/// The argument a parse error names as clap quotes it (`'--rate-limit <RATE_LIMIT>'`), and
+/// the same named by its environment variable (`COURIER_RATE_LIMIT (--rate-limit)`), since
+/// settings usually come from the environment.
+fn name_invalid_arg(err: &clap::Error, command: &clap::Command) -> Option<(String, String)> {
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg
+        .strip_prefix("--")?
+        .split([' ', '='])
+        .next()
+        .unwrap_or_default();
+    std::iter::once(command)
+        .chain(command.get_subcommands())
+        .flat_map(clap::Command::get_arguments)
+        .find(|candidate| candidate.get_long() == Some(long))
+        .and_then(|candidate| candidate.get_env())
+        .map(|env| {
+            (
+                format!("'{arg}'"),
+                format!("{} (--{long})", env.to_string_lossy()),
+            )
+        })
+}
+
+/// Collapses line breaks and runs of spaces, so a message is exactly one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_become_one_line() {
+        assert_eq!(one_line("a\n\n  b \t c\n"), "a b c");
+    }
+}
