@@ -8,7 +8,10 @@
 //! - [`service`]: domain operations and their transactions; no GraphQL.
 //! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys;
 //!   [`revocation`]: revoked keys leave the cache and end their sessions on every process.
-//! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets.
+//! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets;
+//!   [`secrets`]: signing secrets sealed at rest under `COURIER_ENCRYPTION_KEY`.
+//! - [`key_usage`]: when each API key was last used, written at most once a minute per key.
+//! - [`retention`]: deletes settled deliveries past `COURIER_RETENTION_DAYS`, in small batches.
 //! - [`db`]: connecting, migrating, deadlines on database work, and the one place
 //!   PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes.
@@ -44,10 +47,13 @@ pub mod error;
 pub mod events;
 pub mod http;
 pub mod key_cache;
+pub mod key_usage;
 pub mod listener;
 pub mod metrics;
 pub mod revocation;
+pub mod retention;
 pub mod schema;
+pub mod secrets;
 pub mod service;
 pub mod signing;
 pub mod state;

@@ -1,5 +1,6 @@
 //! The GraphQL schema: roots merged from one module per domain; resolvers call the service layer only.
 
+mod api_key;
 mod delivery;
 mod endpoint;
 mod error;
@@ -30,6 +31,7 @@ pub struct QueryRoot(
     endpoint::EndpointQuery,
     submission::SubmissionQuery,
     delivery::DeliveryQuery,
+    api_key::ApiKeyQuery,
 );
 
 /// Every mutation, merged from the domain modules.
@@ -39,6 +41,7 @@ pub struct MutationRoot(
     endpoint::EndpointMutation,
     submission::SubmissionMutation,
     delivery::DeliveryMutation,
+    api_key::ApiKeyMutation,
 );
 
 /// Every subscription, merged from the domain modules.

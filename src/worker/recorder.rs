@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::record::{record_batch, FinishedAttempt, Recorded};
+use super::health::HealthPolicy;
+use super::record::{record_batch_with, FinishedAttempt, Recorded};
 use super::schedule::NextStep;
 use crate::error::error_chain;
 use crate::state::AppState;
@@ -66,11 +67,14 @@ impl Recorder {
         let started = std::time::Instant::now();
         let mut backoff = Duration::from_millis(50);
         let mut tries = 0;
+        let policy = HealthPolicy {
+            disable_after_failures: self.state.config.disable_after_failures,
+        };
         loop {
             tries += 1;
             let db = &self.state.db;
             match db
-                .within_deadline(record_batch(db, &self.state.events, &attempts))
+                .within_deadline(record_batch_with(db, &self.state.events, policy, &attempts))
                 .await
             {
                 Ok(recorded) => {
