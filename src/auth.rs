@@ -112,7 +112,9 @@ pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> 
     }
     match role {
         Role::Partner if scope.is_empty() => {
-            return Err(Error::bad_input("a partner key needs at least one endpoint"));
+            return Err(Error::bad_input(
+                "a partner key needs at least one endpoint",
+            ));
         }
         Role::Admin if !scope.is_empty() => {
             return Err(Error::bad_input("an admin key is not limited to endpoints"));

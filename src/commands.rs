@@ -114,8 +114,16 @@ async fn create_api_key(
 /// revoked, last used (`-` when none). Never a token or a hash.
 async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
     let db = connect(database).await?;
-    let mut lines = vec![["id", "name", "role", "endpoints", "created", "revoked", "last_used"]
-        .join("\t")];
+    let mut lines = vec![[
+        "id",
+        "name",
+        "role",
+        "endpoints",
+        "created",
+        "revoked",
+        "last_used",
+    ]
+    .join("\t")];
     let mut after = None;
     loop {
         let request = PageRequest {

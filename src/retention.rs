@@ -96,7 +96,11 @@ pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
             let mut submissions = Vec::with_capacity(doomed.len());
             for row in &doomed {
                 deliveries.push(row.try_get::<Uuid>("", "id")?.simple().to_string());
-                submissions.push(row.try_get::<Uuid>("", "submission_id")?.simple().to_string());
+                submissions.push(
+                    row.try_get::<Uuid>("", "submission_id")?
+                        .simple()
+                        .to_string(),
+                );
             }
             let as_json =
                 |ids: &[String]| serde_json::to_string(ids).map_err(|e| DbErr::Json(e.to_string()));

@@ -127,7 +127,11 @@ impl SecretKeys {
             .map_err(|_| SecretError::Seal)?;
         let mut bytes = nonce.to_vec();
         bytes.extend_from_slice(&sealed);
-        Ok(format!("{SEALED_PREFIX}{}:{}", key.id, STANDARD.encode(bytes)))
+        Ok(format!(
+            "{SEALED_PREFIX}{}:{}",
+            key.id,
+            STANDARD.encode(bytes)
+        ))
     }
 
     /// The secret `stored` holds for `endpoint_id`. A sealed value opens only with a key that
@@ -220,8 +224,7 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
         if let Some(after) = after {
             query = query.filter(endpoint::Column::Id.gt(after));
         }
-        let rows: Vec<(Uuid, String, Option<String>)> =
-            query.into_tuple().all(db.conn()).await?;
+        let rows: Vec<(Uuid, String, Option<String>)> = query.into_tuple().all(db.conn()).await?;
         let Some(last) = rows.last() else {
             return Ok(resealed);
         };
@@ -288,7 +291,10 @@ mod tests {
             SecretKeys::default().open(endpoint, &sealed),
             Err(SecretError::NoKey)
         ));
-        assert_eq!(SecretKeys::default().seal(endpoint, &secret).unwrap(), secret);
+        assert_eq!(
+            SecretKeys::default().seal(endpoint, &secret).unwrap(),
+            secret
+        );
         assert!(keys.needs_resealing(&secret));
         assert!(!SecretKeys::default().needs_resealing(&secret));
     }

@@ -259,8 +259,7 @@ impl Endpoints {
         row.signing_secret = Set(self.keys.seal(id, &minted).map_err(Error::Secret)?);
         if grace_secs > 0 {
             row.previous_signing_secret = Set(Some(current.signing_secret));
-            row.previous_secret_expires_at =
-                Set(Some(now + chrono::Duration::seconds(grace_secs)));
+            row.previous_secret_expires_at = Set(Some(now + chrono::Duration::seconds(grace_secs)));
         } else {
             row.previous_signing_secret = Set(None);
             row.previous_secret_expires_at = Set(None);

@@ -70,7 +70,10 @@ pub async fn settle(
 ) -> Result<Vec<Disabled>, DbErr> {
     let mut by_endpoint: BTreeMap<Uuid, Vec<&Settled>> = BTreeMap::new();
     for outcome in outcomes {
-        if matches!(outcome.state, DeliveryState::Delivered | DeliveryState::Failed) {
+        if matches!(
+            outcome.state,
+            DeliveryState::Delivered | DeliveryState::Failed
+        ) {
             by_endpoint
                 .entry(outcome.endpoint_id)
                 .or_default()

@@ -15,6 +15,7 @@ mod endpoints;
 mod exact_numbers;
 mod hostile_documents;
 mod http_hardening;
+mod lifecycle;
 mod listings;
 mod rate_limit;
 mod replay;
