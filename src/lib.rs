@@ -15,8 +15,10 @@
 //! - [`db`]: connecting, migrating, deadlines on database work, and the one place
 //!   PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes.
-//! - [`worker`]: claims due deliveries, signs and sends them, records each attempt under
-//!   its claim's fence; [`wake`]: hints that wake the worker.
+//! - [`worker`]: claims due deliveries, signs and sends them (with both secrets during a
+//!   rotation's grace period), records each attempt under its claim's fence and, in the same
+//!   transaction, its endpoint's health (410 Gone, failure runs); [`wake`]: hints that wake
+//!   the worker.
 //! - [`events`]: delivery state changes, staged in the transaction that makes them and
 //!   published on commit; [`listener`]: the `LISTEN` connection that brings every
 //!   process's changes to this process's subscribers (PostgreSQL).
