@@ -35,7 +35,7 @@ impl App {
         http::router(self.schema.clone(), self.state.clone())
     }
 
-    /// Serves HTTP on `listener`, with the event listener, the revocation watcher and (unless
+    /// Serves HTTP on `listener`, with the event listener, the revocation watcher, retention and (unless
     /// its concurrency is 0) the delivery worker, until the shutdown token is cancelled;
     /// then lets in-flight work finish.
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
@@ -66,6 +66,12 @@ impl App {
                 .clone()
                 .prune_until(shutdown.clone()),
         );
+        let retention = tokio::spawn(crate::retention::run(
+            self.state.db.clone(),
+            self.state.config.retention_days,
+            std::time::Duration::from_secs(self.state.config.prune_interval_secs),
+            shutdown.clone(),
+        ));
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "listening");
         }
@@ -77,6 +83,7 @@ impl App {
             let _ = worker.await;
         }
         let _ = pruner.await;
+        let _ = retention.await;
         let _ = events_listener.await;
         let _ = revocation_watcher.await;
         Ok(())

@@ -37,7 +37,8 @@ impl Role {
         }
     }
 
-    fn parse(value: &str) -> Option<Self> {
+    /// The role stored as `value`, if it is one.
+    pub fn parse(value: &str) -> Option<Self> {
         match value {
             "admin" => Some(Role::Admin),
             "partner" => Some(Role::Partner),
@@ -98,6 +99,8 @@ pub struct NewApiKey {
     pub id: Uuid,
     /// The bearer token.
     pub token: String,
+    /// The key as stored.
+    pub key: api_key::Model,
 }
 
 /// Creates an API key and returns its token. Partner keys need at least one endpoint,
@@ -110,7 +113,7 @@ pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> 
     match role {
         Role::Partner if scope.is_empty() => {
             return Err(Error::bad_input(
-                "a partner key needs at least one --endpoint",
+                "a partner key needs at least one endpoint",
             ));
         }
         Role::Admin if !scope.is_empty() => {
@@ -132,7 +135,7 @@ pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> 
     let id = Uuid::now_v7();
     let scope_json = (role == Role::Partner)
         .then(|| serde_json::Value::Array(scope.iter().map(|id| id.to_string().into()).collect()));
-    api_key::ActiveModel {
+    let key = api_key::ActiveModel {
         id: Set(id),
         name: Set(name.to_owned()),
         role: Set(role.as_str().to_owned()),
@@ -140,10 +143,11 @@ pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> 
         token_hash: Set(hash_token(&token)),
         created_at: Set(db::now()),
         revoked_at: Set(None),
+        last_used_at: Set(None),
     }
     .insert(db.conn())
     .await?;
-    Ok(NewApiKey { id, token })
+    Ok(NewApiKey { id, token, key })
 }
 
 /// What [`revoke_api_key`] found: the key as stored afterwards either way.
@@ -250,8 +254,17 @@ pub async fn authenticate_hash(db: &Db, token_hash: &str) -> Result<Identity> {
 
 fn identity_of(key: api_key::Model) -> Result<Identity> {
     let role = Role::parse(&key.role).ok_or(Error::Unauthenticated)?;
-    let scope = key
-        .endpoint_scope
+    let scope = scope_of(&key);
+    Ok(Identity {
+        key_id: key.id,
+        role,
+        scope,
+    })
+}
+
+/// The endpoints a key is limited to (empty for admins).
+pub fn scope_of(key: &api_key::Model) -> Vec<Uuid> {
+    key.endpoint_scope
         .as_ref()
         .and_then(|value| value.as_array())
         .map(|ids| {
@@ -259,12 +272,7 @@ fn identity_of(key: api_key::Model) -> Result<Identity> {
                 .filter_map(|id| id.as_str().and_then(|s| Uuid::parse_str(s).ok()))
                 .collect()
         })
-        .unwrap_or_default();
-    Ok(Identity {
-        key_id: key.id,
-        role,
-        scope,
-    })
+        .unwrap_or_default()
 }
 
 /// Extracts the token from `Bearer <token>` (scheme matched case-insensitively).

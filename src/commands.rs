@@ -1,4 +1,4 @@
-//! The CLI commands: what `courier serve`, `migrate`, `schema` and `api-key create` do.
+//! The CLI commands: what `courier serve`, `migrate`, `schema` and `api-key create|list|revoke` do.
 
 use std::io::Write as _;
 
@@ -6,13 +6,17 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
-use crate::auth::{self, Role};
+use crate::auth::{self, RevokeOutcome, Role};
 use crate::config::{
     ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, RoleArg, ServeArgs,
 };
 use crate::db::{self, Db};
 use crate::error::Error;
 use crate::schema;
+use crate::secrets;
+use crate::service::api_keys;
+use crate::service::pagination::{PageRequest, MAX_PAGE_SIZE};
+use uuid::Uuid;
 
 /// Why a command failed. Each message names what to change; `main` prints it once, on one line.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +63,10 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
         Some(Command::ApiKey(ApiKeyCommand::Create(args))) => {
             create_api_key(&cli.database, args).await
         }
+        Some(Command::ApiKey(ApiKeyCommand::List)) => list_api_keys(&cli.database).await,
+        Some(Command::ApiKey(ApiKeyCommand::Revoke(args))) => {
+            revoke_api_key(&cli.database, args.id).await
+        }
     }
 }
 
@@ -86,6 +94,15 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
         );
     }
     let db = connect(database).await?;
+    // Refuse to start rather than ever sign with a secret this process cannot open.
+    let keys = config.secret_keys();
+    let resealed = secrets::seal_at_rest(&db, &keys).await?;
+    if resealed.secrets > 0 {
+        tracing::info!(
+            secrets = resealed.secrets,
+            "signing secrets encrypted under the first COURIER_ENCRYPTION_KEY"
+        );
+    }
     let listener = TcpListener::bind(config.bind)
         .await
         .map_err(|err| CommandError::Bind {
@@ -125,6 +142,86 @@ async fn create_api_key(
         "API key created; the token is shown once"
     );
     print_stdout(&key.token)?;
+    Ok(())
+}
+
+/// Prints every key, one tab-separated line each: id, name, role, endpoints, created,
+/// revoked, last used (`-` when none). Never a token or a hash.
+async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
+    let db = connect(database).await?;
+    let mut lines = vec![[
+        "id",
+        "name",
+        "role",
+        "endpoints",
+        "created",
+        "revoked",
+        "last_used",
+    ]
+    .join("\t")];
+    let mut after = None;
+    loop {
+        let request = PageRequest {
+            first: MAX_PAGE_SIZE,
+            after,
+        };
+        let page = api_keys::list(&db, request).await?;
+        for key in &page.items {
+            let scope = auth::scope_of(key);
+            let endpoints = if scope.is_empty() {
+                "-".to_owned()
+            } else {
+                scope
+                    .iter()
+                    .map(Uuid::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let time = |at: Option<chrono::DateTime<chrono::Utc>>| {
+                at.map_or_else(|| "-".to_owned(), |at| at.to_rfc3339())
+            };
+            // Names are free text: keep each key on one line.
+            let name: String = key
+                .name
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            lines.push(
+                [
+                    key.id.to_string(),
+                    name,
+                    key.role.clone(),
+                    endpoints,
+                    key.created_at.to_rfc3339(),
+                    time(key.revoked_at),
+                    time(key.last_used_at),
+                ]
+                .join("\t"),
+            );
+        }
+        match page.items.last() {
+            Some(last) if page.has_next_page => after = Some(last.id),
+            _ => break,
+        }
+    }
+    db.close().await?;
+    print_stdout(&lines.join("\n"))?;
+    Ok(())
+}
+
+async fn revoke_api_key(database: &DatabaseArgs, id: Uuid) -> Result<(), CommandError> {
+    let db = connect(database).await?;
+    let outcome = auth::revoke_api_key(&db, id).await;
+    db.close().await?;
+    match outcome? {
+        RevokeOutcome::Revoked(key) => {
+            tracing::info!(api_key_id = %key.id, "API key revoked; every process refuses it within a second");
+        }
+        RevokeOutcome::AlreadyRevoked(key) => {
+            tracing::info!(api_key_id = %key.id, "API key was already revoked");
+        }
+    }
+    print_stdout(&format!("revoked {id}"))?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@ use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::db::Timeouts;
+use crate::secrets::SecretKeys;
 
 /// Longest retry delay accepted: 30 days.
 pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
@@ -58,6 +59,17 @@ pub enum Command {
 pub enum ApiKeyCommand {
     /// Create a key and print its token, once, alone on stdout.
     Create(CreateApiKeyArgs),
+    /// Print every key, one per line (never tokens or hashes).
+    List,
+    /// Revoke a key: every running process refuses it within a second.
+    Revoke(RevokeApiKeyArgs),
+}
+
+/// Arguments of `courier api-key revoke`.
+#[derive(Debug, Args)]
+pub struct RevokeApiKeyArgs {
+    /// The key's id (as `courier api-key list` prints it).
+    pub id: uuid::Uuid,
 }
 
 /// Arguments of `courier api-key create`.
@@ -197,6 +209,26 @@ pub struct ServeArgs {
     /// On SIGTERM, how long in-flight deliveries may run before the process exits.
     #[arg(long, env = "COURIER_SHUTDOWN_GRACE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3_600))]
     pub shutdown_grace_secs: u64,
+
+    /// Disable an endpoint (reason FAILING) after this many consecutive deliveries end
+    /// failed with no success between; 0 never disables.
+    #[arg(long, env = "COURIER_DISABLE_AFTER_FAILURES", default_value_t = 100)]
+    pub disable_after_failures: u32,
+
+    /// Encrypt signing secrets at rest: base64 of 32 random bytes, or several separated by
+    /// commas (the first encrypts, every one decrypts). Generate one with
+    /// `head -c 32 /dev/urandom | base64`.
+    #[arg(long, env = "COURIER_ENCRYPTION_KEY", hide_env_values = true, value_parser = crate::secrets::parse_keys)]
+    pub encryption_key: Option<SecretKeys>,
+
+    /// Delete deliveries settled (delivered or failed) longer ago than this many days, with
+    /// their attempts and submissions; 0 keeps everything.
+    #[arg(long, env = "COURIER_RETENTION_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=36_500))]
+    pub retention_days: u32,
+
+    /// How often expired deliveries are pruned, in seconds.
+    #[arg(long, env = "COURIER_PRUNE_INTERVAL_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    pub prune_interval_secs: u64,
 }
 
 impl ServeArgs {
@@ -227,6 +259,11 @@ impl ServeArgs {
     /// The lease length as a duration.
     pub fn lease(&self) -> Duration {
         Duration::from_secs(self.lease_secs)
+    }
+
+    /// The keys signing secrets are sealed with (none when `COURIER_ENCRYPTION_KEY` is unset).
+    pub fn secret_keys(&self) -> SecretKeys {
+        self.encryption_key.clone().unwrap_or_default()
     }
 
     /// The shutdown grace period as a duration.

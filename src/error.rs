@@ -55,6 +55,9 @@ pub enum Error {
     /// A uniqueness constraint settled a race against this operation.
     #[error("unique constraint violated: {0}")]
     UniqueViolation(String),
+    /// A signing secret could not be sealed or opened (see [`crate::secrets`]).
+    #[error("signing secret unavailable")]
+    Secret(#[source] crate::secrets::SecretError),
     /// Anything the caller cannot fix: logged in full, reported generically.
     #[error("database error")]
     Database(#[source] DbErr),
@@ -78,7 +81,9 @@ impl Error {
             Error::NotReplayable { .. } => "DELIVERY_NOT_REPLAYABLE",
             Error::Lagged => "SUBSCRIPTION_LAGGED",
             Error::Unavailable(_) => "SERVICE_UNAVAILABLE",
-            Error::UniqueViolation(_) | Error::Database(_) => "INTERNAL_SERVER_ERROR",
+            Error::UniqueViolation(_) | Error::Secret(_) | Error::Database(_) => {
+                "INTERNAL_SERVER_ERROR"
+            }
         }
     }
 

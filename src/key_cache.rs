@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::auth::{self, Identity};
 use crate::db::Db;
 use crate::error::{Error, Result};
+use crate::key_usage::KeyUsage;
 
 /// Entries kept at most; past this the cache starts over (keys are few in practice).
 const MAX_ENTRIES: usize = 10_000;
@@ -21,6 +22,7 @@ const MAX_ENTRIES: usize = 10_000;
 pub struct KeyCache {
     ttl: Duration,
     entries: Mutex<HashMap<String, (Identity, Instant)>>,
+    usage: KeyUsage,
 }
 
 impl KeyCache {
@@ -29,11 +31,19 @@ impl KeyCache {
         KeyCache {
             ttl,
             entries: Mutex::new(HashMap::new()),
+            usage: KeyUsage::default(),
         }
     }
 
-    /// Resolves an `Authorization` header value to the caller, from the cache when fresh.
+    /// Resolves an `Authorization` header value to the caller, from the cache when fresh,
+    /// and notes the key's use (see [`KeyUsage`]).
     pub async fn authenticate(&self, db: &Db, authorization: Option<&str>) -> Result<Identity> {
+        let identity = self.lookup(db, authorization).await?;
+        self.usage.touch(db, identity.key_id);
+        Ok(identity)
+    }
+
+    async fn lookup(&self, db: &Db, authorization: Option<&str>) -> Result<Identity> {
         if self.ttl.is_zero() {
             return auth::authenticate(db, authorization).await;
         }

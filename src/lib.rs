@@ -8,13 +8,18 @@
 //! - [`service`]: domain operations and their transactions; no GraphQL.
 //! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys;
 //!   [`revocation`]: revoked keys leave the cache and end their sessions on every process.
-//! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets.
+//! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets;
+//!   [`secrets`]: signing secrets sealed at rest under `COURIER_ENCRYPTION_KEY`.
+//! - [`key_usage`]: when each API key was last used, written at most once a minute per key.
+//! - [`retention`]: deletes settled deliveries past `COURIER_RETENTION_DAYS`, in small batches.
 //! - [`db`]: connecting, migrating, deadlines on database work, and the one place
 //!   PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes; [`fatal`]:
 //!   errors that stop the process, told once on one line.
-//! - [`worker`]: claims due deliveries, signs and sends them, records each attempt under
-//!   its claim's fence; [`wake`]: hints that wake the worker.
+//! - [`worker`]: claims due deliveries, signs and sends them (with both secrets during a
+//!   rotation's grace period), records each attempt under its claim's fence and, in the same
+//!   transaction, its endpoint's health (410 Gone, failure runs); [`wake`]: hints that wake
+//!   the worker.
 //! - [`events`]: delivery state changes, staged in the transaction that makes them and
 //!   published on commit; [`listener`]: the `LISTEN` connection that brings every
 //!   process's changes to this process's subscribers (PostgreSQL).
@@ -46,10 +51,13 @@ pub mod events;
 pub mod fatal;
 pub mod http;
 pub mod key_cache;
+pub mod key_usage;
 pub mod listener;
 pub mod metrics;
+pub mod retention;
 pub mod revocation;
 pub mod schema;
+pub mod secrets;
 pub mod service;
 pub mod signing;
 pub mod state;

@@ -11,6 +11,7 @@ use crate::events::Events;
 use crate::key_cache::KeyCache;
 use crate::metrics::Metrics;
 use crate::revocation::Revocations;
+use crate::service::api_keys::ApiKeys;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
 use crate::service::fanout::Fanout;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub revocations: Revocations,
     /// Endpoint operations.
     pub endpoints: Endpoints,
+    /// API key operations.
+    pub api_keys: ApiKeys,
     /// Submission operations.
     pub submissions: Submissions,
     /// Delivery operations.
@@ -66,7 +69,12 @@ impl AppState {
         AppState {
             keys: Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms))),
             revocations: Revocations::default(),
-            endpoints: Endpoints::new(db.clone(), config.allow_private_destinations),
+            api_keys: ApiKeys::new(db.clone()),
+            endpoints: Endpoints::new(
+                db.clone(),
+                config.allow_private_destinations,
+                config.secret_keys(),
+            ),
             submissions: Submissions::new(
                 db.clone(),
                 submit_rate_limiter.clone(),

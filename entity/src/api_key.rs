@@ -22,6 +22,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// When the key was revoked; revoked keys authenticate nothing.
     pub revoked_at: Option<DateTimeUtc>,
+    /// When the key last authenticated a request, to within about a minute.
+    pub last_used_at: Option<DateTimeUtc>,
 }
 
 /// No relations.

@@ -13,10 +13,22 @@ pub struct Model {
     pub name: String,
     /// The webhook URL deliveries are POSTed to.
     pub url: String,
-    /// `whsec_<base64>`; read at send time so a rotation applies to the next attempt.
+    /// `whsec_<base64>`, sealed when an encryption key is configured; read at send time so
+    /// a rotation applies to the next attempt.
     pub signing_secret: String,
+    /// The secret a rotation replaced, still signing (beside the new one) until
+    /// `previous_secret_expires_at`; sealed like `signing_secret`.
+    pub previous_signing_secret: Option<String>,
+    /// When the previous secret stops signing.
+    pub previous_secret_expires_at: Option<DateTimeUtc>,
     /// Disabled endpoints accept no submissions and get no deliveries.
     pub disabled: bool,
+    /// Why it is disabled (`MANUAL`, `GONE`, `FAILING`); NULL while enabled.
+    pub disabled_reason: Option<String>,
+    /// When it was disabled; NULL while enabled.
+    pub disabled_at: Option<DateTimeUtc>,
+    /// Deliveries that ended `failed` since the last one delivered.
+    pub consecutive_failures: i32,
     /// When the endpoint was created.
     pub created_at: DateTimeUtc,
     /// When the endpoint was last changed.

@@ -31,13 +31,33 @@ impl Endpoint {
     async fn url(&self) -> &str {
         &self.0.url
     }
-    /// Disabled endpoints accept no submissions and receive no deliveries.
+    /// Disabled endpoints accept no submissions and receive no deliveries; their waiting
+    /// deliveries are parked until the endpoint is re-enabled.
     async fn disabled(&self) -> bool {
         self.0.disabled
     }
     /// The event types `publish` delivers here, sorted; empty: every type.
     async fn event_types(&self) -> Vec<String> {
         event_types::subscribed(&self.0.event_types)
+    }
+    /// Why the endpoint is disabled: `MANUAL` (an operator), `GONE` (it answered 410) or
+    /// `FAILING` (too many consecutive failed deliveries); null while enabled.
+    async fn disabled_reason(&self) -> Option<&str> {
+        self.0.disabled_reason.as_deref()
+    }
+    /// When the endpoint was disabled; null while enabled.
+    async fn disabled_at(&self) -> Option<DateTime<Utc>> {
+        self.0.disabled_at
+    }
+    /// Deliveries that ended failed since the last one delivered.
+    async fn consecutive_failures(&self) -> i32 {
+        self.0.consecutive_failures
+    }
+    /// While a rotated-out secret still signs beside the current one: when it stops.
+    async fn previous_secret_expires_at(&self) -> Option<DateTime<Utc>> {
+        self.0
+            .previous_secret_expires_at
+            .filter(|expires| *expires > crate::db::now())
     }
     /// When the endpoint was created.
     async fn created_at(&self) -> DateTime<Utc> {
@@ -116,7 +136,8 @@ pub struct UpdateEndpointInput {
     name: Option<String>,
     /// New URL; a different URL mints a new signing secret.
     url: Option<String>,
-    /// Disable or re-enable the endpoint.
+    /// Disable (reason `MANUAL`) or re-enable the endpoint; re-enabling clears the reason
+    /// and resumes its waiting deliveries.
     disabled: Option<bool>,
     /// New event types; omitted or null: unchanged; empty: every type.
     event_types: Option<Vec<String>>,
@@ -195,5 +216,22 @@ impl EndpointMutation {
             .update(caller(ctx)?, id, patch)
             .await?;
         Ok(updated.into())
+    }
+
+    /// Mints a new signing secret, returned here once (admin only). For `graceSeconds`
+    /// (default 86400; 0 for none) every webhook carries both signatures,
+    /// `v1,<new> v1,<old>`, so receivers holding either secret verify; then only the new one.
+    async fn rotate_endpoint_secret(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        grace_seconds: Option<i32>,
+    ) -> ApiResult<EndpointWithSecret> {
+        let id = parse_id(&id, "id")?;
+        let rotated = state(ctx)?
+            .endpoints
+            .rotate_secret(caller(ctx)?, id, grace_seconds.map(i64::from))
+            .await?;
+        Ok(rotated.into())
     }
 }

@@ -1,5 +1,6 @@
 //! The GraphQL schema: roots merged from one module per domain; resolvers call the service layer only.
 
+mod api_key;
 mod delivery;
 mod endpoint;
 mod error;
@@ -32,6 +33,7 @@ pub struct QueryRoot(
     submission::SubmissionQuery,
     delivery::DeliveryQuery,
     event::EventQuery,
+    api_key::ApiKeyQuery,
 );
 
 /// Every mutation, merged from the domain modules.
@@ -42,6 +44,7 @@ pub struct MutationRoot(
     submission::SubmissionMutation,
     delivery::DeliveryMutation,
     event::EventMutation,
+    api_key::ApiKeyMutation,
 );
 
 /// Every subscription, merged from the domain modules.

@@ -1,4 +1,5 @@
-//! Endpoints: create, update under a row lock, read, and list with keyset pages.
+//! Endpoints: create, update and rotate secrets under a row lock, disable and re-enable
+//! (parking and resuming their deliveries), read, and list with keyset pages.
 
 use entity::endpoint;
 use sea_orm::{
@@ -11,14 +12,24 @@ use crate::auth::Identity;
 use crate::db::{self, Db};
 use crate::destination;
 use crate::error::{Error, Result};
+use crate::secrets::SecretKeys;
 use crate::service::event_types;
 use crate::service::pagination::{Page, PageRequest};
 use crate::signing;
 
 /// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
 /// claim index instead of being scanned past by every claim until the endpoint returns.
-const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = $2 \
+/// Run after the endpoint row is written (and so locked): a submission that raced the
+/// disable either committed first, and is parked here, or waits on the row lock and then
+/// finds the endpoint disabled (submissions read it `FOR SHARE`).
+pub const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = $2 \
      WHERE endpoint_id = $1 AND state = 'pending'";
+
+/// Disables an enabled endpoint for a reason (`$2`) at `$3`; one already disabled keeps its
+/// first reason and time.
+pub const DISABLE: &str = "UPDATE endpoints \
+     SET disabled = TRUE, disabled_reason = $2, disabled_at = $3, updated_at = $3 \
+     WHERE id = $1 AND NOT disabled";
 
 /// Re-enabling makes parked deliveries due at once.
 const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = $2, updated_at = $2 \
@@ -26,6 +37,34 @@ const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = $2, update
 
 /// Longest endpoint name.
 const MAX_NAME_CHARS: usize = 200;
+
+/// Grace period of a rotation when none is given: a day, as receivers expect.
+pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
+
+/// Longest grace period a rotation accepts: 30 days.
+pub const MAX_ROTATION_GRACE_SECS: i64 = 30 * 86_400;
+
+/// Why an endpoint is disabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisabledReason {
+    /// An operator disabled it.
+    Manual,
+    /// It answered `410 Gone`.
+    Gone,
+    /// Too many consecutive deliveries failed.
+    Failing,
+}
+
+impl DisabledReason {
+    /// The value stored in `endpoints.disabled_reason` and shown as `disabledReason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisabledReason::Manual => "MANUAL",
+            DisabledReason::Gone => "GONE",
+            DisabledReason::Failing => "FAILING",
+        }
+    }
+}
 
 /// An endpoint as stored, with its secret when one was just minted.
 #[derive(Debug, Clone)]
@@ -65,14 +104,17 @@ pub struct EndpointPatch {
 pub struct Endpoints {
     db: Db,
     allow_private_destinations: bool,
+    keys: SecretKeys,
 }
 
 impl Endpoints {
-    /// Endpoint operations on `db`; private destinations are refused unless allowed.
-    pub fn new(db: Db, allow_private_destinations: bool) -> Self {
+    /// Endpoint operations on `db`; private destinations are refused unless allowed, and
+    /// secrets are stored sealed with `keys` (as they are when it holds none).
+    pub fn new(db: Db, allow_private_destinations: bool, keys: SecretKeys) -> Self {
         Endpoints {
             db,
             allow_private_destinations,
+            keys,
         }
     }
 
@@ -89,12 +131,18 @@ impl Endpoints {
         let event_types = event_types::subscription(input.event_types.unwrap_or_default())?;
         let secret = signing::mint_secret();
         let now = db::now();
+        let id = Uuid::now_v7();
         let endpoint = endpoint::ActiveModel {
-            id: Set(Uuid::now_v7()),
+            id: Set(id),
             name: Set(name),
             url: Set(url.to_string()),
-            signing_secret: Set(secret.clone()),
+            signing_secret: Set(self.keys.seal(id, &secret).map_err(Error::Secret)?),
+            previous_signing_secret: Set(None),
+            previous_secret_expires_at: Set(None),
             disabled: Set(false),
+            disabled_reason: Set(None),
+            disabled_at: Set(None),
+            consecutive_failures: Set(0),
             created_at: Set(now),
             updated_at: Set(now),
             event_types: Set(event_types),
@@ -143,19 +191,34 @@ impl Endpoints {
         if let Some(name) = name {
             row.name = Set(name);
         }
+        let now = db::now();
         if let Some(url) = url.map(String::from).filter(|url| *url != current.url) {
+            // A new destination gets a new secret at once: no overlap with the old one.
             let minted = signing::mint_secret();
             row.url = Set(url);
-            row.signing_secret = Set(minted.clone());
+            row.signing_secret = Set(self.keys.seal(id, &minted).map_err(Error::Secret)?);
+            row.previous_signing_secret = Set(None);
+            row.previous_secret_expires_at = Set(None);
             secret = Some(minted);
         }
-        if let Some(disabled) = patch.disabled {
-            row.disabled = Set(disabled);
+        match patch.disabled {
+            Some(true) if !current.disabled => {
+                row.disabled = Set(true);
+                row.disabled_reason = Set(Some(DisabledReason::Manual.as_str().to_owned()));
+                row.disabled_at = Set(Some(now));
+            }
+            Some(false) if current.disabled => {
+                row.disabled = Set(false);
+                row.disabled_reason = Set(None);
+                row.disabled_at = Set(None);
+                row.consecutive_failures = Set(0);
+            }
+            _ => {}
         }
         if let Some(event_types) = event_types {
             row.event_types = Set(event_types);
         }
-        row.updated_at = Set(db::now());
+        row.updated_at = Set(now);
         let endpoint = row.update(&txn).await?;
         if endpoint.disabled != current.disabled {
             let sql = if endpoint.disabled { PARK } else { UNPARK };
@@ -168,7 +231,61 @@ impl Endpoints {
         }
         txn.commit().await?;
         tracing::info!(rotated_secret = secret.is_some(), "endpoint updated");
+        if endpoint.disabled != current.disabled {
+            match endpoint.disabled {
+                true => tracing::warn!(
+                    reason = DisabledReason::Manual.as_str(),
+                    "endpoint disabled; its waiting deliveries are parked until it is re-enabled"
+                ),
+                false => tracing::info!("endpoint re-enabled; its waiting deliveries resume"),
+            }
+        }
         Ok(EndpointWithSecret { endpoint, secret })
+    }
+
+    /// Mints a new signing secret (admin only), returned once. For `grace_secs` (default a
+    /// day; 0 for none) the replaced secret keeps signing beside the new one, so receivers
+    /// can switch at their pace; its expiry is stored, so every process stops using it at
+    /// the same moment. A rotation during a grace period replaces the older secret.
+    #[tracing::instrument(skip_all, fields(endpoint_id = %id))]
+    pub async fn rotate_secret(
+        &self,
+        caller: &Identity,
+        id: Uuid,
+        grace_secs: Option<i64>,
+    ) -> Result<EndpointWithSecret> {
+        caller.require_admin()?;
+        let grace_secs = grace_secs.unwrap_or(DEFAULT_ROTATION_GRACE_SECS);
+        if !(0..=MAX_ROTATION_GRACE_SECS).contains(&grace_secs) {
+            return Err(Error::bad_input(format!(
+                "graceSeconds must be 0 to {MAX_ROTATION_GRACE_SECS}"
+            )));
+        }
+        let txn = self.db.begin_write().await?;
+        let current = endpoint::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+            .ok_or(Error::NotFound("endpoint"))?;
+        let minted = signing::mint_secret();
+        let now = db::now();
+        let mut row: endpoint::ActiveModel = current.clone().into();
+        row.signing_secret = Set(self.keys.seal(id, &minted).map_err(Error::Secret)?);
+        if grace_secs > 0 {
+            row.previous_signing_secret = Set(Some(current.signing_secret));
+            row.previous_secret_expires_at = Set(Some(now + chrono::Duration::seconds(grace_secs)));
+        } else {
+            row.previous_signing_secret = Set(None);
+            row.previous_secret_expires_at = Set(None);
+        }
+        row.updated_at = Set(now);
+        let endpoint = row.update(&txn).await?;
+        txn.commit().await?;
+        tracing::info!(grace_secs, "endpoint signing secret rotated");
+        Ok(EndpointWithSecret {
+            endpoint,
+            secret: Some(minted),
+        })
     }
 
     /// One endpoint, if it exists; `FORBIDDEN` outside a partner's scope.

@@ -1,5 +1,6 @@
 //! Domain operations and their transactions. No GraphQL types here: resolvers call in, errors come out as [`crate::error::Error`].
 
+pub mod api_keys;
 pub mod canonical;
 pub mod decimal;
 pub mod deliveries;

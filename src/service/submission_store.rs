@@ -14,10 +14,13 @@ use crate::events::{Events, StateChange};
 
 /// PostgreSQL: the submission, its delivery and the `NOTIFY` in one statement, hence one
 /// atomic autocommit. Nothing is written unless the endpoint exists and is enabled; a lost
-/// idempotency race fails the whole statement on the unique constraint.
+/// idempotency race fails the whole statement on the unique constraint. The endpoint is
+/// read `FOR SHARE`, so a disable waits for this commit (and then parks the new delivery),
+/// or this waits for the disable and then finds the endpoint disabled: never a due delivery
+/// of a disabled endpoint.
 const STORE_POSTGRES: &str = "\
 WITH target AS (
-    SELECT id FROM endpoints WHERE id = $1 AND NOT disabled
+    SELECT id FROM endpoints WHERE id = $1 AND NOT disabled FOR SHARE
 ), stored_submission AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)

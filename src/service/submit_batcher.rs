@@ -30,7 +30,10 @@ const STORE_MANY: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
             submitted_by, created_at, event, event_type) AS (VALUES {rows}),
 valid AS (
+    -- FOR SHARE: a racing disable is settled as for one submission (see submission_store);
+    -- locks are taken in endpoint order, as the recorder takes its own.
     SELECT input.* FROM input JOIN endpoints e ON e.id = input.endpoint_id WHERE NOT e.disabled
+    ORDER BY e.id FOR SHARE OF e
 ), stored_submissions AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)

@@ -74,6 +74,8 @@ pub struct Webhook<'a> {
     pub url: &'a str,
     /// The endpoint's `whsec_` secret, as read just before sending.
     pub secret: &'a str,
+    /// The secret a rotation replaced, while its grace period lasts: it signs too.
+    pub previous_secret: Option<&'a str>,
     /// The JSON body.
     pub body: &'a [u8],
 }
@@ -196,15 +198,22 @@ impl Dispatcher {
     }
 }
 
-/// The Standard Webhooks headers for `webhook`, signed now.
+/// The Standard Webhooks headers for `webhook`, signed now: `v1,<sig>` with the current
+/// secret, followed (space-separated) by one with the previous secret during its grace period.
 fn signed_headers(webhook: &Webhook<'_>) -> Result<reqwest::header::HeaderMap, String> {
-    let signer = standardwebhooks::Webhook::new(webhook.secret)
-        .map_err(|err| format!("the endpoint's signing secret is unusable: {err}"))?;
     let id = webhook.id.to_string();
     let timestamp = chrono::Utc::now().timestamp();
-    let signature = signer
-        .sign(&id, timestamp, webhook.body)
-        .map_err(|err| format!("signing failed: {err}"))?;
+    let mut signatures = Vec::with_capacity(2);
+    for secret in std::iter::once(webhook.secret).chain(webhook.previous_secret) {
+        let signer = standardwebhooks::Webhook::new(secret)
+            .map_err(|err| format!("the endpoint's signing secret is unusable: {err}"))?;
+        signatures.push(
+            signer
+                .sign(&id, timestamp, webhook.body)
+                .map_err(|err| format!("signing failed: {err}"))?,
+        );
+    }
+    let signature = signatures.join(" ");
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     for (name, value) in [
@@ -410,11 +419,37 @@ mod tests {
             id: Uuid::now_v7(),
             url: "https://example.com",
             secret: &secret,
+            previous_secret: None,
             body: br#"{"a":1}"#,
         };
         let headers = signed_headers(&webhook).unwrap();
         let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
         assert!(verifier.verify(webhook.body, &headers).is_ok());
         assert!(verifier.verify(br#"{"a":2}"#, &headers).is_err());
+    }
+
+    #[test]
+    fn during_a_rotation_both_secrets_sign() {
+        let (new, old) = (crate::signing::mint_secret(), crate::signing::mint_secret());
+        let webhook = Webhook {
+            id: Uuid::now_v7(),
+            url: "https://example.com",
+            secret: &new,
+            previous_secret: Some(&old),
+            body: br#"{"a":1}"#,
+        };
+        let headers = signed_headers(&webhook).unwrap();
+        let signature = headers[standardwebhooks::HEADER_WEBHOOK_SIGNATURE]
+            .to_str()
+            .unwrap();
+        let parts: Vec<&str> = signature.split(' ').collect();
+        assert_eq!(parts.len(), 2, "{signature}");
+        assert!(parts.iter().all(|part| part.starts_with("v1,")));
+        for secret in [&new, &old] {
+            let verifier = standardwebhooks::Webhook::new(secret).unwrap();
+            assert!(verifier.verify(webhook.body, &headers).is_ok());
+        }
+        let stranger = standardwebhooks::Webhook::new(&crate::signing::mint_secret()).unwrap();
+        assert!(stranger.verify(webhook.body, &headers).is_err());
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod claim;
 pub mod dispatch;
+pub mod health;
 pub mod record;
 mod recorder;
 pub mod schedule;
@@ -20,7 +21,7 @@ use self::claim::{claim_due, release, Claim};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
-use self::schedule::RetryPolicy;
+use self::schedule::{NextStep, RetryPolicy};
 use self::targets::{load_targets, Target};
 use crate::db;
 use crate::error::error_chain;
@@ -147,7 +148,8 @@ impl Worker {
             return;
         }
         let db = &self.state.db;
-        let mut targets = match db.within_deadline(load_targets(db, &claims)).await {
+        let keys = self.state.config.secret_keys();
+        let mut targets = match db.within_deadline(load_targets(db, &keys, &claims)).await {
             Ok(targets) => targets,
             Err(err) => {
                 tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed; releasing them");
@@ -189,6 +191,7 @@ impl Worker {
                         id: claim.delivery_id,
                         url: &target.url,
                         secret: &target.secret,
+                        previous_secret: target.previous_secret.as_deref(),
                         body: &target.body,
                     })
                     .await
@@ -204,12 +207,17 @@ impl Worker {
         let finished_at = db::now();
         self.state.metrics.attempt(outcome.kind.as_str());
         let attempt_in_cycle = u32::try_from(claim.cycle_attempts).unwrap_or(0) + 1;
-        let step = self.policy.next_step(
-            outcome.succeeded(),
-            attempt_in_cycle,
-            outcome.retry_after,
-            rand::random::<f64>(),
-        );
+        // A 410 Gone is final: no retries (and the recorder disables the endpoint).
+        let step = if health::is_gone(&outcome) {
+            NextStep::Failed
+        } else {
+            self.policy.next_step(
+                outcome.succeeded(),
+                attempt_in_cycle,
+                outcome.retry_after,
+                rand::random::<f64>(),
+            )
+        };
         FinishedAttempt {
             claim,
             outcome,

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::claim::Claim;
 use super::dispatch::AttemptOutcome;
+use super::health::{self, HealthPolicy, Settled};
 use super::schedule::NextStep;
 use crate::db::{self, Db};
 use crate::events::{Events, StateChange};
@@ -109,10 +110,22 @@ pub async fn record(
 
 /// Records `attempts` and, for each whose claim still holds, its delivery's transition,
 /// all in one transaction. Every attempt is recorded; a superseded one is marked so.
-/// Results come back in the order of `attempts`.
+/// Results come back in the order of `attempts`. Endpoints are disabled only by a
+/// `410 Gone`; see [`record_batch_with`] for a failure threshold.
 pub async fn record_batch(
     db: &Db,
     events: &Events,
+    attempts: &[FinishedAttempt],
+) -> Result<Vec<Recorded>, DbErr> {
+    record_batch_with(db, events, HealthPolicy::default(), attempts).await
+}
+
+/// [`record_batch`], applying the outcomes to their endpoints' health under `policy`
+/// in the same transaction (see [`super::health`]).
+pub async fn record_batch_with(
+    db: &Db,
+    events: &Events,
+    policy: HealthPolicy,
     attempts: &[FinishedAttempt],
 ) -> Result<Vec<Recorded>, DbErr> {
     // Two claims on one delivery (a newer one superseded an older) go in separate
@@ -122,17 +135,19 @@ pub async fn record_batch(
         .iter()
         .position(|a| !seen.insert(a.claim.delivery_id))
     {
-        let mut results = Box::pin(record_batch(db, events, &attempts[..split])).await?;
-        results.extend(Box::pin(record_batch(db, events, &attempts[split..])).await?);
+        let mut results =
+            Box::pin(record_batch_with(db, events, policy, &attempts[..split])).await?;
+        results.extend(Box::pin(record_batch_with(db, events, policy, &attempts[split..])).await?);
         return Ok(results);
     }
-    record_unique(db, events, attempts).await
+    record_unique(db, events, policy, attempts).await
 }
 
 /// [`record_batch`] for attempts on distinct deliveries.
 async fn record_unique(
     db: &Db,
     events: &Events,
+    policy: HealthPolicy,
     attempts: &[FinishedAttempt],
 ) -> Result<Vec<Recorded>, DbErr> {
     if attempts.is_empty() {
@@ -256,9 +271,21 @@ async fn record_unique(
                 at: attempts[*index].finished_at,
             })
             .collect();
+        let settled: Vec<Settled> = fresh
+            .iter()
+            .filter(|(index, ..)| holds(&attempts[*index].claim))
+            .map(|(index, _, state, _)| Settled {
+                endpoint_id: attempts[*index].claim.endpoint_id,
+                state: *state,
+                gone: health::is_gone(&attempts[*index].outcome),
+                at: attempts[*index].finished_at,
+            })
+            .collect();
+        let disabled = health::settle(&txn, backend, policy, &settled, now).await?;
         let staged = events.stage(&txn, changes).await?;
         txn.commit().await?;
         staged.committed();
+        health::log_disabled(&disabled);
 
         let mut results: Vec<Option<Recorded>> = vec![None; attempts.len()];
         for (index, number, state, next_at) in &fresh {

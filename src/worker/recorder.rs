@@ -9,7 +9,8 @@ use std::sync::Arc;
 use sea_orm::DbErr;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use super::record::{record_batch, FinishedAttempt, Recorded};
+use super::health::HealthPolicy;
+use super::record::{record_batch_with, FinishedAttempt, Recorded};
 use super::schedule::NextStep;
 use crate::db::{is_transient, is_unavailable};
 use crate::error::error_chain;
@@ -121,11 +122,14 @@ impl Recorder {
         let started = std::time::Instant::now();
         let mut backoff = Duration::from_millis(50);
         let (mut tries, mut refusals) = (0, 0);
+        let policy = HealthPolicy {
+            disable_after_failures: self.state.config.disable_after_failures,
+        };
         loop {
             tries += 1;
             let db = &self.state.db;
             let err = match db
-                .within_deadline(record_batch(db, &self.state.events, attempts))
+                .within_deadline(record_batch_with(db, &self.state.events, policy, attempts))
                 .await
             {
                 Ok(recorded) => return Ok(recorded),

@@ -1,4 +1,5 @@
-//! Loading what to send for a batch of claims: payload, URL and secret, read just before sending.
+//! Loading what to send for a batch of claims: payload, URL and secrets, read (and opened)
+//! just before sending.
 
 use std::collections::HashMap;
 
@@ -6,11 +7,15 @@ use sea_orm::{ConnectionTrait, DbErr, Statement};
 use uuid::Uuid;
 
 use super::claim::Claim;
-use crate::db::Db;
+use crate::db::{self, Db};
+use crate::secrets::SecretKeys;
 
-/// Everything needed to send the claimed deliveries, in one query per batch.
+/// Everything needed to send the claimed deliveries, in one query per batch. The previous
+/// secret comes only while its stored expiry is ahead (`$1` is now), so every process
+/// stops signing with it at the same moment.
 const LOAD_TARGETS: &str = "\
-SELECT d.id, s.payload, e.url, e.signing_secret
+SELECT d.id, s.payload, e.url, e.signing_secret,
+       CASE WHEN e.previous_secret_expires_at > $1 THEN e.previous_signing_secret END AS previous_secret
 FROM webhook_deliveries d
 JOIN submissions s ON s.id = d.submission_id
 JOIN endpoints e ON e.id = d.endpoint_id
@@ -23,17 +28,26 @@ pub struct Target {
     pub url: String,
     /// The endpoint's signing secret, as stored right now.
     pub secret: String,
+    /// The secret a rotation replaced, while its grace period lasts.
+    pub previous_secret: Option<String>,
     /// The JSON body.
     pub body: Vec<u8>,
 }
 
-/// Reads the payload, URL and secret of each claimed delivery in one query.
-pub async fn load_targets(db: &Db, claims: &[Claim]) -> Result<HashMap<Uuid, Target>, DbErr> {
+/// Reads the payload, URL and secrets of each claimed delivery in one query. A delivery
+/// whose secret cannot be opened with `keys` is left out (and logged): it is never signed
+/// with anything else, and its attempt is recorded as failed.
+pub async fn load_targets(
+    db: &Db,
+    keys: &SecretKeys,
+    claims: &[Claim],
+) -> Result<HashMap<Uuid, Target>, DbErr> {
     if claims.is_empty() {
         return Ok(HashMap::new());
     }
-    let sql = LOAD_TARGETS.replace("{ids}", &Db::placeholders(1, claims.len()));
-    let values = claims.iter().map(|claim| claim.delivery_id.into());
+    let sql = LOAD_TARGETS.replace("{ids}", &Db::placeholders(2, claims.len()));
+    let mut values = vec![db::now().into()];
+    values.extend(claims.iter().map(|claim| claim.delivery_id.into()));
     let rows = db
         .conn()
         .query_all_raw(Statement::from_sql_and_values(db.backend(), &sql, values))
@@ -41,13 +55,35 @@ pub async fn load_targets(db: &Db, claims: &[Claim]) -> Result<HashMap<Uuid, Tar
     let mut targets = HashMap::with_capacity(rows.len());
     for row in rows {
         let id: Uuid = row.try_get("", "id")?;
+        let endpoint_id = claims
+            .iter()
+            .find(|claim| claim.delivery_id == id)
+            .map(|claim| claim.endpoint_id)
+            .unwrap_or_default();
         let payload: serde_json::Value = row.try_get("", "payload")?;
         let body = serde_json::to_vec(&payload).map_err(|err| DbErr::Json(err.to_string()))?;
+        let sealed: String = row.try_get("", "signing_secret")?;
+        let sealed_previous: Option<String> = row.try_get("", "previous_secret")?;
+        let opened = keys.open(endpoint_id, &sealed).and_then(|secret| {
+            let previous = sealed_previous
+                .map(|sealed| keys.open(endpoint_id, &sealed))
+                .transpose()?;
+            Ok((secret, previous))
+        });
+        let (secret, previous_secret) = match opened {
+            Ok(secrets) => secrets,
+            Err(err) => {
+                tracing::error!(delivery_id = %id, %endpoint_id, error = %err,
+                    "cannot open the endpoint's signing secret; not sending");
+                continue;
+            }
+        };
         targets.insert(
             id,
             Target {
                 url: row.try_get("", "url")?,
-                secret: row.try_get("", "signing_secret")?,
+                secret,
+                previous_secret,
                 body,
             },
         );

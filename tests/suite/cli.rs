@@ -51,6 +51,10 @@ fn help_documents_every_fixed_setting() {
         "COURIER_RATE_LIMIT_WINDOW_SECS",
         "COURIER_ALLOW_PRIVATE_DESTINATIONS",
         "COURIER_LOG_FORMAT",
+        "COURIER_DISABLE_AFTER_FAILURES",
+        "COURIER_ENCRYPTION_KEY",
+        "COURIER_RETENTION_DAYS",
+        "COURIER_PRUNE_INTERVAL_SECS",
     ] {
         assert!(
             help.contains(name),

@@ -54,6 +54,26 @@ pub struct Received {
     pub verified: bool,
     /// `content-type`.
     pub content_type: String,
+    /// `webhook-timestamp`.
+    pub timestamp: String,
+    /// `webhook-signature`: one or more space-separated `v1,<base64>`.
+    pub signature: String,
+}
+
+impl Received {
+    /// Whether the official Standard Webhooks verifier accepts this request with `secret`.
+    pub fn verifies_with(&self, secret: &str) -> bool {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("webhook-id", &self.webhook_id),
+            ("webhook-timestamp", &self.timestamp),
+            ("webhook-signature", &self.signature),
+        ] {
+            headers.insert(name, value.parse().expect("a header value"));
+        }
+        standardwebhooks::Webhook::new(secret)
+            .is_ok_and(|verifier| verifier.verify(self.raw_body.as_bytes(), &headers).is_ok())
+    }
 }
 
 #[derive(Default)]
@@ -159,6 +179,13 @@ async fn receive(
     let verified = secret
         .and_then(|secret| standardwebhooks::Webhook::new(&secret).ok())
         .is_some_and(|verifier| verifier.verify(&body, &headers).is_ok());
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
     let nth = {
         let mut received = shared.received.lock().expect("lock");
         received.push(Received {
@@ -172,6 +199,8 @@ async fn receive(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned(),
+            timestamp: header("webhook-timestamp"),
+            signature: header("webhook-signature"),
         });
         received
             .iter()

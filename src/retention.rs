@@ -1,0 +1,145 @@
+//! Retention: deliveries settled (`delivered` or `failed`) longer ago than
+//! `COURIER_RETENTION_DAYS` are deleted with their attempts and their submissions, every
+//! `COURIER_PRUNE_INTERVAL_SECS`, in small batches that skip locked rows, so pruning never
+//! waits on (or holds up) claiming, recording, replaying or submitting. Pending and
+//! processing deliveries are never touched.
+
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::db::{self, Db};
+use crate::error::error_chain;
+
+/// Deliveries deleted per transaction: small, so each one is brief.
+pub const BATCH: i64 = 500;
+
+/// PostgreSQL: one statement per batch, judged by the database's clock. The oldest settled
+/// deliveries are locked `SKIP LOCKED` (a row a replay or anything else holds is left for
+/// the next run), then their attempts, themselves and their submissions go together.
+const PRUNE_POSTGRES: &str = "\
+WITH doomed AS (
+    SELECT id, submission_id FROM webhook_deliveries
+    WHERE state IN ('delivered', 'failed') AND updated_at < now() - make_interval(days => $1)
+    ORDER BY updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM doomed)
+), deliveries AS (
+    DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM doomed)
+    RETURNING submission_id
+)
+DELETE FROM submissions WHERE id IN (SELECT submission_id FROM deliveries)
+RETURNING id";
+
+/// SQLite, step 1 (inside the write transaction, which excludes every other writer): the
+/// oldest settled deliveries past the cutoff `$1`.
+const DOOMED_SQLITE: &str = "\
+SELECT id, submission_id FROM webhook_deliveries
+WHERE state IN ('delivered', 'failed') AND updated_at < $1
+ORDER BY updated_at
+LIMIT $2";
+
+/// SQLite, step 2: the same rows, named as one JSON array of hex ids each.
+const DELETE_SQLITE: [&str; 3] = [
+    "DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT unhex(value) FROM json_each($1))",
+    "DELETE FROM webhook_deliveries WHERE id IN (SELECT unhex(value) FROM json_each($1)) \
+     AND state IN ('delivered', 'failed')",
+    "DELETE FROM submissions WHERE id IN (SELECT unhex(value) FROM json_each($1)) \
+     AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.submission_id = submissions.id)",
+];
+
+/// Deletes every delivery settled more than `days` ago (with its attempts and submission),
+/// batch by batch, until none is left or `shutdown` fires. Returns how many went.
+pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u64, DbErr> {
+    let mut pruned = 0;
+    while !shutdown.is_cancelled() {
+        let deleted = db.within_deadline(prune_batch(db, days, BATCH)).await?;
+        pruned += deleted;
+        if deleted < BATCH as u64 {
+            break;
+        }
+    }
+    Ok(pruned)
+}
+
+/// Deletes up to `limit` of the oldest deliveries settled more than `days` ago, in one
+/// transaction. Returns how many went.
+pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
+    match db.backend() {
+        DbBackend::Postgres => {
+            let txn = db.begin_read_committed().await?;
+            let rows = txn
+                .query_all_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    PRUNE_POSTGRES,
+                    [i32::try_from(days).unwrap_or(i32::MAX).into(), limit.into()],
+                ))
+                .await?;
+            txn.commit().await?;
+            Ok(rows.len() as u64)
+        }
+        backend => {
+            let cutoff = db::now() - chrono::Duration::days(i64::from(days));
+            let txn = db.begin_write().await?;
+            let doomed = txn
+                .query_all_raw(Statement::from_sql_and_values(
+                    backend,
+                    DOOMED_SQLITE,
+                    [cutoff.into(), limit.into()],
+                ))
+                .await?;
+            let mut deliveries = Vec::with_capacity(doomed.len());
+            let mut submissions = Vec::with_capacity(doomed.len());
+            for row in &doomed {
+                deliveries.push(row.try_get::<Uuid>("", "id")?.simple().to_string());
+                submissions.push(
+                    row.try_get::<Uuid>("", "submission_id")?
+                        .simple()
+                        .to_string(),
+                );
+            }
+            let as_json =
+                |ids: &[String]| serde_json::to_string(ids).map_err(|e| DbErr::Json(e.to_string()));
+            let (deliveries, submissions) = (as_json(&deliveries)?, as_json(&submissions)?);
+            for (sql, ids) in DELETE_SQLITE
+                .iter()
+                .zip([&deliveries, &deliveries, &submissions])
+            {
+                txn.execute_raw(Statement::from_sql_and_values(
+                    backend,
+                    *sql,
+                    [ids.clone().into()],
+                ))
+                .await?;
+            }
+            txn.commit().await?;
+            Ok(doomed.len() as u64)
+        }
+    }
+}
+
+/// Prunes every `interval` until `shutdown` (not at all when `days` is 0).
+pub async fn run(db: Db, days: u32, interval: Duration, shutdown: CancellationToken) {
+    if days == 0 {
+        return;
+    }
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match prune(&db, days, &shutdown).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, retention_days = days, "old deliveries pruned"),
+            Err(err) => {
+                tracing::warn!(error = %error_chain(&err), "pruning old deliveries failed; retrying later")
+            }
+        }
+    }
+}

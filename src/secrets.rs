@@ -1,0 +1,311 @@
+//! Signing secrets at rest: sealed with XChaCha20-Poly1305 under the keys of
+//! `COURIER_ENCRYPTION_KEY` (the first seals, every one opens), bound to their endpoint, and
+//! brought under the first key at start-up. A secret that cannot be opened is never used.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use entity::endpoint;
+use rand::RngCore as _;
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::db::Db;
+use crate::error::{Error, Result};
+
+/// The setting that holds the keys, named in every error about them.
+pub const ENV: &str = "COURIER_ENCRYPTION_KEY";
+
+/// Stored form of a sealed secret: `enc:v1:<key id>:<base64 of nonce and ciphertext>`.
+const SEALED_PREFIX: &str = "enc:v1:";
+
+/// Bytes in a key.
+const KEY_BYTES: usize = 32;
+
+/// Bytes in an XChaCha20 nonce: random nonces this long never repeat in practice.
+const NONCE_BYTES: usize = 24;
+
+/// Endpoints read per page while sealing at start-up.
+const SEAL_PAGE: u64 = 500;
+
+/// Why a secret could not be sealed or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The value of `COURIER_ENCRYPTION_KEY` is not one or more base64 32-byte keys.
+    #[error("{ENV} must be base64 of 32 random bytes, or several separated by commas: {0}")]
+    BadKey(String),
+    /// A sealed secret was found but no key is configured.
+    #[error("a stored signing secret is encrypted but {ENV} is not set")]
+    NoKey,
+    /// No configured key opens the secret (wrong key, or the key that sealed it was removed).
+    #[error("a stored signing secret cannot be decrypted with any key of {ENV} (it was sealed by key {0})")]
+    Undecryptable(String),
+    /// The stored value is neither a secret nor a sealed one.
+    #[error("a stored signing secret is malformed")]
+    Malformed,
+    /// The cipher refused to seal (it never does for secrets this small).
+    #[error("sealing a signing secret failed")]
+    Seal,
+}
+
+/// One key and the short id stored beside what it seals.
+#[derive(Clone)]
+struct Key {
+    id: String,
+    cipher: XChaCha20Poly1305,
+}
+
+/// The configured keys: none (secrets stored as they are), or several, the first sealing.
+#[derive(Clone, Default)]
+pub struct SecretKeys {
+    keys: Vec<Key>,
+}
+
+impl std::fmt::Debug for SecretKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<&str> = self.keys.iter().map(|key| key.id.as_str()).collect();
+        f.debug_struct("SecretKeys").field("ids", &ids).finish()
+    }
+}
+
+impl SecretKeys {
+    /// Parses `COURIER_ENCRYPTION_KEY`: comma-separated base64 of 32 bytes each.
+    pub fn parse(value: &str) -> Result<Self, SecretError> {
+        let mut keys = Vec::new();
+        for (n, part) in value.split(',').map(str::trim).enumerate() {
+            if part.is_empty() {
+                continue;
+            }
+            let bytes = STANDARD
+                .decode(part)
+                .map_err(|_| SecretError::BadKey(format!("key {} is not base64", n + 1)))?;
+            if bytes.len() != KEY_BYTES {
+                return Err(SecretError::BadKey(format!(
+                    "key {} is {} bytes, not {KEY_BYTES}",
+                    n + 1,
+                    bytes.len()
+                )));
+            }
+            let cipher = XChaCha20Poly1305::new_from_slice(&bytes)
+                .map_err(|_| SecretError::BadKey(format!("key {} is unusable", n + 1)))?;
+            keys.push(Key {
+                id: key_id(&bytes),
+                cipher,
+            });
+        }
+        if keys.is_empty() {
+            return Err(SecretError::BadKey("no key given".into()));
+        }
+        Ok(SecretKeys { keys })
+    }
+
+    /// Whether secrets are sealed.
+    pub fn enabled(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The stored form of `endpoint_id`'s `secret`: sealed under the first key, or the
+    /// secret itself when no key is configured.
+    pub fn seal(&self, endpoint_id: Uuid, secret: &str) -> Result<String, SecretError> {
+        let Some(key) = self.keys.first() else {
+            return Ok(secret.to_owned());
+        };
+        let mut nonce = [0u8; NONCE_BYTES];
+        rand::rng().fill_bytes(&mut nonce);
+        let sealed = key
+            .cipher
+            .encrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: secret.as_bytes(),
+                    aad: endpoint_id.as_bytes(),
+                },
+            )
+            .map_err(|_| SecretError::Seal)?;
+        let mut bytes = nonce.to_vec();
+        bytes.extend_from_slice(&sealed);
+        Ok(format!(
+            "{SEALED_PREFIX}{}:{}",
+            key.id,
+            STANDARD.encode(bytes)
+        ))
+    }
+
+    /// The secret `stored` holds for `endpoint_id`. A sealed value opens only with a key that
+    /// authenticates it for this very endpoint; anything else is an error, never a guess.
+    pub fn open(&self, endpoint_id: Uuid, stored: &str) -> Result<String, SecretError> {
+        let Some(sealed) = stored.strip_prefix(SEALED_PREFIX) else {
+            return Ok(stored.to_owned());
+        };
+        let (id, data) = sealed.split_once(':').ok_or(SecretError::Malformed)?;
+        if self.keys.is_empty() {
+            return Err(SecretError::NoKey);
+        }
+        let bytes = STANDARD.decode(data).map_err(|_| SecretError::Malformed)?;
+        if bytes.len() <= NONCE_BYTES {
+            return Err(SecretError::Malformed);
+        }
+        let (nonce, ciphertext) = bytes.split_at(NONCE_BYTES);
+        let nonce: [u8; NONCE_BYTES] = nonce.try_into().map_err(|_| SecretError::Malformed)?;
+        let nonce = XNonce::from(nonce);
+        // The key the id names first; then the others, in case two keys share an id.
+        let mut keys: Vec<&Key> = self.keys.iter().filter(|key| key.id == id).collect();
+        keys.extend(self.keys.iter().filter(|key| key.id != id));
+        for key in keys {
+            let opened = key.cipher.decrypt(
+                &nonce,
+                Payload {
+                    msg: ciphertext,
+                    aad: endpoint_id.as_bytes(),
+                },
+            );
+            if let Ok(plain) = opened {
+                return String::from_utf8(plain).map_err(|_| SecretError::Malformed);
+            }
+        }
+        Err(SecretError::Undecryptable(id.to_owned()))
+    }
+
+    /// Whether `stored` should be sealed again: plaintext while a key is configured, or
+    /// sealed under a key that is no longer the first.
+    pub fn needs_resealing(&self, stored: &str) -> bool {
+        let Some(first) = self.keys.first() else {
+            return false;
+        };
+        match stored.strip_prefix(SEALED_PREFIX) {
+            None => true,
+            Some(sealed) => !sealed.starts_with(&format!("{}:", first.id)),
+        }
+    }
+}
+
+/// A clap value parser for `COURIER_ENCRYPTION_KEY`.
+pub fn parse_keys(value: &str) -> Result<SecretKeys, String> {
+    SecretKeys::parse(value).map_err(|err| err.to_string())
+}
+
+/// A short, non-secret name for a key: the first 4 bytes of a hash of it, in hex.
+fn key_id(key: &[u8]) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"courier secret key id\0")
+        .chain_update(key)
+        .finalize();
+    hex::encode(&digest[..4])
+}
+
+/// What [`seal_at_rest`] changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Resealed {
+    /// Secrets (current or previous) written again, under the first key.
+    pub secrets: u64,
+}
+
+/// Run at start-up, before serving: checks that every stored secret opens with `keys` and
+/// stores each one that is plaintext, or sealed under an older key, sealed under the first.
+/// Any secret that cannot be opened is an error naming `COURIER_ENCRYPTION_KEY`: a process
+/// that could not sign correctly must not start. Each write is conditional on the value
+/// read, so a rotation (or another process starting) at the same moment is never undone.
+pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
+    let mut resealed = Resealed::default();
+    let mut after: Option<Uuid> = None;
+    loop {
+        let mut query = endpoint::Entity::find()
+            .select_only()
+            .columns([
+                endpoint::Column::Id,
+                endpoint::Column::SigningSecret,
+                endpoint::Column::PreviousSigningSecret,
+            ])
+            .order_by_asc(endpoint::Column::Id)
+            .limit(SEAL_PAGE);
+        if let Some(after) = after {
+            query = query.filter(endpoint::Column::Id.gt(after));
+        }
+        let rows: Vec<(Uuid, String, Option<String>)> = query.into_tuple().all(db.conn()).await?;
+        let Some(last) = rows.last() else {
+            return Ok(resealed);
+        };
+        after = Some(last.0);
+        for (id, current, previous) in &rows {
+            for (column, stored) in [
+                (endpoint::Column::SigningSecret, Some(current)),
+                (endpoint::Column::PreviousSigningSecret, previous.as_ref()),
+            ] {
+                let Some(stored) = stored else { continue };
+                let plain = keys.open(*id, stored).map_err(Error::Secret)?;
+                if !keys.needs_resealing(stored) {
+                    continue;
+                }
+                let sealed = keys.seal(*id, &plain).map_err(Error::Secret)?;
+                let written = endpoint::Entity::update_many()
+                    .col_expr(column, Expr::value(sealed))
+                    .filter(endpoint::Column::Id.eq(*id))
+                    .filter(column.eq(stored.as_str()))
+                    .exec(db.conn())
+                    .await?;
+                resealed.secrets += written.rows_affected;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> String {
+        let mut bytes = [0u8; KEY_BYTES];
+        rand::rng().fill_bytes(&mut bytes);
+        STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn sealed_secrets_open_only_for_their_endpoint_and_with_a_listed_key() {
+        let (first, second) = (key(), key());
+        let keys = SecretKeys::parse(&format!("{first}, {second}")).unwrap();
+        let endpoint = Uuid::now_v7();
+        let secret = crate::signing::mint_secret();
+        let sealed = keys.seal(endpoint, &secret).unwrap();
+        assert!(sealed.starts_with(SEALED_PREFIX));
+        assert!(!sealed.contains(&secret));
+        assert_ne!(keys.seal(endpoint, &secret).unwrap(), sealed, "fresh nonce");
+        assert_eq!(keys.open(endpoint, &sealed).unwrap(), secret);
+        assert!(matches!(
+            keys.open(Uuid::now_v7(), &sealed),
+            Err(SecretError::Undecryptable(_))
+        ));
+        // Any listed key opens; only the first seals.
+        let rotated = SecretKeys::parse(&format!("{},{first}", key())).unwrap();
+        assert_eq!(rotated.open(endpoint, &sealed).unwrap(), secret);
+        assert!(rotated.needs_resealing(&sealed));
+        assert!(!keys.needs_resealing(&sealed));
+        let stranger = SecretKeys::parse(&second).unwrap();
+        assert!(matches!(
+            stranger.open(endpoint, &sealed),
+            Err(SecretError::Undecryptable(_))
+        ));
+        assert!(matches!(
+            SecretKeys::default().open(endpoint, &sealed),
+            Err(SecretError::NoKey)
+        ));
+        assert_eq!(
+            SecretKeys::default().seal(endpoint, &secret).unwrap(),
+            secret
+        );
+        assert!(keys.needs_resealing(&secret));
+        assert!(!SecretKeys::default().needs_resealing(&secret));
+    }
+
+    #[test]
+    fn bad_keys_are_refused_naming_the_setting() {
+        for bad in ["", "not base64!", "c2hvcnQ=", ","] {
+            let err = SecretKeys::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(ENV), "{bad:?}: {err}");
+        }
+        let debug = format!("{:?}", SecretKeys::parse(&key()).unwrap());
+        assert!(debug.contains("ids"), "{debug}");
+    }
+}

@@ -1,0 +1,65 @@
+//! API keys for administrators: creating, listing with keyset pages, and revoking. Tokens and
+//! their hashes never leave this layer except a new token, once.
+
+use entity::api_key;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use uuid::Uuid;
+
+use crate::auth::{self, Identity, NewApiKey, RevokeOutcome, Role};
+use crate::db::Db;
+use crate::error::Result;
+use crate::service::pagination::{Page, PageRequest};
+
+/// API key operations (admin only).
+#[derive(Clone, Debug)]
+pub struct ApiKeys {
+    db: Db,
+}
+
+impl ApiKeys {
+    /// API key operations on `db`.
+    pub fn new(db: Db) -> Self {
+        ApiKeys { db }
+    }
+
+    /// Creates a key; its token is in the result and nowhere else.
+    #[tracing::instrument(skip_all)]
+    pub async fn create(
+        &self,
+        caller: &Identity,
+        name: &str,
+        role: Role,
+        scope: &[Uuid],
+    ) -> Result<NewApiKey> {
+        caller.require_admin()?;
+        let created = auth::create_api_key(&self.db, name, role, scope).await?;
+        tracing::info!(api_key_id = %created.id, role = role.as_str(), "API key created");
+        Ok(created)
+    }
+
+    /// Revokes a key on every process within a second (see [`auth::revoke_api_key`]); the
+    /// key as stored either way.
+    pub async fn revoke(&self, caller: &Identity, id: Uuid) -> Result<api_key::Model> {
+        caller.require_admin()?;
+        let outcome = auth::revoke_api_key(&self.db, id).await?;
+        Ok(match outcome {
+            RevokeOutcome::Revoked(key) | RevokeOutcome::AlreadyRevoked(key) => key,
+        })
+    }
+
+    /// Every key, revoked ones included, oldest first.
+    pub async fn list(&self, caller: &Identity, page: PageRequest) -> Result<Page<api_key::Model>> {
+        caller.require_admin()?;
+        list(&self.db, page).await
+    }
+}
+
+/// Every key, oldest first, with no caller check (for `courier api-key list`).
+pub async fn list(db: &Db, page: PageRequest) -> Result<Page<api_key::Model>> {
+    let mut query = api_key::Entity::find().order_by_asc(api_key::Column::Id);
+    if let Some(after) = page.after {
+        query = query.filter(api_key::Column::Id.gt(after));
+    }
+    let rows = query.limit(page.fetch_limit()).all(db.conn()).await?;
+    Ok(Page::from_overfetch(rows, &page))
+}

@@ -1,0 +1,172 @@
+//! Endpoint health, settled in the transaction that records outcomes: a `410 Gone` fails its
+//! delivery at once and disables the endpoint (`GONE`); a run of
+//! `COURIER_DISABLE_AFTER_FAILURES` deliveries ending `failed` with no success between
+//! disables it (`FAILING`). Disabling parks the endpoint's waiting deliveries; nothing is lost.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use entity::webhook_delivery::DeliveryState;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement};
+use uuid::Uuid;
+
+use super::dispatch::AttemptOutcome;
+use crate::service::endpoints::{DisabledReason, DISABLE, PARK};
+
+/// A success ends the run of failures: the counter becomes the failures recorded after it.
+/// Written only when it changes, so a healthy endpoint's row is not locked by every success.
+const RESET_FAILURES: &str = "UPDATE endpoints SET consecutive_failures = $2 \
+     WHERE id = $1 AND consecutive_failures <> $2 RETURNING consecutive_failures, disabled";
+
+/// Failures extend the run; the database adds, so concurrent recorders lose no increment.
+const ADD_FAILURES: &str = "UPDATE endpoints SET consecutive_failures = consecutive_failures + $2 \
+     WHERE id = $1 RETURNING consecutive_failures, disabled";
+
+/// When endpoints are disabled for their health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HealthPolicy {
+    /// Consecutive failed deliveries that disable an endpoint; 0 never does.
+    pub disable_after_failures: u32,
+}
+
+/// Whether the endpoint answered `410 Gone`: it asks never to be called again.
+pub fn is_gone(outcome: &AttemptOutcome) -> bool {
+    outcome.status == Some(410)
+}
+
+/// How one delivery ended, for its endpoint's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// The delivery's endpoint.
+    pub endpoint_id: Uuid,
+    /// `delivered` or `failed` (other states do not count).
+    pub state: DeliveryState,
+    /// Whether the attempt that ended it was answered `410 Gone`.
+    pub gone: bool,
+    /// When the outcome was known, to order outcomes of one endpoint.
+    pub at: DateTime<Utc>,
+}
+
+/// An endpoint this transaction disabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Disabled {
+    /// The endpoint.
+    pub endpoint_id: Uuid,
+    /// Why.
+    pub reason: DisabledReason,
+    /// Its run of failed deliveries at that moment.
+    pub consecutive_failures: i32,
+}
+
+/// Applies the outcomes' effect on their endpoints inside the recording transaction `txn`,
+/// one endpoint at a time in id order (so concurrent recorders cannot deadlock), and returns
+/// the endpoints it disabled. Log them with [`log_disabled`] once the transaction commits.
+pub async fn settle(
+    txn: &DatabaseTransaction,
+    backend: DbBackend,
+    policy: HealthPolicy,
+    outcomes: &[Settled],
+    now: DateTime<Utc>,
+) -> Result<Vec<Disabled>, DbErr> {
+    let mut by_endpoint: BTreeMap<Uuid, Vec<&Settled>> = BTreeMap::new();
+    for outcome in outcomes {
+        if matches!(
+            outcome.state,
+            DeliveryState::Delivered | DeliveryState::Failed
+        ) {
+            by_endpoint
+                .entry(outcome.endpoint_id)
+                .or_default()
+                .push(outcome);
+        }
+    }
+    let mut disabled = Vec::new();
+    for (endpoint_id, mut settled) in by_endpoint {
+        settled.sort_by_key(|outcome| outcome.at);
+        let last_success = settled
+            .iter()
+            .rposition(|outcome| outcome.state == DeliveryState::Delivered);
+        let failures_after = settled[last_success.map_or(0, |at| at + 1)..].len();
+        let failures_after = i32::try_from(failures_after).unwrap_or(i32::MAX);
+        let (sql, counted) = match last_success {
+            Some(_) => (RESET_FAILURES, failures_after),
+            None => (ADD_FAILURES, failures_after),
+        };
+        let row = txn
+            .query_one_raw(Statement::from_sql_and_values(
+                backend,
+                sql,
+                [endpoint_id.into(), counted.into()],
+            ))
+            .await?;
+        let (count, already_disabled) = match &row {
+            Some(row) => (
+                row.try_get::<i32>("", "consecutive_failures")?,
+                row.try_get::<bool>("", "disabled")?,
+            ),
+            None => (counted, false),
+        };
+        let gone = settled[last_success.map_or(0, |at| at + 1)..]
+            .iter()
+            .any(|outcome| outcome.gone);
+        let reason = if gone {
+            DisabledReason::Gone
+        } else if policy.disable_after_failures > 0
+            && i64::from(count) >= i64::from(policy.disable_after_failures)
+            && !already_disabled
+        {
+            DisabledReason::Failing
+        } else {
+            continue;
+        };
+        if disable(txn, backend, endpoint_id, reason, now).await? {
+            disabled.push(Disabled {
+                endpoint_id,
+                reason,
+                consecutive_failures: count,
+            });
+        }
+    }
+    Ok(disabled)
+}
+
+/// Disables an enabled endpoint for `reason` and parks its waiting deliveries; false when it
+/// was disabled already (its first reason stands).
+async fn disable(
+    txn: &DatabaseTransaction,
+    backend: DbBackend,
+    endpoint_id: Uuid,
+    reason: DisabledReason,
+    now: DateTime<Utc>,
+) -> Result<bool, DbErr> {
+    let changed = txn
+        .execute_raw(Statement::from_sql_and_values(
+            backend,
+            DISABLE,
+            [endpoint_id.into(), reason.as_str().into(), now.into()],
+        ))
+        .await?
+        .rows_affected()
+        == 1;
+    if changed {
+        txn.execute_raw(Statement::from_sql_and_values(
+            backend,
+            PARK,
+            [endpoint_id.into(), now.into()],
+        ))
+        .await?;
+    }
+    Ok(changed)
+}
+
+/// Logs each disabled endpoint with its reason (after the commit that disabled it).
+pub fn log_disabled(disabled: &[Disabled]) {
+    for endpoint in disabled {
+        tracing::warn!(
+            endpoint_id = %endpoint.endpoint_id,
+            reason = endpoint.reason.as_str(),
+            consecutive_failures = endpoint.consecutive_failures,
+            "endpoint disabled; its waiting deliveries are parked until it is re-enabled"
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! API keys over GraphQL and the CLI: admins create, list and revoke them; lists never show
+//! tokens or hashes; `lastUsedAt` is kept coarsely; a revocation made anywhere (another
+//! instance, the CLI) is felt by every instance within a second.
+
+use std::process::Command;
+use std::time::Duration;
+
+use courier::auth::{hash_token, Role};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::on_both_backends;
+use crate::support::{gql_error_code, Backend, TestApp, TestDb};
+
+const CREATE: &str = "mutation($input: CreateApiKeyInput!) { createApiKey(input: $input) { token apiKey { id name role endpoints { id } createdAt revokedAt lastUsedAt } } }";
+const LIST: &str = "{ apiKeys(first: 50) { edges { cursor node { id name role endpoints { id } createdAt revokedAt lastUsedAt } } pageInfo { hasNextPage } } }";
+const REVOKE: &str = "mutation($id: ID!) { revokeApiKey(id: $id) { id revokedAt } }";
+const WHO_AM_I: &str = "{ endpoints(first: 1) { edges { node { id } } } }";
+
+fn listed<'a>(list: &'a Value, id: &str) -> &'a Value {
+    list["data"]["apiKeys"]["edges"]
+        .as_array()
+        .and_then(|edges| edges.iter().find(|edge| edge["node"]["id"] == id))
+        .map(|edge| &edge["node"])
+        .unwrap_or_else(|| panic!("{id} not listed: {list}"))
+}
+
+/// Polls `app` with `token` until it is refused; returns how long that took.
+async fn refused_within(app: &TestApp, token: &str, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let body = app.graphql(token, WHO_AM_I, json!({})).await;
+        if gql_error_code(&body) == Some("UNAUTHENTICATED") {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < limit, "still accepted: {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn admins_manage_keys_over_graphql(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app.create_endpoint(&admin, "http://127.0.0.1:9/hook").await;
+
+    let input = json!({ "name": "partner one", "role": "PARTNER", "endpointIds": [endpoint] });
+    let created = app.graphql(&admin, CREATE, json!({ "input": input })).await;
+    let token = created["data"]["createApiKey"]["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let key = &created["data"]["createApiKey"]["apiKey"];
+    let key_id = key["id"].as_str().unwrap().to_owned();
+    assert_eq!(key["role"], "PARTNER");
+    assert_eq!(key["endpoints"][0]["id"], endpoint.as_str());
+    assert!(key["revokedAt"].is_null() && key["lastUsedAt"].is_null());
+
+    // The partner's token works, within its scope.
+    let seen = app.graphql(&token, WHO_AM_I, json!({})).await;
+    assert_eq!(
+        seen["data"]["endpoints"]["edges"][0]["node"]["id"],
+        endpoint.as_str()
+    );
+    for (query, variables) in [(LIST, json!({})), (CREATE, json!({ "input": input }))] {
+        let refused = app.graphql(&token, query, variables).await;
+        assert_eq!(gql_error_code(&refused), Some("FORBIDDEN"), "{refused}");
+    }
+    let bad = json!({ "name": "p", "role": "PARTNER" });
+    let refused = app.graphql(&admin, CREATE, json!({ "input": bad })).await;
+    assert_eq!(
+        gql_error_code(&refused),
+        Some("BAD_USER_INPUT"),
+        "{refused}"
+    );
+
+    // Listed with its use recorded, and never with a token or a hash.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let list = loop {
+        let list = app.graphql(&admin, LIST, json!({})).await;
+        if listed(&list, &key_id)["lastUsedAt"].is_string() {
+            break list;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lastUsedAt never recorded: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let first_use = listed(&list, &key_id)["lastUsedAt"].clone();
+    let text = list.to_string();
+    assert!(!text.contains(&token) && !text.contains(&hash_token(&token)));
+    assert!(!text.contains(&admin) && !text.contains(&hash_token(&admin)));
+    assert_eq!(listed(&list, &key_id)["name"], "partner one");
+
+    // Coarse: more requests within the minute write nothing new.
+    for _ in 0..5 {
+        app.graphql(&token, WHO_AM_I, json!({})).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let again = app.graphql(&admin, LIST, json!({})).await;
+    assert_eq!(listed(&again, &key_id)["lastUsedAt"], first_use);
+
+    let revoked = app.graphql(&admin, REVOKE, json!({ "id": key_id })).await;
+    let revoked_at = revoked["data"]["revokeApiKey"]["revokedAt"].clone();
+    assert!(revoked_at.is_string(), "{revoked}");
+    refused_within(&app, &token, Duration::from_secs(1)).await;
+    let twice = app.graphql(&admin, REVOKE, json!({ "id": key_id })).await;
+    assert_eq!(
+        twice["data"]["revokeApiKey"]["revokedAt"], revoked_at,
+        "the first time stands"
+    );
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let missing = app.graphql(&admin, REVOKE, json!({ "id": unknown })).await;
+    assert_eq!(gql_error_code(&missing), Some("NOT_FOUND"), "{missing}");
+}
+
+/// A revocation through one instance's GraphQL API is felt by another within a second.
+async fn a_revocation_on_one_instance_is_felt_by_another(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (a, b) = (TestApp::spawn(&db).await, TestApp::spawn(&db).await);
+    let admin = a.admin_token().await;
+    let token = b.token(Role::Admin, &[]).await;
+    // B has the key cached.
+    assert!(gql_error_code(&b.graphql(&token, WHO_AM_I, json!({})).await).is_none());
+    let id = key_id_of(&a, &token).await;
+    let revoked = a.graphql(&admin, REVOKE, json!({ "id": id })).await;
+    assert!(
+        revoked["data"]["revokeApiKey"]["revokedAt"].is_string(),
+        "{revoked}"
+    );
+    refused_within(&b, &token, Duration::from_secs(1)).await;
+}
+
+/// The key id of `token`, found by its hash (the API never shows hashes).
+async fn key_id_of(app: &TestApp, token: &str) -> String {
+    let identity = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("a live token");
+    identity.key_id.to_string()
+}
+
+fn courier_cli(database_url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_courier"));
+    command
+        .env("DATABASE_URL", database_url)
+        .env("COURIER_LOG_FORMAT", "json");
+    command
+}
+
+/// `courier api-key list` prints keys without tokens or hashes; `courier api-key revoke`,
+/// another process, makes a running instance refuse the key within a second.
+async fn the_cli_lists_and_revokes_keys(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let token = app.admin_token().await;
+    assert!(gql_error_code(&app.graphql(&token, WHO_AM_I, json!({})).await).is_none());
+    let id = key_id_of(&app, &token).await;
+
+    let url = db.url.clone();
+    let listed = tokio::task::spawn_blocking(move || {
+        courier_cli(&url)
+            .args(["api-key", "list"])
+            .output()
+            .expect("run list")
+    })
+    .await
+    .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let stdout = String::from_utf8(listed.stdout).expect("utf-8");
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with(&id))
+        .unwrap_or_else(|| panic!("{id} not listed: {stdout}"));
+    assert!(line.contains("\tadmin\t"), "{line}");
+    assert!(!stdout.contains(&token) && !stdout.contains(&hash_token(&token)));
+
+    let url = db.url.clone();
+    let revoke_id = id.clone();
+    let revoked = tokio::task::spawn_blocking(move || {
+        courier_cli(&url)
+            .args(["api-key", "revoke", &revoke_id])
+            .output()
+            .expect("run revoke")
+    })
+    .await
+    .unwrap();
+    assert!(
+        revoked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&revoked.stderr)
+    );
+    refused_within(&app, &token, Duration::from_secs(1)).await;
+
+    let url = db.url.clone();
+    let unknown = tokio::task::spawn_blocking(move || {
+        courier_cli(&url)
+            .args(["api-key", "revoke", &uuid::Uuid::now_v7().to_string()])
+            .output()
+            .expect("run revoke")
+    })
+    .await
+    .unwrap();
+    assert!(!unknown.status.success(), "an unknown key is an error");
+}
+
+on_both_backends!(
+    admins_manage_keys_over_graphql,
+    a_revocation_on_one_instance_is_felt_by_another,
+    the_cli_lists_and_revokes_keys,
+);

@@ -1,0 +1,210 @@
+//! Secrets encrypted at rest: with `COURIER_ENCRYPTION_KEY` set the database holds no signing
+//! secret in clear, webhooks still verify, plaintext secrets are sealed at start-up and moved
+//! to a new first key, and a process that cannot open a stored secret refuses to start.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use courier::secrets::{seal_at_rest, SecretKeys};
+use rand::RngCore as _;
+use serde_json::json;
+
+use super::{delivery_of, rows};
+use crate::delivery::{quick_worker, wait_for_state};
+use crate::on_both_backends;
+use crate::submissions::submit;
+use crate::support::{Backend, Receiver, TestApp, TestDb};
+
+fn new_key() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    STANDARD.encode(bytes)
+}
+
+/// Every secret column of every endpoint, as stored.
+async fn stored_secrets(app: &TestApp) -> Vec<String> {
+    rows(
+        &app.state.db,
+        "SELECT signing_secret, previous_signing_secret FROM endpoints",
+        vec![],
+    )
+    .await
+    .iter()
+    .flat_map(|row| {
+        let current: String = row.try_get("", "signing_secret").unwrap();
+        let previous: Option<String> = row.try_get("", "previous_signing_secret").unwrap();
+        std::iter::once(current).chain(previous)
+    })
+    .collect()
+}
+
+/// The key material of a `whsec_` secret (what would leak).
+fn material(secret: &str) -> &str {
+    secret.trim_start_matches("whsec_")
+}
+
+async fn no_secret_is_stored_in_clear_and_webhooks_still_verify(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keys = SecretKeys::parse(&new_key()).unwrap();
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.encryption_key = Some(keys.clone());
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (id, old) = app.create_endpoint(&admin, &receiver.url("sealed")).await;
+    let rotated = app
+        .graphql(
+            &admin,
+            "mutation($id: ID!) { rotateEndpointSecret(id: $id, graceSeconds: 600) { secret } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let new = rotated["data"]["rotateEndpointSecret"]["secret"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{rotated}"))
+        .to_owned();
+
+    let stored = stored_secrets(&app).await;
+    assert_eq!(stored.len(), 2, "current and previous");
+    for value in &stored {
+        assert!(value.starts_with("enc:v1:"), "sealed");
+        for secret in [&old, &new] {
+            assert!(
+                !value.contains(material(secret)),
+                "a secret is stored in clear"
+            );
+        }
+    }
+
+    let delivery = delivery_of(&submit(&app, &admin, &id, json!({ "sealed": true }), None).await);
+    wait_for_state(
+        &app,
+        &admin,
+        &delivery,
+        "DELIVERED",
+        Duration::from_secs(10),
+    )
+    .await;
+    let received = receiver.received();
+    assert!(received[0].verifies_with(&new) && received[0].verifies_with(&old));
+}
+
+async fn start_up_seals_plaintext_and_moves_secrets_to_the_first_key(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let plain_app = TestApp::spawn(&db).await;
+    let admin = plain_app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (id, secret) = plain_app.create_endpoint(&admin, &receiver.url("r")).await;
+    assert_eq!(
+        stored_secrets(&plain_app).await,
+        vec![secret.clone()],
+        "no key: as is"
+    );
+    plain_app.stop().await;
+
+    let pool = db.connect(2).await;
+    let (first, second) = (new_key(), new_key());
+    let one = SecretKeys::parse(&first).unwrap();
+    assert_eq!(seal_at_rest(&pool, &one).await.unwrap().secrets, 1);
+    assert_eq!(
+        seal_at_rest(&pool, &one).await.unwrap().secrets,
+        0,
+        "already sealed"
+    );
+    let sealed_once = stored_secrets_of(&pool).await;
+    assert!(sealed_once.starts_with("enc:v1:") && !sealed_once.contains(material(&secret)));
+
+    // Key rotation: the new key first, the old one still listed.
+    let rotated = SecretKeys::parse(&format!("{second},{first}")).unwrap();
+    assert_eq!(seal_at_rest(&pool, &rotated).await.unwrap().secrets, 1);
+    let sealed_twice = stored_secrets_of(&pool).await;
+    assert_ne!(sealed_twice, sealed_once);
+
+    // Only the old key, or none: the process must refuse, naming the setting.
+    for keys in [one, SecretKeys::default()] {
+        let err = seal_at_rest(&pool, &keys).await.expect_err("refused");
+        let text = courier::error::error_chain(&err);
+        assert!(text.contains("COURIER_ENCRYPTION_KEY"), "{text}");
+    }
+
+    // The new key alone now opens it, and webhooks verify with the secret the caller holds.
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.encryption_key = Some(SecretKeys::parse(&second).unwrap());
+    })
+    .await;
+    let delivery = delivery_of(&submit(&app, &admin, &id, json!({}), None).await);
+    wait_for_state(
+        &app,
+        &admin,
+        &delivery,
+        "DELIVERED",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(receiver.received()[0].verifies_with(&secret));
+}
+
+async fn stored_secrets_of(pool: &courier::db::Db) -> String {
+    rows(pool, "SELECT signing_secret FROM endpoints", vec![]).await[0]
+        .try_get("", "signing_secret")
+        .unwrap()
+}
+
+on_both_backends!(
+    no_secret_is_stored_in_clear_and_webhooks_still_verify,
+    start_up_seals_plaintext_and_moves_secrets_to_the_first_key,
+);
+
+/// `courier serve` with a key that cannot open the stored secrets exits at once with an
+/// error naming `COURIER_ENCRYPTION_KEY`; with the right key it starts and seals nothing twice.
+#[tokio::test]
+async fn serve_refuses_to_start_when_a_stored_secret_cannot_be_decrypted() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let key = new_key();
+    let app = TestApp::spawn_with(&db, |config| {
+        config.encryption_key = Some(SecretKeys::parse(&key).unwrap());
+    })
+    .await;
+    let admin = app.admin_token().await;
+    app.create_endpoint(&admin, "http://127.0.0.1:9/hook").await;
+    app.stop().await;
+
+    for wrong in [Some(new_key()), None] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_courier"));
+        command
+            .arg("serve")
+            .env("DATABASE_URL", &db.url)
+            .env("COURIER_BIND", "127.0.0.1:0")
+            .env("COURIER_WORKER_CONCURRENCY", "0")
+            .env_remove("COURIER_ENCRYPTION_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(wrong) = &wrong {
+            command.env("COURIER_ENCRYPTION_KEY", wrong);
+        }
+        let mut child = command.spawn().expect("spawn courier serve");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("courier serve started with an undecryptable secret");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success());
+        assert!(
+            stderr.contains("COURIER_ENCRYPTION_KEY"),
+            "{wrong:?}: {stderr}"
+        );
+    }
+}
