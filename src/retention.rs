@@ -52,8 +52,29 @@ const DELETE_SQLITE: [&str; 3] = [
      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.submission_id = submissions.id)",
 ];
 
+/// Events older than the retention with no submission left (their deliveries all pruned,
+/// or published to no endpoint), a batch at a time. PostgreSQL judges age by its own clock.
+const PRUNE_EVENTS_POSTGRES: &str = "\
+DELETE FROM events WHERE id IN (
+    SELECT e.id FROM events e
+    WHERE e.created_at < now() - make_interval(days => $1)
+      AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.event_id = e.id)
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)";
+
+/// [`PRUNE_EVENTS_POSTGRES`] on SQLite, with the cut-off from the process clock.
+const PRUNE_EVENTS_SQLITE: &str = "\
+DELETE FROM events WHERE id IN (
+    SELECT e.id FROM events e
+    WHERE e.created_at < $1
+      AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.event_id = e.id)
+    LIMIT $2
+)";
+
 /// Deletes every delivery settled more than `days` ago (with its attempts and submission),
-/// batch by batch, until none is left or `shutdown` fires. Returns how many went.
+/// then the events left without submissions, batch by batch, until none is left or
+/// `shutdown` fires. Returns how many deliveries went.
 pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u64, DbErr> {
     let mut pruned = 0;
     while !shutdown.is_cancelled() {
@@ -63,7 +84,33 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
             break;
         }
     }
+    while !shutdown.is_cancelled() {
+        let deleted = db.within_deadline(prune_events(db, days, BATCH)).await?;
+        if deleted < BATCH as u64 {
+            break;
+        }
+    }
     Ok(pruned)
+}
+
+/// Deletes up to `limit` events older than `days` days that no submission refers to.
+pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
+    let statement = match db.backend() {
+        DbBackend::Postgres => Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            PRUNE_EVENTS_POSTGRES,
+            [i32::try_from(days).unwrap_or(i32::MAX).into(), limit.into()],
+        ),
+        backend => Statement::from_sql_and_values(
+            backend,
+            PRUNE_EVENTS_SQLITE,
+            [
+                (db::now() - chrono::Duration::days(i64::from(days))).into(),
+                limit.into(),
+            ],
+        ),
+    };
+    Ok(db.conn().execute_raw(statement).await?.rows_affected())
 }
 
 /// Deletes up to `limit` of the oldest deliveries settled more than `days` ago, in one
