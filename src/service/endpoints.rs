@@ -3,7 +3,7 @@
 use entity::endpoint;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Set, Statement,
+    QuerySelect, Set,
 };
 use uuid::Uuid;
 
@@ -16,11 +16,13 @@ use crate::signing;
 
 /// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
 /// claim index instead of being scanned past by every claim until the endpoint returns.
-const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = $2 \
+/// Runs while the endpoint row is locked, so no submission can add a due row meanwhile
+/// (see [`crate::service::parking`]).
+const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending'";
 
-/// Re-enabling makes parked deliveries due at once.
-const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = $2, updated_at = $2 \
+/// Re-enabling makes parked deliveries due at once, on the database's clock.
+const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = {now}, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL";
 
 /// Longest endpoint name.
@@ -120,39 +122,45 @@ impl Endpoints {
             .map(|url| destination::validate_url(url, self.allow_private_destinations))
             .transpose()?;
 
-        let txn = self.db.begin_write().await?;
-        let current = endpoint::Entity::find_by_id(id)
-            .lock_exclusive()
-            .one(&txn)
+        let (db, name, url, disabled) = (&self.db, &name, &url, patch.disabled);
+        let (endpoint, secret) = db
+            .transaction(|txn| async move {
+                let Some(current) = endpoint::Entity::find_by_id(id)
+                    .lock_exclusive()
+                    .one(&*txn)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let mut secret = None;
+                let mut row: endpoint::ActiveModel = current.clone().into();
+                if let Some(name) = name {
+                    row.name = Set(name.clone());
+                }
+                if let Some(url) = url
+                    .as_ref()
+                    .map(|url| url.to_string())
+                    .filter(|url| *url != current.url)
+                {
+                    let minted = signing::mint_secret();
+                    row.url = Set(url);
+                    row.signing_secret = Set(minted.clone());
+                    secret = Some(minted);
+                }
+                if let Some(disabled) = disabled {
+                    row.disabled = Set(disabled);
+                }
+                row.updated_at = Set(db::now());
+                let endpoint = row.update(&*txn).await?;
+                if endpoint.disabled != current.disabled {
+                    let sql = if endpoint.disabled { PARK } else { UNPARK };
+                    txn.execute_raw(db.clock().statement(sql, [endpoint.id.into()]))
+                        .await?;
+                }
+                Ok(Some((endpoint, secret)))
+            })
             .await?
             .ok_or(Error::NotFound("endpoint"))?;
-
-        let mut secret = None;
-        let mut row: endpoint::ActiveModel = current.clone().into();
-        if let Some(name) = name {
-            row.name = Set(name);
-        }
-        if let Some(url) = url.map(String::from).filter(|url| *url != current.url) {
-            let minted = signing::mint_secret();
-            row.url = Set(url);
-            row.signing_secret = Set(minted.clone());
-            secret = Some(minted);
-        }
-        if let Some(disabled) = patch.disabled {
-            row.disabled = Set(disabled);
-        }
-        row.updated_at = Set(db::now());
-        let endpoint = row.update(&txn).await?;
-        if endpoint.disabled != current.disabled {
-            let sql = if endpoint.disabled { PARK } else { UNPARK };
-            txn.execute_raw(Statement::from_sql_and_values(
-                self.db.backend(),
-                sql,
-                [endpoint.id.into(), endpoint.updated_at.into()],
-            ))
-            .await?;
-        }
-        txn.commit().await?;
         tracing::info!(rotated_secret = secret.is_some(), "endpoint updated");
         Ok(EndpointWithSecret { endpoint, secret })
     }

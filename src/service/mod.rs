@@ -5,6 +5,7 @@ pub mod decimal;
 pub mod deliveries;
 pub mod endpoints;
 pub mod pagination;
+pub mod parking;
 pub mod payload;
 pub mod rate_limit;
 pub mod submission_store;

@@ -7,44 +7,52 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::db::{is_unavailable, Db};
 use crate::error::Error;
 use crate::events::{Events, EVENTS_CHANNEL};
-use crate::service::submission_store::{prepare, store, NewRows, Prepared, Stored};
+use crate::service::parking::with_parking;
+use crate::service::submission_store::{prepare, stamp, store, NewRows, Prepared, Stored};
 
 /// Most submissions written in one statement.
 const MAX_BATCH: usize = 64;
 
 /// Many submissions, their deliveries and their `NOTIFY`s in one statement. Rows for
-/// unknown or disabled endpoints are skipped; a row whose idempotency key is already taken
-/// (by an earlier submission, or by another row of the batch) is skipped too, and its
-/// caller then reads the winner. Every valid row comes back, saying whether it was stored.
+/// unknown or disabled endpoints are skipped (the endpoints read under the parking rule's
+/// share lock, as for one submission); a row whose idempotency key is already taken (by an
+/// earlier submission, or by another row of the batch) is skipped too, and its caller then
+/// reads the winner. Every valid row comes back, saying whether it was stored and when, on
+/// the database's clock.
 const STORE_MANY: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
-            submitted_by, created_at, event) AS (VALUES {rows}),
+            submitted_by, event) AS (VALUES {rows}),
 valid AS (
-    SELECT input.* FROM input JOIN endpoints e ON e.id = input.endpoint_id WHERE NOT e.disabled
+    SELECT input.* FROM input WHERE {parked(input.endpoint_id)} = false
 ), stored_submissions AS (
     INSERT INTO submissions (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at)
-    SELECT submission_id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at
+    SELECT submission_id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, {now}
     FROM valid
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
-    RETURNING id
+    RETURNING id, created_at
 ), stored_deliveries AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
     SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
-           valid.created_at, valid.created_at, valid.created_at
-    FROM valid JOIN stored_submissions ON stored_submissions.id = valid.submission_id
-    RETURNING id
+           s.created_at, s.created_at, s.created_at
+    FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
+    RETURNING id, created_at
 )
 SELECT valid.delivery_id AS id,
        stored_deliveries.id IS NOT NULL AS stored,
-       CASE WHEN stored_deliveries.id IS NOT NULL THEN pg_notify($1, valid.event) END AS notified
+       stored_deliveries.created_at,
+       CASE WHEN stored_deliveries.id IS NOT NULL
+            THEN pg_notify($1, jsonb_set(valid.event::jsonb, '{t}',
+                                         to_jsonb(stored_deliveries.created_at))::text)
+       END AS notified
 FROM valid LEFT JOIN stored_deliveries ON stored_deliveries.id = valid.delivery_id";
 
 struct Job {
@@ -109,10 +117,14 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
         let prepared: Vec<Prepared> = batch.iter().map(|job| prepare(job.rows.clone())).collect();
         match db.within_deadline(store_many(&db, &prepared)).await {
             Ok(valid) => {
-                for (job, rows) in batch.into_iter().zip(prepared) {
+                for (job, mut rows) in batch.into_iter().zip(prepared) {
                     let result = match valid.get(&rows.delivery.id) {
-                        Some(true) => Ok(Some((rows.submission, rows.delivery))),
-                        Some(false) => Err(Error::UniqueViolation(
+                        Some(Some(at)) => {
+                            rows.submission.created_at = *at;
+                            stamp(&mut rows.delivery, *at);
+                            Ok(Some((rows.submission, rows.delivery)))
+                        }
+                        Some(None) => Err(Error::UniqueViolation(
                             "idempotency key already taken".into(),
                         )),
                         None => Ok(None),
@@ -141,10 +153,14 @@ async fn run(db: Db, events: Events, mut inbox: mpsc::Receiver<Job>) {
     }
 }
 
-/// Writes `prepared` in one statement. Returns, for each submission whose endpoint is
-/// valid, whether it was stored (false: its idempotency key was taken), by delivery id.
-async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, bool>, DbErr> {
-    let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * 9);
+/// Writes `prepared` in one statement, in one transaction under the race policy. Returns,
+/// for each submission whose endpoint is valid, when it was stored (`None`: its
+/// idempotency key was taken), by delivery id.
+async fn store_many(
+    db: &Db,
+    prepared: &[Prepared],
+) -> Result<HashMap<Uuid, Option<DateTime<Utc>>>, DbErr> {
+    let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * 8);
     values.push(EVENTS_CHANNEL.into());
     let mut rows = Vec::with_capacity(prepared.len());
     for (n, p) in prepared.iter().enumerate() {
@@ -157,26 +173,26 @@ async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, bool
             Value::from(s.payload.clone()),
             Value::from(s.payload_hash.clone()),
             Value::from(s.submitted_by),
-            Value::from(s.created_at),
             Value::from(p.created.to_wire()?),
         ]);
-        rows.push(format!("({})", Db::placeholders(2 + n * 9, 9)));
+        rows.push(format!("({})", Db::placeholders(2 + n * 8, 8)));
     }
-    let sql = STORE_MANY.replace("{rows}", &rows.join(", "));
+    let sql = with_parking(DbBackend::Postgres, STORE_MANY).replace("{rows}", &rows.join(", "));
+    let (sql, values) = (&sql, &values);
     let stored = db
-        .conn()
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
+        .transaction(|txn| async move {
+            txn.query_all_raw(db.clock().statement(sql, values.iter().cloned()))
+                .await
+        })
         .await?;
     stored
         .iter()
         .map(|row| {
+            let stored: bool = row.try_get("", "stored")?;
+            let at: Option<DateTime<Utc>> = row.try_get("", "created_at")?;
             Ok((
                 row.try_get::<Uuid>("", "id")?,
-                row.try_get::<bool>("", "stored")?,
+                if stored { at } else { None },
             ))
         })
         .collect()

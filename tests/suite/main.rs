@@ -7,6 +7,7 @@
 mod auth;
 mod claims;
 mod cli;
+mod clock_skew;
 mod database_outage;
 mod delivery;
 mod destinations;
@@ -16,6 +17,7 @@ mod exact_numbers;
 mod hostile_documents;
 mod http_hardening;
 mod listings;
+mod parking;
 mod rate_limit;
 mod replay;
 mod revocation;

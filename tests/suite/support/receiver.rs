@@ -54,6 +54,10 @@ pub struct Received {
     pub verified: bool,
     /// `content-type`.
     pub content_type: String,
+    /// When it arrived (this process's monotonic clock).
+    pub at: std::time::Instant,
+    /// `webhook-timestamp`: the sender's clock, in Unix seconds.
+    pub timestamp: i64,
 }
 
 #[derive(Default)]
@@ -172,6 +176,12 @@ async fn receive(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned(),
+            at: std::time::Instant::now(),
+            timestamp: headers
+                .get("webhook-timestamp")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default(),
         });
         received
             .iter()
