@@ -174,26 +174,29 @@ impl RevokeOutcome {
 /// finds it revoked, and `revoked_at` keeps the first time.
 #[tracing::instrument(skip(db))]
 pub async fn revoke_api_key(db: &Db, id: Uuid) -> Result<RevokeOutcome> {
-    let txn = db.begin_read_committed().await?;
-    let revoked = api_key::Entity::update_many()
-        .col_expr(api_key::Column::RevokedAt, Expr::value(db::now()))
-        .filter(api_key::Column::Id.eq(id))
-        .filter(api_key::Column::RevokedAt.is_null())
-        .exec(&txn)
-        .await?
-        .rows_affected
-        == 1;
-    if revoked && db.backend() == DbBackend::Postgres {
-        // Sent on commit only; every process's listener hears it and checks at once.
-        txn.execute_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT pg_notify($1, $2)",
-            [KEYS_CHANNEL.into(), id.to_string().into()],
-        ))
+    let (revoked, key) = db
+        .transaction(|txn| async move {
+            let revoked = api_key::Entity::update_many()
+                .col_expr(api_key::Column::RevokedAt, Expr::value(db::now()))
+                .filter(api_key::Column::Id.eq(id))
+                .filter(api_key::Column::RevokedAt.is_null())
+                .exec(&*txn)
+                .await?
+                .rows_affected
+                == 1;
+            if revoked && db.backend() == DbBackend::Postgres {
+                // Sent on commit only; every process's listener hears it and checks at once.
+                txn.execute_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT pg_notify($1, $2)",
+                    [KEYS_CHANNEL.into(), id.to_string().into()],
+                ))
+                .await?;
+            }
+            let key = api_key::Entity::find_by_id(id).one(&*txn).await?;
+            Ok((revoked, key))
+        })
         .await?;
-    }
-    let key = api_key::Entity::find_by_id(id).one(&txn).await?;
-    txn.commit().await?;
     match key {
         None => Err(Error::NotFound("API key")),
         Some(key) if revoked => {

@@ -1,7 +1,11 @@
-//! Connecting, migrating, and the one place where PostgreSQL and SQLite differ.
+//! Connecting, migrating, and the one place where PostgreSQL and SQLite differ: whose
+//! clock decides ([`Clock`]), the transaction policy of race paths ([`Db::transaction`]),
+//! and the few SQL spellings that differ.
 
+mod clock;
 mod deadline;
 mod diagnose;
+mod transaction;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -11,16 +15,18 @@ use chrono::{DateTime, SubsecRound, Utc};
 use migration::{Migrator, MigratorTrait};
 use prometheus_client::metrics::counter::Counter;
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, IsolationLevel,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     SqliteTransactionMode, SqlxPostgresConnector, SqlxSqliteConnector, Statement,
     TransactionOptions, TransactionTrait,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
+pub use self::clock::{fixed_window_start, Clock};
 use self::deadline::{check_on_release, MissedDeadlines};
 pub use self::deadline::{deadline_missed, is_unavailable, Timeouts};
 pub use self::diagnose::{describe, explain_connect_error, location, sqlite_path, sqlx_message};
+pub use self::transaction::{Txn, MAX_TRIES};
 
 /// Arbitrary constant naming the advisory lock that serialises migrations across processes.
 const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
@@ -180,19 +186,10 @@ impl Db {
         self.conn.begin_with_options(options).await
     }
 
-    /// Starts a write transaction at READ COMMITTED on PostgreSQL, whatever the database
-    /// default: for work settled by row locks and re-checked conditions (claims, fenced
-    /// transitions, counters), which a stronger isolation level would only turn into
-    /// serialization failures. On SQLite, the same as [`Db::begin_write`].
-    pub async fn begin_read_committed(&self) -> Result<DatabaseTransaction, DbErr> {
-        match self.backend() {
-            DbBackend::Postgres => {
-                self.conn
-                    .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
-                    .await
-            }
-            _ => self.begin_write().await,
-        }
+    /// The clock for one statement that decides by time (see [`Clock`]): the database's
+    /// on PostgreSQL, this process's on SQLite.
+    pub fn clock(&self) -> Clock {
+        Clock::new(self.backend())
     }
 
     /// The clause that locks the rows a `SELECT` reads until the transaction ends:
@@ -227,8 +224,9 @@ impl Db {
     }
 }
 
-/// The current time as stored: UTC, truncated to microseconds (PostgreSQL's precision),
-/// so a value read back compares equal to the value written on both backends.
+/// This process's time as stored: UTC, truncated to microseconds (PostgreSQL's precision),
+/// so a value read back compares equal to the value written on both backends. Only for
+/// what no decision depends on (labels, measurements); decisions use [`Db::clock`].
 pub fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
 }

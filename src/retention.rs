@@ -118,15 +118,17 @@ pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> 
 pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
     match db.backend() {
         DbBackend::Postgres => {
-            let txn = db.begin_read_committed().await?;
-            let rows = txn
-                .query_all_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    PRUNE_POSTGRES,
-                    [i32::try_from(days).unwrap_or(i32::MAX).into(), limit.into()],
-                ))
+            let days = i32::try_from(days).unwrap_or(i32::MAX);
+            let rows = db
+                .transaction(|txn| async move {
+                    txn.query_all_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        PRUNE_POSTGRES,
+                        [days.into(), limit.into()],
+                    ))
+                    .await
+                })
                 .await?;
-            txn.commit().await?;
             Ok(rows.len() as u64)
         }
         backend => {

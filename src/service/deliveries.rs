@@ -12,22 +12,21 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
-use crate::db::{self, Db};
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::events::{Events, StateChange};
 use crate::metrics::Metrics;
 use crate::service::pagination::{Page, PageRequest};
+use crate::service::parking::with_parking;
 use crate::wake::Wakeup;
 
 /// Race 4: only a `failed` delivery may be replayed, and only once. Whoever's UPDATE
 /// matches wins; every other racer reads the state the database settled on.
+/// The new cycle is due now on the database's clock, or parked while the endpoint is disabled.
 const REPLAY: &str = "\
 UPDATE webhook_deliveries
-SET state = 'pending', cycle_attempts = 0, updated_at = $2,
-    -- parked (no due time) while its endpoint is disabled
-    next_attempt_at = CASE WHEN EXISTS (
-        SELECT 1 FROM endpoints e WHERE e.id = webhook_deliveries.endpoint_id AND e.disabled
-    ) THEN NULL ELSE $2 END
+SET state = 'pending', cycle_attempts = 0, updated_at = {now},
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
 WHERE id = $1 AND state = 'failed'
 RETURNING *";
 
@@ -170,15 +169,11 @@ impl Deliveries {
     /// How many deliveries are due now (waiting to be claimed), for the queue-depth gauge.
     pub async fn due_count(&self) -> Result<i64> {
         const DUE_COUNT: &str = "SELECT COUNT(*) AS due FROM webhook_deliveries \
-             WHERE state IN ('pending', 'processing') AND next_attempt_at <= $1";
+             WHERE state IN ('pending', 'processing') AND next_attempt_at <= {now}";
         let row = self
             .db
             .conn()
-            .query_one_raw(Statement::from_sql_and_values(
-                self.db.backend(),
-                DUE_COUNT,
-                [db::now().into()],
-            ))
+            .query_one_raw(self.db.clock().statement(DUE_COUNT, []))
             .await?;
         Ok(row
             .map(|row| row.try_get::<i64>("", "due"))
@@ -227,33 +222,35 @@ impl Deliveries {
     #[tracing::instrument(skip_all, fields(delivery_id = %id))]
     pub async fn replay(&self, caller: &Identity, id: Uuid) -> Result<webhook_delivery::Model> {
         caller.require_admin()?;
-        let now = db::now();
-        let txn = self.db.begin_read_committed().await?;
-        let replayed = txn
-            .query_one_raw(Statement::from_sql_and_values(
-                self.db.backend(),
-                REPLAY,
-                [id.into(), now.into()],
-            ))
+        let (db, events) = (&self.db, &self.events);
+        let replayed = db
+            .transaction(|txn| async move {
+                let sql = with_parking(db.backend(), REPLAY);
+                let Some(row) = txn
+                    .query_one_raw(db.clock().statement(&sql, [id.into()]))
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let replayed = webhook_delivery::Model::from_query_result(&row, "")?;
+                let change = StateChange {
+                    delivery_id: id,
+                    endpoint_id: replayed.endpoint_id,
+                    previous_state: Some(DeliveryState::Failed),
+                    state: DeliveryState::Pending,
+                    at: replayed.updated_at,
+                };
+                let staged = events.stage(&*txn, vec![change]).await?;
+                Ok(Some((replayed, staged)))
+            })
             .await?;
-        let Some(row) = replayed else {
-            txn.commit().await?;
+        let Some((replayed, staged)) = replayed else {
             // Every loser reads the state the database settled on.
             let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
             return Err(Error::NotReplayable {
                 state: current.state.as_str(),
             });
         };
-        let replayed = webhook_delivery::Model::from_query_result(&row, "")?;
-        let change = StateChange {
-            delivery_id: id,
-            endpoint_id: replayed.endpoint_id,
-            previous_state: Some(DeliveryState::Failed),
-            state: DeliveryState::Pending,
-            at: now,
-        };
-        let staged = self.events.stage(&txn, vec![change]).await?;
-        txn.commit().await?;
         staged.committed();
         self.metrics.replays.inc();
         self.wakeup.hint();

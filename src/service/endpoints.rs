@@ -4,7 +4,7 @@
 use entity::endpoint;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Set, Statement,
+    QuerySelect, Set,
 };
 use uuid::Uuid;
 
@@ -19,10 +19,9 @@ use crate::signing;
 
 /// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
 /// claim index instead of being scanned past by every claim until the endpoint returns.
-/// Run after the endpoint row is written (and so locked): a submission that raced the
-/// disable either committed first, and is parked here, or waits on the row lock and then
-/// finds the endpoint disabled (submissions read it `FOR SHARE`).
-pub const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = $2 \
+/// Runs while the endpoint row is locked, so no submission can add a due row meanwhile
+/// (see [`crate::service::parking`]).
+pub const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending'";
 
 /// Disables an enabled endpoint for a reason (`$2`) at `$3`; one already disabled keeps its
@@ -31,8 +30,8 @@ pub const DISABLE: &str = "UPDATE endpoints \
      SET disabled = TRUE, disabled_reason = $2, disabled_at = $3, updated_at = $3 \
      WHERE id = $1 AND NOT disabled";
 
-/// Re-enabling makes parked deliveries due at once.
-const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = $2, updated_at = $2 \
+/// Re-enabling makes parked deliveries due at once, on the database's clock.
+const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = {now}, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL";
 
 /// Longest endpoint name.
@@ -179,59 +178,75 @@ impl Endpoints {
             .map(event_types::subscription)
             .transpose()?;
 
-        let txn = self.db.begin_write().await?;
-        let current = endpoint::Entity::find_by_id(id)
-            .lock_exclusive()
-            .one(&txn)
+        // A new destination gets a new secret at once (no overlap with the old one), minted
+        // and sealed before the transaction; unused if the URL turns out unchanged.
+        let minted = match &url {
+            Some(_) => {
+                let minted = signing::mint_secret();
+                let sealed = self.keys.seal(id, &minted).map_err(Error::Secret)?;
+                Some((minted, sealed))
+            }
+            None => None,
+        };
+        let (db, name, url, minted, event_types) = (&self.db, &name, &url, &minted, &event_types);
+        let disabled = patch.disabled;
+        let (endpoint, secret, was_disabled) = db
+            .transaction(|txn| async move {
+                let Some(current) = endpoint::Entity::find_by_id(id)
+                    .lock_exclusive()
+                    .one(&*txn)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let now = db::now();
+                let mut secret = None;
+                let mut row: endpoint::ActiveModel = current.clone().into();
+                if let Some(name) = name {
+                    row.name = Set(name.clone());
+                }
+                if let (Some(url), Some((minted, sealed))) = (
+                    url.as_ref()
+                        .map(|url| url.to_string())
+                        .filter(|url| *url != current.url),
+                    minted,
+                ) {
+                    row.url = Set(url);
+                    row.signing_secret = Set(sealed.clone());
+                    row.previous_signing_secret = Set(None);
+                    row.previous_secret_expires_at = Set(None);
+                    secret = Some(minted.clone());
+                }
+                match disabled {
+                    Some(true) if !current.disabled => {
+                        row.disabled = Set(true);
+                        row.disabled_reason = Set(Some(DisabledReason::Manual.as_str().to_owned()));
+                        row.disabled_at = Set(Some(now));
+                    }
+                    Some(false) if current.disabled => {
+                        row.disabled = Set(false);
+                        row.disabled_reason = Set(None);
+                        row.disabled_at = Set(None);
+                        row.consecutive_failures = Set(0);
+                    }
+                    _ => {}
+                }
+                if let Some(event_types) = event_types {
+                    row.event_types = Set(event_types.clone());
+                }
+                row.updated_at = Set(now);
+                let endpoint = row.update(&*txn).await?;
+                if endpoint.disabled != current.disabled {
+                    let sql = if endpoint.disabled { PARK } else { UNPARK };
+                    txn.execute_raw(db.clock().statement(sql, [endpoint.id.into()]))
+                        .await?;
+                }
+                Ok(Some((endpoint, secret, current.disabled)))
+            })
             .await?
             .ok_or(Error::NotFound("endpoint"))?;
-
-        let mut secret = None;
-        let mut row: endpoint::ActiveModel = current.clone().into();
-        if let Some(name) = name {
-            row.name = Set(name);
-        }
-        let now = db::now();
-        if let Some(url) = url.map(String::from).filter(|url| *url != current.url) {
-            // A new destination gets a new secret at once: no overlap with the old one.
-            let minted = signing::mint_secret();
-            row.url = Set(url);
-            row.signing_secret = Set(self.keys.seal(id, &minted).map_err(Error::Secret)?);
-            row.previous_signing_secret = Set(None);
-            row.previous_secret_expires_at = Set(None);
-            secret = Some(minted);
-        }
-        match patch.disabled {
-            Some(true) if !current.disabled => {
-                row.disabled = Set(true);
-                row.disabled_reason = Set(Some(DisabledReason::Manual.as_str().to_owned()));
-                row.disabled_at = Set(Some(now));
-            }
-            Some(false) if current.disabled => {
-                row.disabled = Set(false);
-                row.disabled_reason = Set(None);
-                row.disabled_at = Set(None);
-                row.consecutive_failures = Set(0);
-            }
-            _ => {}
-        }
-        if let Some(event_types) = event_types {
-            row.event_types = Set(event_types);
-        }
-        row.updated_at = Set(now);
-        let endpoint = row.update(&txn).await?;
-        if endpoint.disabled != current.disabled {
-            let sql = if endpoint.disabled { PARK } else { UNPARK };
-            txn.execute_raw(Statement::from_sql_and_values(
-                self.db.backend(),
-                sql,
-                [endpoint.id.into(), endpoint.updated_at.into()],
-            ))
-            .await?;
-        }
-        txn.commit().await?;
         tracing::info!(rotated_secret = secret.is_some(), "endpoint updated");
-        if endpoint.disabled != current.disabled {
+        if endpoint.disabled != was_disabled {
             match endpoint.disabled {
                 true => tracing::warn!(
                     reason = DisabledReason::Manual.as_str(),

@@ -27,9 +27,9 @@ use crate::wake::Wakeup;
 /// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
 const INSERT_EVENT: &str = "\
 INSERT INTO events (id, event_type, idempotency_key, payload, payload_hash, published_by, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+VALUES ($1, $2, $3, $4, $5, $6, {now})
 ON CONFLICT (published_by, idempotency_key) DO NOTHING
-RETURNING id";
+RETURNING id, created_at";
 
 /// The endpoints an event reaches, share-locked until the fan-out commits: a concurrent
 /// disable or change of event types (which locks the row `FOR UPDATE`) waits for the fan-out,
@@ -157,7 +157,7 @@ impl Fanout {
             created_at: db::now(),
         };
         match self.fan_out(caller, &event).await? {
-            Some(deliveries) => {
+            Some((event, deliveries)) => {
                 self.metrics.submission("published");
                 if deliveries > 0 {
                     self.wakeup.hint();
@@ -183,64 +183,57 @@ impl Fanout {
         }
     }
 
-    /// Writes the event and its fan-out in one transaction. `None`: the idempotency key
-    /// was taken, and nothing was written.
-    async fn fan_out(&self, caller: &Identity, event: &event::Model) -> Result<Option<usize>> {
-        let backend = self.db.backend();
-        let txn = self.db.begin_read_committed().await?;
-        let inserted = txn
-            .query_one_raw(Statement::from_sql_and_values(
-                backend,
-                INSERT_EVENT,
-                [
-                    event.id.into(),
-                    event.event_type.clone().into(),
-                    event.idempotency_key.clone().into(),
-                    event.payload.clone().into(),
-                    event.payload_hash.clone().into(),
-                    event.published_by.into(),
-                    event.created_at.into(),
-                ],
-            ))
-            .await?;
-        if inserted.is_none() {
-            txn.rollback().await?;
-            return Ok(None);
-        }
-
-        let targets = self.targets(&txn, caller, &event.event_type).await?;
-        let rows: Vec<(submission::Model, Uuid)> = targets
-            .into_iter()
-            .map(|endpoint_id| {
-                let submission = submission::Model {
-                    id: Uuid::now_v7(),
-                    endpoint_id,
-                    idempotency_key: None,
-                    payload: event.payload.clone(),
-                    payload_hash: event.payload_hash.clone(),
-                    submitted_by: Some(event.published_by),
-                    created_at: event.created_at,
-                    event_id: Some(event.id),
-                    event_type: Some(event.event_type.clone()),
+    /// Writes the event and its fan-out in one transaction (under the race policy, so it may
+    /// run again after a serialization failure). `None`: the idempotency key was taken, and
+    /// nothing was written. Returns the event as stored (with the database's time) and how
+    /// many deliveries it made.
+    async fn fan_out(
+        &self,
+        caller: &Identity,
+        event: &event::Model,
+    ) -> Result<Option<(event::Model, usize)>> {
+        let db = &self.db;
+        let stored = db
+            .transaction(|txn| async move {
+                let inserted = txn
+                    .query_one_raw(db.clock().statement(
+                        INSERT_EVENT,
+                        [
+                            event.id.into(),
+                            event.event_type.clone().into(),
+                            event.idempotency_key.clone().into(),
+                            event.payload.clone().into(),
+                            event.payload_hash.clone().into(),
+                            event.published_by.into(),
+                        ],
+                    ))
+                    .await?;
+                let Some(inserted) = inserted else {
+                    return Ok(None);
                 };
-                (submission, Uuid::now_v7())
+                let mut event = event.clone();
+                event.created_at = inserted.try_get("", "created_at")?;
+                let targets = self.targets(&*txn, caller, &event.event_type).await?;
+                let rows = fan_out_rows(&event, targets);
+                self.insert_fan_out(&*txn, &event, &rows).await?;
+                let created = rows
+                    .iter()
+                    .map(|(submission, delivery_id)| StateChange {
+                        delivery_id: *delivery_id,
+                        endpoint_id: submission.endpoint_id,
+                        previous_state: None,
+                        state: DeliveryState::Pending,
+                        at: event.created_at,
+                    })
+                    .collect();
+                let staged = self.events.stage(&*txn, created).await?;
+                Ok(Some((event, rows.len(), staged)))
             })
-            .collect();
-        self.insert_fan_out(&txn, event, &rows).await?;
-        let created = rows
-            .iter()
-            .map(|(submission, delivery_id)| StateChange {
-                delivery_id: *delivery_id,
-                endpoint_id: submission.endpoint_id,
-                previous_state: None,
-                state: DeliveryState::Pending,
-                at: event.created_at,
-            })
-            .collect();
-        let staged = self.events.stage(&txn, created).await?;
-        txn.commit().await?;
-        staged.committed();
-        Ok(Some(rows.len()))
+            .await?;
+        Ok(stored.map(|(event, deliveries, staged)| {
+            staged.committed();
+            (event, deliveries)
+        }))
     }
 
     /// The enabled endpoints subscribed to `event_type` that the caller may publish to.
@@ -249,7 +242,7 @@ impl Fanout {
         txn: &C,
         caller: &Identity,
         event_type: &str,
-    ) -> Result<Vec<Uuid>> {
+    ) -> std::result::Result<Vec<Uuid>, sea_orm::DbErr> {
         let backend = self.db.backend();
         let statement = match (backend, caller.visible_endpoints()) {
             (DbBackend::Postgres, None) => {
@@ -280,7 +273,7 @@ impl Fanout {
         txn: &C,
         event: &event::Model,
         rows: &[(submission::Model, Uuid)],
-    ) -> Result<()> {
+    ) -> std::result::Result<(), sea_orm::DbErr> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -384,6 +377,27 @@ impl Fanout {
     pub async fn load(&self, id: Uuid) -> Result<Option<event::Model>> {
         Ok(event::Entity::find_by_id(id).one(self.db.conn()).await?)
     }
+}
+
+/// One submission (and the id of its delivery) per endpoint the event reaches.
+fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<(submission::Model, Uuid)> {
+    targets
+        .into_iter()
+        .map(|endpoint_id| {
+            let submission = submission::Model {
+                id: Uuid::now_v7(),
+                endpoint_id,
+                idempotency_key: None,
+                payload: event.payload.clone(),
+                payload_hash: event.payload_hash.clone(),
+                submitted_by: Some(event.published_by),
+                created_at: event.created_at,
+                event_id: Some(event.id),
+                event_type: Some(event.event_type.clone()),
+            };
+            (submission, Uuid::now_v7())
+        })
+        .collect()
 }
 
 /// The delivery of a fanned-out submission: `pending`, due when the event was stored.

@@ -8,6 +8,7 @@ pub mod endpoints;
 pub mod event_types;
 pub mod fanout;
 pub mod pagination;
+pub mod parking;
 pub mod payload;
 pub mod rate_limit;
 pub mod submission_store;

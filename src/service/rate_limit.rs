@@ -3,29 +3,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
-use sea_orm::{ConnectionTrait, DbErr, Statement};
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbErr};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::{self, Db};
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 
 /// Counts one request and returns the window's total, atomically, whatever other
 /// processes do at the same moment: the database serialises the increments on the
-/// primary key. Settles race 5 (no lost increment, no over-admission).
+/// primary key. Settles race 5 (no lost increment, no over-admission). The window is the
+/// one containing the database's now, so processes whose clocks disagree count together.
 const COUNT_REQUEST: &str = "\
 INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) \
-VALUES ($1, $2, $3, 1) \
+VALUES ($1, $2, {window_start($3)}, 1) \
 ON CONFLICT (limiter, subject, window_start) \
 DO UPDATE SET attempts = rate_limit_counters.attempts + 1 \
-RETURNING attempts";
+RETURNING attempts, window_start, {now} AS counted_at";
 
-/// Deletes windows that ended before `$1`.
-const PRUNE_WINDOWS: &str = "DELETE FROM rate_limit_counters WHERE window_start < $1";
-
-/// How many times a counter statement is tried before the request is let through.
-const MAX_TRIES: u32 = 5;
+/// Deletes windows that ended before the current one began.
+const PRUNE_WINDOWS: &str =
+    "DELETE FROM rate_limit_counters WHERE window_start < {window_start($1)}";
 
 /// A fixed-window limit on one kind of request.
 #[derive(Clone, Debug)]
@@ -64,12 +63,15 @@ impl RateLimiter {
         let Some(limit) = self.limit else {
             return Ok(());
         };
-        let now = db::now();
-        let (window_start, window_end) = self.window_of(now);
-        match self.count(subject, window_start).await {
-            Ok(attempts) if attempts <= i64::from(limit) => Ok(()),
-            Ok(_) => {
-                let remaining_ms = (window_end - now).num_milliseconds().max(0) as u64;
+        match self.count(subject).await {
+            Ok(counted) if counted.attempts <= i64::from(limit) => Ok(()),
+            Ok(counted) => {
+                let window =
+                    chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::MAX);
+                let window_end = counted.window_start.checked_add_signed(window);
+                let remaining_ms = window_end
+                    .map(|end| (end - counted.at).num_milliseconds().max(0))
+                    .unwrap_or(0) as u64;
                 Err(Error::RateLimited {
                     retry_after_secs: remaining_ms.div_ceil(1000).max(1),
                 })
@@ -87,56 +89,37 @@ impl RateLimiter {
         }
     }
 
-    fn window_of(&self, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
-        fixed_window(now, self.window)
-    }
-
-    async fn count(&self, subject: &str, window_start: DateTime<Utc>) -> Result<i64, DbErr> {
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self.count_once(subject, window_start).await {
-                Ok(attempts) => return Ok(attempts),
-                Err(err) if tries < MAX_TRIES && db::is_transient(&err) => {
-                    let backoff =
-                        Duration::from_millis(5 * u64::from(tries) + rand::random_range(0..5));
-                    tokio::time::sleep(backoff).await;
-                }
-                Err(err) => return Err(err),
-            }
-        }
-    }
-
-    /// One upsert in its own transaction. On PostgreSQL the transaction is READ
-    /// COMMITTED whatever the database default, so concurrent increments queue on the
-    /// row lock instead of failing with serialization errors.
-    async fn count_once(&self, subject: &str, window_start: DateTime<Utc>) -> Result<i64, DbErr> {
-        let backend = self.db.backend();
-        let txn = self.db.begin_read_committed().await?;
-        let row = txn
-            .query_one_raw(Statement::from_sql_and_values(
-                backend,
-                COUNT_REQUEST,
-                [self.limiter.into(), subject.into(), window_start.into()],
-            ))
-            .await?
-            .ok_or_else(|| DbErr::RecordNotFound("rate-limit counter".into()))?;
-        let attempts: i64 = row.try_get("", "attempts")?;
-        txn.commit().await?;
-        Ok(attempts)
+    /// One upsert in its own transaction under the race policy ([`Db::transaction`]:
+    /// READ COMMITTED on PostgreSQL whatever the database default, so concurrent increments
+    /// queue on the row lock, and a bounded retry on transient conflicts).
+    async fn count(&self, subject: &str) -> Result<Counted, DbErr> {
+        let db = &self.db;
+        let (limiter, window) = (self.limiter, self.window);
+        db.transaction(|txn| async move {
+            let clock = db.clock();
+            let row = txn
+                .query_one_raw(clock.statement(
+                    COUNT_REQUEST,
+                    [limiter.into(), subject.into(), clock.window(window)],
+                ))
+                .await?
+                .ok_or_else(|| DbErr::RecordNotFound("rate-limit counter".into()))?;
+            Ok(Counted {
+                attempts: row.try_get("", "attempts")?,
+                window_start: row.try_get("", "window_start")?,
+                at: row.try_get("", "counted_at")?,
+            })
+        })
+        .await
     }
 
     /// Deletes counters of windows that have ended. Returns how many were removed.
     pub async fn prune(&self) -> Result<u64, DbErr> {
-        let (current_start, _) = self.window_of(db::now());
+        let clock = self.db.clock();
         let result = self
             .db
             .conn()
-            .execute_raw(Statement::from_sql_and_values(
-                self.db.backend(),
-                PRUNE_WINDOWS,
-                [current_start.into()],
-            ))
+            .execute_raw(clock.statement(PRUNE_WINDOWS, [clock.window(self.window)]))
             .await?;
         Ok(result.rows_affected())
     }
@@ -164,28 +147,12 @@ impl RateLimiter {
     }
 }
 
-/// The fixed window containing `now`: `[start, end)`, aligned to the Unix epoch.
-fn fixed_window(now: DateTime<Utc>, window: Duration) -> (DateTime<Utc>, DateTime<Utc>) {
-    let window = window.as_secs().max(1) as i64;
-    let start_secs = now.timestamp().div_euclid(window) * window;
-    let start = Utc.timestamp_opt(start_secs, 0).single().unwrap_or(now);
-    (start, start + chrono::Duration::seconds(window))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn windows_are_aligned_and_contain_now() {
-        let at = |h, m, s| {
-            Utc.with_ymd_and_hms(2026, 11, 30, h, m, s)
-                .single()
-                .unwrap()
-        };
-        let (start, end) = fixed_window(at(12, 34, 56), Duration::from_secs(60));
-        assert_eq!((start, end), (at(12, 34, 0), at(12, 35, 0)));
-        let (start, end) = fixed_window(at(12, 34, 0), Duration::from_secs(3600));
-        assert_eq!((start, end), (at(12, 0, 0), at(13, 0, 0)));
-    }
+/// One counted request, on the deciding clock.
+struct Counted {
+    /// Requests in the window so far, this one included.
+    attempts: i64,
+    /// When the window began.
+    window_start: DateTime<Utc>,
+    /// When the request was counted.
+    at: DateTime<Utc>,
 }

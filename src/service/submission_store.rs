@@ -3,37 +3,37 @@
 
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
-use sea_orm::{
-    ActiveModelTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel, Statement,
-};
+use sea_orm::{ActiveModelTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::db::Db;
 use crate::events::{Events, StateChange};
+use crate::service::parking::with_parking;
 
-/// PostgreSQL: the submission, its delivery and the `NOTIFY` in one statement, hence one
-/// atomic autocommit. Nothing is written unless the endpoint exists and is enabled; a lost
-/// idempotency race fails the whole statement on the unique constraint. The endpoint is
-/// read `FOR SHARE`, so a disable waits for this commit (and then parks the new delivery),
-/// or this waits for the disable and then finds the endpoint disabled: never a due delivery
-/// of a disabled endpoint.
+/// PostgreSQL: the submission, its delivery and the `NOTIFY` in one statement, in one
+/// transaction. Nothing is written unless the endpoint exists and is enabled, read under
+/// the parking rule's share lock so a concurrent disable is serialised with this write; a
+/// lost idempotency race fails the whole statement on the unique constraint. Times are
+/// the database's; the event carries the stored time.
 const STORE_POSTGRES: &str = "\
 WITH target AS (
-    SELECT id FROM endpoints WHERE id = $1 AND NOT disabled FOR SHARE
+    SELECT $1::uuid AS id WHERE {parked($1::uuid)} = false
 ), stored_submission AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
-    SELECT $2, target.id, $3, $4, $5, $6, $7, $11 FROM target
-    RETURNING id, endpoint_id
+    SELECT $2, target.id, $3, $4, $5, $6, {now}, $10 FROM target
+    RETURNING id, endpoint_id, created_at
 ), stored_delivery AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
-    SELECT $8, stored_submission.id, stored_submission.endpoint_id, 'pending', 0, $7, $7, $7
-    FROM stored_submission
-    RETURNING id
+    SELECT $7, s.id, s.endpoint_id, 'pending', 0, s.created_at, s.created_at, s.created_at
+    FROM stored_submission s
+    RETURNING id, created_at
 )
-SELECT stored_delivery.id, pg_notify($9, $10) FROM stored_delivery";
+SELECT stored_delivery.id, stored_delivery.created_at,
+       pg_notify($8, jsonb_set($9::jsonb, '{t}', to_jsonb(stored_delivery.created_at))::text)
+FROM stored_delivery";
 
 /// A submission about to be stored.
 #[derive(Debug, Clone)]
@@ -48,6 +48,7 @@ pub struct NewRows {
 pub type Stored = Option<(submission::Model, webhook_delivery::Model)>;
 
 /// The rows of a submission ready to write, and the event announcing them.
+#[derive(Debug, Clone)]
 pub struct Prepared {
     /// The submission row.
     pub submission: submission::Model,
@@ -57,7 +58,8 @@ pub struct Prepared {
     pub created: StateChange,
 }
 
-/// Builds the rows to write for `rows`.
+/// Builds the rows to write for `rows`, timed by `rows.submission.created_at` (on
+/// PostgreSQL the statement replaces that time with the database's).
 pub fn prepare(rows: NewRows) -> Prepared {
     let submission = rows.submission;
     let now = submission.created_at;
@@ -89,54 +91,86 @@ pub fn prepare(rows: NewRows) -> Prepared {
 }
 
 /// Stores the submission and its `pending` delivery, due now, and publishes the creation.
-/// `Ok(None)`: the endpoint does not exist or is disabled, and nothing was written.
+/// `Ok(None)`: the endpoint does not exist or is disabled, and nothing was written. On
+/// PostgreSQL the rows come back with the database's time.
 pub async fn store(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, DbErr> {
-    let Prepared {
-        submission,
-        delivery,
-        created,
-    } = prepare(rows);
-    let now = submission.created_at;
+    let prepared = prepare(rows);
     match db.backend() {
-        DbBackend::Postgres => {
-            let stored = db
-                .conn()
-                .query_one_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    STORE_POSTGRES,
-                    [
-                        submission.endpoint_id.into(),
-                        submission.id.into(),
-                        submission.idempotency_key.clone().into(),
-                        submission.payload.clone().into(),
-                        submission.payload_hash.clone().into(),
-                        submission.submitted_by.into(),
-                        now.into(),
-                        delivery.id.into(),
-                        crate::events::EVENTS_CHANNEL.into(),
-                        created.to_wire()?.into(),
-                        submission.event_type.clone().into(),
-                    ],
-                ))
-                .await?;
-            Ok(stored.map(|_| (submission, delivery)))
-        }
+        DbBackend::Postgres => store_postgres(db, prepared).await,
         _ => {
-            let txn = db.begin_write().await?;
-            let target = endpoint::Entity::find_by_id(submission.endpoint_id)
-                .one(&txn)
+            let prepared = &prepared;
+            let stored = db
+                .transaction(|txn| async move {
+                    let target = endpoint::Entity::find_by_id(prepared.submission.endpoint_id)
+                        .one(&*txn)
+                        .await?;
+                    if target.is_none_or(|endpoint| endpoint.disabled) {
+                        return Ok(None);
+                    }
+                    let submission = prepared
+                        .submission
+                        .clone()
+                        .into_active_model()
+                        .insert(&*txn)
+                        .await?;
+                    let delivery = prepared
+                        .delivery
+                        .clone()
+                        .into_active_model()
+                        .insert(&*txn)
+                        .await?;
+                    let staged = events.stage(&*txn, vec![prepared.created.clone()]).await?;
+                    Ok(Some((submission, delivery, staged)))
+                })
                 .await?;
-            if target.is_none_or(|endpoint| endpoint.disabled) {
-                return Ok(None);
-            }
-            let submission = submission.into_active_model().insert(&txn).await?;
-            let delivery = delivery.into_active_model().insert(&txn).await?;
-            let staged = events.stage(&txn, vec![created]).await?;
-            txn.commit().await?;
-            staged.committed();
-            Ok(Some((submission, delivery)))
+            Ok(stored.map(|(submission, delivery, staged)| {
+                staged.committed();
+                (submission, delivery)
+            }))
         }
     }
+}
+
+async fn store_postgres(db: &Db, prepared: Prepared) -> Result<Stored, DbErr> {
+    let Prepared {
+        mut submission,
+        mut delivery,
+        created,
+    } = prepared;
+    let sql = with_parking(DbBackend::Postgres, STORE_POSTGRES);
+    let values = [
+        submission.endpoint_id.into(),
+        submission.id.into(),
+        submission.idempotency_key.clone().into(),
+        submission.payload.clone().into(),
+        submission.payload_hash.clone().into(),
+        submission.submitted_by.into(),
+        delivery.id.into(),
+        crate::events::EVENTS_CHANNEL.into(),
+        created.to_wire()?.into(),
+        submission.event_type.clone().into(),
+    ];
+    let (sql, values) = (&sql, &values);
+    let stored = db
+        .transaction(|txn| async move {
+            txn.query_one_raw(db.clock().statement(sql, values.iter().cloned()))
+                .await
+        })
+        .await?;
+    let Some(row) = stored else {
+        return Ok(None);
+    };
+    let at = row.try_get("", "created_at")?;
+    submission.created_at = at;
+    stamp(&mut delivery, at);
+    Ok(Some((submission, delivery)))
+}
+
+/// Sets a new delivery's times to `at`, the time the database stored it with.
+pub fn stamp(delivery: &mut webhook_delivery::Model, at: chrono::DateTime<chrono::Utc>) {
+    delivery.next_attempt_at = Some(at);
+    delivery.created_at = at;
+    delivery.updated_at = at;
 }
 
 /// Whether `payload` could be stored as-is (kept here beside the SQL that stores it).

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use entity::{submission, webhook_delivery};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait, RuntimeErr, Statement, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -17,42 +18,46 @@ use crate::db::{is_unavailable, Db};
 use crate::error::{error_chain, Error};
 use crate::events::{Events, EVENTS_CHANNEL};
 use crate::metrics::Metrics;
-use crate::service::submission_store::{prepare, store, NewRows, Prepared, Stored};
+use crate::service::parking::with_parking;
+use crate::service::submission_store::{prepare, stamp, store, NewRows, Prepared, Stored};
 
 /// Most submissions written in one statement.
 const MAX_BATCH: usize = 64;
 
 /// Many submissions, their deliveries and their `NOTIFY`s in one statement. Rows for
-/// unknown or disabled endpoints are skipped; a row whose idempotency key is already taken
-/// (by an earlier submission, or by another row of the batch) is skipped too, and its
-/// caller then reads the winner. Every valid row comes back, saying whether it was stored.
+/// unknown or disabled endpoints are skipped (the endpoints read under the parking rule's
+/// share lock, as for one submission); a row whose idempotency key is already taken (by an
+/// earlier submission, or by another row of the batch) is skipped too, and its caller then
+/// reads the winner. Every valid row comes back, saying whether it was stored and when, on
+/// the database's clock.
 const STORE_MANY: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
-            submitted_by, created_at, event, event_type) AS (VALUES {rows}),
+            submitted_by, event, event_type) AS (VALUES {rows}),
 valid AS (
-    -- FOR SHARE: a racing disable is settled as for one submission (see submission_store);
-    -- locks are taken in endpoint order, as the recorder takes its own.
-    SELECT input.* FROM input JOIN endpoints e ON e.id = input.endpoint_id WHERE NOT e.disabled
-    ORDER BY e.id FOR SHARE OF e
+    SELECT input.* FROM input WHERE {parked(input.endpoint_id)} = false
 ), stored_submissions AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
     SELECT submission_id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by,
-           created_at, event_type
+           {now}, event_type
     FROM valid
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
-    RETURNING id
+    RETURNING id, created_at
 ), stored_deliveries AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
     SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
-           valid.created_at, valid.created_at, valid.created_at
-    FROM valid JOIN stored_submissions ON stored_submissions.id = valid.submission_id
-    RETURNING id
+           s.created_at, s.created_at, s.created_at
+    FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
+    RETURNING id, created_at
 )
 SELECT valid.delivery_id AS id,
        stored_deliveries.id IS NOT NULL AS stored,
-       CASE WHEN stored_deliveries.id IS NOT NULL THEN pg_notify($1, valid.event) END AS notified
+       stored_deliveries.created_at,
+       CASE WHEN stored_deliveries.id IS NOT NULL
+            THEN pg_notify($1, jsonb_set(valid.event::jsonb, '{t}',
+                                         to_jsonb(stored_deliveries.created_at))::text)
+       END AS notified
 FROM valid LEFT JOIN stored_deliveries ON stored_deliveries.id = valid.delivery_id";
 
 /// Which of these deliveries exist. After a write whose answer was lost (its connection
@@ -173,10 +178,14 @@ impl Writer {
         let err = match db.within_deadline(store_many(db, &prepared)).await {
             Ok(valid) => {
                 self.count_duplicates(&prepared, &valid);
-                for (job, rows) in batch.into_iter().zip(prepared) {
+                for (job, mut rows) in batch.into_iter().zip(prepared) {
                     let result = match valid.get(&rows.delivery.id) {
-                        Some(true) => Ok(Some((rows.submission, rows.delivery))),
-                        Some(false) => Err(Error::UniqueViolation(
+                        Some(Some(at)) => {
+                            rows.submission.created_at = *at;
+                            stamp(&mut rows.delivery, *at);
+                            Ok(Some((rows.submission, rows.delivery)))
+                        }
+                        Some(None) => Err(Error::UniqueViolation(
                             "idempotency key already taken".into(),
                         )),
                         None => Ok(None),
@@ -226,10 +235,14 @@ impl Writer {
     }
 
     /// Counts the rows of a group whose idempotency key another row of the same group took.
-    fn count_duplicates(&self, prepared: &[Prepared], valid: &HashMap<Uuid, bool>) {
+    fn count_duplicates(
+        &self,
+        prepared: &[Prepared],
+        valid: &HashMap<Uuid, Option<DateTime<Utc>>>,
+    ) {
         let stored_keys: HashSet<(Uuid, &str)> = prepared
             .iter()
-            .filter(|rows| valid.get(&rows.delivery.id) == Some(&true))
+            .filter(|rows| valid.get(&rows.delivery.id).is_some_and(Option::is_some))
             .filter_map(|rows| {
                 let s = &rows.submission;
                 Some((s.endpoint_id, s.idempotency_key.as_deref()?))
@@ -237,7 +250,7 @@ impl Writer {
             .collect();
         let duplicates = prepared
             .iter()
-            .filter(|rows| valid.get(&rows.delivery.id) == Some(&false))
+            .filter(|rows| valid.get(&rows.delivery.id) == Some(&None))
             .filter(|rows| {
                 let s = &rows.submission;
                 s.idempotency_key
@@ -310,10 +323,14 @@ async fn existing_deliveries(db: &Db, ids: &[Uuid]) -> Result<HashSet<Uuid>, DbE
         .collect()
 }
 
-/// Writes `prepared` in one statement. Returns, for each submission whose endpoint is
-/// valid, whether it was stored (false: its idempotency key was taken), by delivery id.
-async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, bool>, DbErr> {
-    const COLUMNS: usize = 10;
+/// Writes `prepared` in one statement, in one transaction under the race policy. Returns,
+/// for each submission whose endpoint is valid, when it was stored (`None`: its
+/// idempotency key was taken), by delivery id.
+async fn store_many(
+    db: &Db,
+    prepared: &[Prepared],
+) -> Result<HashMap<Uuid, Option<DateTime<Utc>>>, DbErr> {
+    const COLUMNS: usize = 9;
     let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * COLUMNS);
     values.push(EVENTS_CHANNEL.into());
     let mut rows = Vec::with_capacity(prepared.len());
@@ -327,27 +344,27 @@ async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, bool
             Value::from(s.payload.clone()),
             Value::from(s.payload_hash.clone()),
             Value::from(s.submitted_by),
-            Value::from(s.created_at),
             Value::from(p.created.to_wire()?),
             Value::from(s.event_type.clone()),
         ]);
         rows.push(format!("({})", Db::placeholders(2 + n * COLUMNS, COLUMNS)));
     }
-    let sql = STORE_MANY.replace("{rows}", &rows.join(", "));
+    let sql = with_parking(DbBackend::Postgres, STORE_MANY).replace("{rows}", &rows.join(", "));
+    let (sql, values) = (&sql, &values);
     let stored = db
-        .conn()
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
+        .transaction(|txn| async move {
+            txn.query_all_raw(db.clock().statement(sql, values.iter().cloned()))
+                .await
+        })
         .await?;
     stored
         .iter()
         .map(|row| {
+            let stored: bool = row.try_get("", "stored")?;
+            let at: Option<DateTime<Utc>> = row.try_get("", "created_at")?;
             Ok((
                 row.try_get::<Uuid>("", "id")?,
-                row.try_get::<bool>("", "stored")?,
+                if stored { at } else { None },
             ))
         })
         .collect()

@@ -5,33 +5,35 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::DeliveryState;
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult};
 use uuid::Uuid;
 
-use crate::db::{self, Db};
+use crate::db::{Clock, Db};
 use crate::events::{Events, StateChange};
+use crate::service::parking::with_parking;
 
 /// The due rows, in due order: `pending` and due, or `processing` with an expired lease
-/// (a `processing` row's `next_attempt_at` is its lease expiry), of enabled endpoints.
-/// `$1` is now, `$2` the most to take. One definition, used by both backends below.
+/// (a `processing` row's `next_attempt_at` is its lease expiry). `parked`: the row's endpoint
+/// is disabled, so instead of being claimed the row is parked (see [`crate::service::parking`]); expired
+/// leases of a disabled endpoint leave the due index that way. `$1` is the most to take.
+/// One definition, used by both backends below.
 macro_rules! select_due {
     () => {
-        "SELECT d.id, d.state AS previous_state
+        "SELECT d.id, d.state AS previous_state, {parked(d.endpoint_id)} AS parked
     FROM webhook_deliveries d
-    JOIN endpoints e ON e.id = d.endpoint_id
     WHERE d.state IN ('pending', 'processing')
-      AND d.next_attempt_at <= $1
-      AND NOT e.disabled
+      AND d.next_attempt_at <= {now}
     ORDER BY d.next_attempt_at
-    LIMIT $2"
+    LIMIT $1"
     };
 }
 
 /// PostgreSQL: one statement. The `MATERIALIZED` CTE picks due rows in due order and
 /// locks them, skipping rows another transaction holds (never waiting on them); the
 /// UPDATE re-checks that each row is still due (the guard) and gives it a fresh token and
-/// lease. A row is claimed only if this UPDATE returned it. A `processing` row's
-/// `next_attempt_at` is its lease expiry, so abandoned work is due again by the same test.
+/// a lease of `$2`, on the database's clock. A row is claimed only if this UPDATE returned
+/// it with a token. A `processing` row's `next_attempt_at` is its lease expiry, so
+/// abandoned work is due again by the same test.
 const CLAIM_POSTGRES: &str = concat!(
     "WITH due AS MATERIALIZED (\n    ",
     select_due!(),
@@ -39,17 +41,17 @@ const CLAIM_POSTGRES: &str = concat!(
     FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE webhook_deliveries AS w
-SET state = 'processing',
-    claim_token = gen_random_uuid(),
-    claim_expires_at = $3,
-    next_attempt_at = $3,
-    updated_at = $1
+SET state = CASE WHEN due.parked THEN 'pending' ELSE 'processing' END,
+    claim_token = CASE WHEN due.parked THEN NULL ELSE gen_random_uuid() END,
+    claim_expires_at = CASE WHEN due.parked THEN NULL ELSE {after($2)} END,
+    next_attempt_at = CASE WHEN due.parked THEN NULL ELSE {after($2)} END,
+    updated_at = {now}
 FROM due
 WHERE w.id = due.id
   AND w.state IN ('pending', 'processing')
-  AND w.next_attempt_at <= $1
+  AND w.next_attempt_at <= {now}
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
-          due.previous_state"
+          w.claim_expires_at, w.updated_at, due.previous_state"
 );
 
 /// SQLite, step 1 (inside `BEGIN IMMEDIATE`, which already excludes other writers):
@@ -59,21 +61,25 @@ const DUE_SQLITE: &str = select_due!();
 /// SQLite, step 2: the same guarded UPDATE; `randomblob(16)` is a fresh UUID's bytes.
 const CLAIM_SQLITE: &str = "\
 UPDATE webhook_deliveries
-SET state = 'processing',
-    claim_token = randomblob(16),
-    claim_expires_at = $2,
-    next_attempt_at = $2,
-    updated_at = $1
+SET state = CASE WHEN {parked(endpoint_id)} THEN 'pending' ELSE 'processing' END,
+    claim_token = CASE WHEN {parked(endpoint_id)} THEN NULL ELSE randomblob(16) END,
+    claim_expires_at = CASE WHEN {parked(endpoint_id)} THEN NULL ELSE {after($1)} END,
+    next_attempt_at = CASE WHEN {parked(endpoint_id)} THEN NULL ELSE {after($1)} END,
+    updated_at = {now}
 WHERE state IN ('pending', 'processing')
-  AND next_attempt_at <= $1
+  AND next_attempt_at <= {now}
   AND id IN ({ids})
-RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at";
+RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at,
+          claim_expires_at, updated_at";
 
-/// Gives a claim back at once (when its delivery cannot be sent), fenced by its token.
+/// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
+/// due now, or parked if its endpoint was disabled meanwhile.
 const RELEASE: &str = "\
 UPDATE webhook_deliveries
-SET state = 'pending', claim_token = NULL, claim_expires_at = NULL, next_attempt_at = $3, updated_at = $3
-WHERE id = $1 AND claim_token = $2";
+SET state = 'pending', claim_token = NULL, claim_expires_at = NULL, updated_at = {now},
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
+WHERE id = $1 AND claim_token = $2
+RETURNING updated_at";
 
 /// A delivery this worker now holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +103,8 @@ pub struct Claim {
 }
 
 /// Claims up to `limit` due deliveries for `lease`, and publishes `PROCESSING` for each
-/// that was `pending` (retaking an expired lease changes no state).
+/// that was `pending` (retaking an expired lease changes no state). Due rows of disabled
+/// endpoints are parked instead (an expired lease goes back to `PENDING`, with no due time).
 pub async fn claim_due(
     db: &Db,
     events: &Events,
@@ -107,58 +114,73 @@ pub async fn claim_due(
     if limit == 0 {
         return Ok(Vec::new());
     }
-    let now = db::now();
-    let lease_expires_at =
-        now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(60));
-    let txn = db.begin_read_committed().await?;
-    let claims = match db.backend() {
-        DbBackend::Postgres => {
-            let rows = txn
-                .query_all_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    CLAIM_POSTGRES,
-                    [now.into(), i64::from(limit).into(), lease_expires_at.into()],
-                ))
-                .await?;
-            rows.iter()
-                .map(|row| {
-                    let previous: String = row.try_get("", "previous_state")?;
-                    claim_of(row, &previous, lease_expires_at)
-                })
-                .collect::<Result<Vec<_>, _>>()?
-        }
-        backend => claim_sqlite(&txn, backend, now, limit, lease_expires_at).await?,
-    };
-    let changes = claims
-        .iter()
-        .filter(|claim| claim.previous_state != DeliveryState::Processing)
-        .map(|claim| StateChange {
-            delivery_id: claim.delivery_id,
-            endpoint_id: claim.endpoint_id,
-            previous_state: Some(claim.previous_state),
-            state: DeliveryState::Processing,
-            at: now,
+    let (claims, staged) = db
+        .transaction(|txn| async move {
+            let clock = db.clock();
+            let rows = match db.backend() {
+                DbBackend::Postgres => {
+                    let sql = with_parking(DbBackend::Postgres, CLAIM_POSTGRES);
+                    txn.query_all_raw(
+                        clock.statement(&sql, [i64::from(limit).into(), clock.after(lease)]),
+                    )
+                    .await?
+                    .iter()
+                    .map(|row| {
+                        let previous: String = row.try_get("", "previous_state")?;
+                        taken(row, &previous)
+                    })
+                    .collect::<Result<Vec<_>, DbErr>>()?
+                }
+                backend => claim_sqlite(&txn, backend, clock, limit, lease).await?,
+            };
+            let mut claims = Vec::with_capacity(rows.len());
+            let mut changes = Vec::new();
+            for row in rows {
+                let state = if row.claim.is_some() {
+                    DeliveryState::Processing
+                } else {
+                    DeliveryState::Pending
+                };
+                if row.previous_state != state {
+                    changes.push(StateChange {
+                        delivery_id: row.delivery_id,
+                        endpoint_id: row.endpoint_id,
+                        previous_state: Some(row.previous_state),
+                        state,
+                        at: row.at,
+                    });
+                }
+                claims.extend(row.claim);
+            }
+            let staged = events.stage(&*txn, changes).await?;
+            Ok((claims, staged))
         })
-        .collect();
-    let staged = events.stage(&txn, changes).await?;
-    txn.commit().await?;
+        .await?;
     staged.committed();
     Ok(claims)
+}
+
+/// A due row as the claim left it: claimed, or parked (`claim: None`).
+struct Taken {
+    delivery_id: Uuid,
+    endpoint_id: Uuid,
+    previous_state: DeliveryState,
+    at: DateTime<Utc>,
+    claim: Option<Claim>,
 }
 
 /// SQLite's two steps, inside the write transaction `txn` (`BEGIN IMMEDIATE`).
 async fn claim_sqlite(
     txn: &DatabaseTransaction,
     backend: DbBackend,
-    now: DateTime<Utc>,
+    clock: Clock,
     limit: u32,
-    lease_expires_at: DateTime<Utc>,
-) -> Result<Vec<Claim>, DbErr> {
+    lease: Duration,
+) -> Result<Vec<Taken>, DbErr> {
     let due = txn
-        .query_all_raw(Statement::from_sql_and_values(
-            backend,
-            DUE_SQLITE,
-            [now.into(), i64::from(limit).into()],
+        .query_all_raw(clock.statement(
+            &with_parking(backend, DUE_SQLITE),
+            [i64::from(limit).into()],
         ))
         .await?;
     if due.is_empty() {
@@ -170,12 +192,11 @@ async fn claim_sqlite(
         let state: String = row.try_get("", "previous_state")?;
         previous.push((id, state));
     }
-    let sql = CLAIM_SQLITE.replace("{ids}", &Db::placeholders(3, previous.len()));
-    let mut values = vec![now.into(), lease_expires_at.into()];
+    let sql =
+        with_parking(backend, CLAIM_SQLITE).replace("{ids}", &Db::placeholders(2, previous.len()));
+    let mut values = vec![clock.after(lease)];
     values.extend(previous.iter().map(|(id, _)| (*id).into()));
-    let claimed = txn
-        .query_all_raw(Statement::from_sql_and_values(backend, &sql, values))
-        .await?;
+    let claimed = txn.query_all_raw(clock.statement(&sql, values)).await?;
     // RETURNING on SQLite can only name the updated table: the previous states come from step 1.
     claimed
         .iter()
@@ -186,59 +207,68 @@ async fn claim_sqlite(
                 .find(|(due_id, _)| *due_id == id)
                 .map(|(_, state)| state.as_str())
                 .unwrap_or_default();
-            claim_of(row, state, lease_expires_at)
+            taken(row, state)
         })
         .collect()
 }
 
-fn claim_of(
-    row: &QueryResult,
-    previous: &str,
-    lease_expires_at: DateTime<Utc>,
-) -> Result<Claim, DbErr> {
-    Ok(Claim {
-        delivery_id: row.try_get("", "id")?,
-        claim_token: row.try_get("", "claim_token")?,
-        previous_state: DeliveryState::parse(previous)
-            .ok_or_else(|| DbErr::Type(format!("unknown delivery state {previous:?}")))?,
-        cycle_attempts: row.try_get("", "cycle_attempts")?,
-        endpoint_id: row.try_get("", "endpoint_id")?,
-        submission_id: row.try_get("", "submission_id")?,
-        created_at: row.try_get("", "created_at")?,
-        lease_expires_at,
+fn taken(row: &QueryResult, previous: &str) -> Result<Taken, DbErr> {
+    let previous_state = DeliveryState::parse(previous)
+        .ok_or_else(|| DbErr::Type(format!("unknown delivery state {previous:?}")))?;
+    let delivery_id: Uuid = row.try_get("", "id")?;
+    let endpoint_id: Uuid = row.try_get("", "endpoint_id")?;
+    let token: Option<Uuid> = row.try_get("", "claim_token")?;
+    let lease: Option<DateTime<Utc>> = row.try_get("", "claim_expires_at")?;
+    let claim = match (token, lease) {
+        (Some(claim_token), Some(lease_expires_at)) => Some(Claim {
+            delivery_id,
+            claim_token,
+            previous_state,
+            cycle_attempts: row.try_get("", "cycle_attempts")?,
+            endpoint_id,
+            submission_id: row.try_get("", "submission_id")?,
+            created_at: row.try_get("", "created_at")?,
+            lease_expires_at,
+        }),
+        _ => None,
+    };
+    Ok(Taken {
+        delivery_id,
+        endpoint_id,
+        previous_state,
+        at: row.try_get("", "updated_at")?,
+        claim,
     })
 }
 
 /// Returns claims to `pending`, due now, so any worker may take them again without
-/// waiting for their lease. Claims that were meanwhile superseded are left alone.
+/// waiting for their lease (parked instead if the endpoint was disabled meanwhile). Claims
+/// that were meanwhile superseded are left alone.
 pub async fn release(db: &Db, events: &Events, claims: &[Claim]) -> Result<(), DbErr> {
-    let now = db::now();
-    let txn = db.begin_read_committed().await?;
-    let mut changes = Vec::new();
-    for claim in claims {
-        let released = txn
-            .execute_raw(Statement::from_sql_and_values(
-                db.backend(),
-                RELEASE,
-                [
-                    claim.delivery_id.into(),
-                    claim.claim_token.into(),
-                    now.into(),
-                ],
-            ))
-            .await?;
-        if released.rows_affected() == 1 {
-            changes.push(StateChange {
-                delivery_id: claim.delivery_id,
-                endpoint_id: claim.endpoint_id,
-                previous_state: Some(DeliveryState::Processing),
-                state: DeliveryState::Pending,
-                at: now,
-            });
-        }
-    }
-    let staged = events.stage(&txn, changes).await?;
-    txn.commit().await?;
+    let staged = db
+        .transaction(|txn| async move {
+            let sql = with_parking(db.backend(), RELEASE);
+            let mut changes = Vec::new();
+            for claim in claims {
+                let released = txn
+                    .query_one_raw(
+                        db.clock()
+                            .statement(&sql, [claim.delivery_id.into(), claim.claim_token.into()]),
+                    )
+                    .await?;
+                if let Some(row) = released {
+                    changes.push(StateChange {
+                        delivery_id: claim.delivery_id,
+                        endpoint_id: claim.endpoint_id,
+                        previous_state: Some(DeliveryState::Processing),
+                        state: DeliveryState::Pending,
+                        at: row.try_get("", "updated_at")?,
+                    });
+                }
+            }
+            events.stage(&*txn, changes).await
+        })
+        .await?;
     staged.committed();
     Ok(())
 }

@@ -11,6 +11,7 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement}
 use uuid::Uuid;
 
 use super::dispatch::AttemptOutcome;
+use crate::db::Clock;
 use crate::service::endpoints::{DisabledReason, DISABLE, PARK};
 
 /// A success ends the run of failures: the counter becomes the failures recorded after it.
@@ -149,12 +150,8 @@ async fn disable(
         .rows_affected()
         == 1;
     if changed {
-        txn.execute_raw(Statement::from_sql_and_values(
-            backend,
-            PARK,
-            [endpoint_id.into(), now.into()],
-        ))
-        .await?;
+        txn.execute_raw(Clock::new(backend).statement(PARK, [endpoint_id.into()]))
+            .await?;
     }
     Ok(changed)
 }

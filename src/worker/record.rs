@@ -4,21 +4,25 @@
 
 use std::collections::HashMap;
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::DeliveryState;
-use sea_orm::{ConnectionTrait, DbErr, Statement, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, Statement, Value};
 use uuid::Uuid;
 
 use super::claim::Claim;
 use super::dispatch::AttemptOutcome;
 use super::health::{self, HealthPolicy, Settled};
 use super::schedule::NextStep;
-use crate::db::{self, Db};
-use crate::events::{Events, StateChange};
+use crate::db::Db;
+use crate::events::{Events, Staged, StateChange};
+use crate::service::parking::with_parking;
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
 /// of one delivery take turns, and lifetime numbers are read under the lock.
-const LOCK_DELIVERIES: &str = "SELECT id FROM webhook_deliveries WHERE id IN ({ids}) ORDER BY id";
+const LOCK_DELIVERIES: &str =
+    "SELECT id, next_attempt_at FROM webhook_deliveries WHERE id IN ({ids}) ORDER BY id";
 
 /// Every attempt already recorded for the deliveries: the highest lifetime numbers, and
 /// which claims have recorded already (a claim makes one attempt, so a retried batch,
@@ -27,23 +31,22 @@ const RECORDED_ATTEMPTS: &str =
     "SELECT delivery_id, claim_token, number, superseded FROM delivery_attempts WHERE delivery_id IN ({ids})";
 
 /// The fenced transitions: a row changes only while its claim still holds the delivery.
-/// A row that is not returned was superseded by a newer claim, whose state stands.
+/// A row that is not returned was superseded by a newer claim, whose state stands. A retry
+/// is due `v.delay` after now on the database's clock, or parked if the endpoint is disabled.
 const FENCED_TRANSITIONS: &str = "\
-WITH v (id, token, state, next_at, error, at) AS (VALUES {rows})
+WITH v (id, token, state, delay, error) AS (VALUES {rows})
 UPDATE webhook_deliveries
 SET state = v.state,
     cycle_attempts = webhook_deliveries.cycle_attempts + 1,
-    -- a retry of a disabled endpoint's delivery is parked until the endpoint returns
-    next_attempt_at = CASE WHEN EXISTS (
-        SELECT 1 FROM endpoints e WHERE e.id = webhook_deliveries.endpoint_id AND e.disabled
-    ) THEN NULL ELSE v.next_at END,
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL
+                           ELSE {after(v.delay)} END,
     claim_token = NULL,
     claim_expires_at = NULL,
     last_error = v.error,
-    updated_at = v.at
+    updated_at = {now}
 FROM v
 WHERE webhook_deliveries.id = v.id AND webhook_deliveries.claim_token = v.token
-RETURNING webhook_deliveries.id";
+RETURNING webhook_deliveries.id, webhook_deliveries.next_attempt_at, webhook_deliveries.updated_at";
 
 /// The attempts themselves.
 const INSERT_ATTEMPTS: &str = "\
@@ -67,21 +70,14 @@ pub struct FinishedAttempt {
 }
 
 impl FinishedAttempt {
-    /// The state and next due time this attempt leads to, if its claim still holds.
-    fn transition(&self) -> Result<(DeliveryState, Option<DateTime<Utc>>), DbErr> {
-        Ok(match self.step {
+    /// The state this attempt leads to if its claim still holds, and for a retry, after how
+    /// long it is due (counted on the database's clock when recorded).
+    fn transition(&self) -> (DeliveryState, Option<Duration>) {
+        match self.step {
             NextStep::Delivered => (DeliveryState::Delivered, None),
             NextStep::Failed => (DeliveryState::Failed, None),
-            NextStep::RetryAfter(delay) => {
-                let at = chrono::Duration::from_std(delay)
-                    .ok()
-                    .and_then(|delay| self.finished_at.checked_add_signed(delay))
-                    .ok_or_else(|| {
-                        DbErr::Custom(format!("retry delay {delay:?} is out of range"))
-                    })?;
-                (DeliveryState::Pending, Some(at))
-            }
-        })
+            NextStep::RetryAfter(delay) => (DeliveryState::Pending, Some(delay)),
+        }
     }
 }
 
@@ -153,25 +149,44 @@ async fn record_unique(
     if attempts.is_empty() {
         return Ok(Vec::new());
     }
+    let (results, staged, disabled) = db
+        .transaction(|txn| async move { record_in(&txn, db, events, policy, attempts).await })
+        .await?;
+    staged.committed();
+    health::log_disabled(&disabled);
+    Ok(results)
+}
+
+/// The work of [`record_unique`] inside its transaction.
+async fn record_in(
+    txn: &DatabaseTransaction,
+    db: &Db,
+    events: &Events,
+    policy: HealthPolicy,
+    attempts: &[FinishedAttempt],
+) -> Result<(Vec<Recorded>, Staged, Vec<health::Disabled>), DbErr> {
     let backend = db.backend();
-    let now = db::now();
     let mut ids: Vec<Uuid> = attempts.iter().map(|a| a.claim.delivery_id).collect();
     ids.sort();
     ids.dedup();
     let id_values = || ids.iter().map(|id| Value::from(*id)).collect::<Vec<_>>();
     let id_list = Db::placeholders(1, ids.len());
 
-    let txn = db.begin_read_committed().await?;
-    txn.execute_raw(Statement::from_sql_and_values(
-        backend,
-        format!(
-            "{}{}",
-            LOCK_DELIVERIES.replace("{ids}", &id_list),
-            db.lock_rows()
-        ),
-        id_values(),
-    ))
-    .await?;
+    let mut due: HashMap<Uuid, Option<DateTime<Utc>>> = HashMap::new();
+    for row in txn
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            format!(
+                "{}{}",
+                LOCK_DELIVERIES.replace("{ids}", &id_list),
+                db.lock_rows()
+            ),
+            id_values(),
+        ))
+        .await?
+    {
+        due.insert(row.try_get("", "id")?, row.try_get("", "next_attempt_at")?);
+    }
     let mut highest: HashMap<Uuid, i32> = HashMap::new();
     let mut already: HashMap<Uuid, (i32, bool)> = HashMap::new();
     for row in txn
@@ -197,109 +212,114 @@ async fn record_unique(
         if already.contains_key(&attempt.claim.claim_token) {
             continue;
         }
-        let (state, next_at) = attempt.transition()?;
+        let (state, delay) = attempt.transition();
         let top = highest.entry(attempt.claim.delivery_id).or_default();
         *top += 1;
-        fresh.push((index, *top, state, next_at));
+        fresh.push((index, *top, state, delay));
+    }
+    if fresh.is_empty() {
+        let staged = events.stage(txn, Vec::new()).await?;
+        return Ok((
+            finish(attempts, Vec::new(), &already, &due)?,
+            staged,
+            Vec::new(),
+        ));
     }
 
-    let mut applied: Vec<Uuid> = Vec::new();
-    if !fresh.is_empty() {
-        let mut values = Vec::with_capacity(fresh.len() * 6);
-        let rows: Vec<String> = fresh
-            .iter()
-            .enumerate()
-            .map(|(n, (index, _, state, next_at))| {
-                let attempt = &attempts[*index];
-                values.extend([
-                    Value::from(attempt.claim.delivery_id),
-                    Value::from(attempt.claim.claim_token),
-                    Value::from(state.as_str()),
-                    Value::from(*next_at),
-                    Value::from(attempt.outcome.error.clone()),
-                    Value::from(now),
-                ]);
-                format!("({})", Db::placeholders(n * 6 + 1, 6))
-            })
-            .collect();
-        let sql = FENCED_TRANSITIONS.replace("{rows}", &rows.join(", "));
-        for row in txn
-            .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-            .await?
-        {
-            applied.push(row.try_get("", "id")?);
-        }
-        // Each delivery appears once per batch, so a returned id names the claim that held.
-        let holds = |claim: &Claim| applied.contains(&claim.delivery_id);
+    // Each delivery appears once per batch, so a returned id names the claim that held:
+    // its new due time and the database's time of the change.
+    let clock = db.clock();
+    let mut values = Vec::with_capacity(fresh.len() * 5);
+    let rows: Vec<String> = fresh
+        .iter()
+        .enumerate()
+        .map(|(n, (index, _, state, delay))| {
+            let attempt = &attempts[*index];
+            values.extend([
+                Value::from(attempt.claim.delivery_id),
+                Value::from(attempt.claim.claim_token),
+                Value::from(state.as_str()),
+                clock.after_opt(*delay),
+                Value::from(attempt.outcome.error.clone()),
+            ]);
+            format!("({})", Db::placeholders(n * 5 + 1, 5))
+        })
+        .collect();
+    let sql = with_parking(backend, FENCED_TRANSITIONS).replace("{rows}", &rows.join(", "));
+    let mut applied: HashMap<Uuid, (Option<DateTime<Utc>>, DateTime<Utc>)> = HashMap::new();
+    for row in txn.query_all_raw(clock.statement(&sql, values)).await? {
+        applied.insert(
+            row.try_get("", "id")?,
+            (
+                row.try_get("", "next_attempt_at")?,
+                row.try_get("", "updated_at")?,
+            ),
+        );
+    }
+    let holds = |claim: &Claim| applied.get(&claim.delivery_id);
 
-        let mut values = Vec::with_capacity(fresh.len() * 10);
-        let rows: Vec<String> = fresh
-            .iter()
-            .enumerate()
-            .map(|(n, (index, number, ..))| {
-                let attempt = &attempts[*index];
-                let outcome = &attempt.outcome;
-                values.extend([
-                    Value::from(Uuid::now_v7()),
-                    Value::from(attempt.claim.delivery_id),
-                    Value::from(*number),
-                    Value::from(attempt.claim.claim_token),
-                    Value::from(attempt.started_at),
-                    Value::from(attempt.finished_at),
-                    Value::from(outcome.status.map(i32::from)),
-                    Value::from(outcome.error.clone()),
-                    Value::from(Some(
-                        i32::try_from(outcome.duration.as_millis()).unwrap_or(i32::MAX),
-                    )),
-                    Value::from(!holds(&attempt.claim)),
-                ]);
-                format!("({})", Db::placeholders(n * 10 + 1, 10))
-            })
-            .collect();
-        let sql = INSERT_ATTEMPTS.replace("{rows}", &rows.join(", "));
-        txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-            .await?;
+    let mut values = Vec::with_capacity(fresh.len() * 10);
+    let rows: Vec<String> = fresh
+        .iter()
+        .enumerate()
+        .map(|(n, (index, number, ..))| {
+            let attempt = &attempts[*index];
+            let outcome = &attempt.outcome;
+            values.extend([
+                Value::from(Uuid::now_v7()),
+                Value::from(attempt.claim.delivery_id),
+                Value::from(*number),
+                Value::from(attempt.claim.claim_token),
+                Value::from(attempt.started_at),
+                Value::from(attempt.finished_at),
+                Value::from(outcome.status.map(i32::from)),
+                Value::from(outcome.error.clone()),
+                Value::from(Some(
+                    i32::try_from(outcome.duration.as_millis()).unwrap_or(i32::MAX),
+                )),
+                Value::from(holds(&attempt.claim).is_none()),
+            ]);
+            format!("({})", Db::placeholders(n * 10 + 1, 10))
+        })
+        .collect();
+    let sql = INSERT_ATTEMPTS.replace("{rows}", &rows.join(", "));
+    txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?;
 
-        let changes = fresh
-            .iter()
-            .filter(|(index, ..)| holds(&attempts[*index].claim))
-            .map(|(index, _, state, _)| StateChange {
-                delivery_id: attempts[*index].claim.delivery_id,
-                endpoint_id: attempts[*index].claim.endpoint_id,
+    let mut changes = Vec::new();
+    let mut results: Vec<Option<Recorded>> = vec![None; attempts.len()];
+    for (index, number, state, _) in &fresh {
+        let claim = &attempts[*index].claim;
+        let held = holds(claim).copied();
+        if let Some((_, at)) = held {
+            changes.push(StateChange {
+                delivery_id: claim.delivery_id,
+                endpoint_id: claim.endpoint_id,
                 previous_state: Some(DeliveryState::Processing),
                 state: *state,
-                at: attempts[*index].finished_at,
-            })
-            .collect();
-        let settled: Vec<Settled> = fresh
-            .iter()
-            .filter(|(index, ..)| holds(&attempts[*index].claim))
-            .map(|(index, _, state, _)| Settled {
-                endpoint_id: attempts[*index].claim.endpoint_id,
-                state: *state,
-                gone: health::is_gone(&attempts[*index].outcome),
-                at: attempts[*index].finished_at,
-            })
-            .collect();
-        let disabled = health::settle(&txn, backend, policy, &settled, now).await?;
-        let staged = events.stage(&txn, changes).await?;
-        txn.commit().await?;
-        staged.committed();
-        health::log_disabled(&disabled);
-
-        let mut results: Vec<Option<Recorded>> = vec![None; attempts.len()];
-        for (index, number, state, next_at) in &fresh {
-            let held = holds(&attempts[*index].claim);
-            results[*index] = Some(Recorded {
-                number: *number,
-                new_state: held.then_some(*state),
-                next_attempt_at: if held { *next_at } else { None },
+                at,
             });
         }
-        return finish(attempts, results, &already);
+        results[*index] = Some(Recorded {
+            number: *number,
+            new_state: held.map(|_| *state),
+            next_attempt_at: held.and_then(|(next, _)| next),
+        });
     }
-    txn.commit().await?;
-    finish(attempts, vec![None; attempts.len()], &already)
+    // The endpoints' health moves with their deliveries' outcomes, in this transaction.
+    let settled: Vec<Settled> = fresh
+        .iter()
+        .filter(|(index, ..)| holds(&attempts[*index].claim).is_some())
+        .map(|(index, _, state, _)| Settled {
+            endpoint_id: attempts[*index].claim.endpoint_id,
+            state: *state,
+            gone: health::is_gone(&attempts[*index].outcome),
+            at: attempts[*index].finished_at,
+        })
+        .collect();
+    let disabled = health::settle(txn, backend, policy, &settled, crate::db::now()).await?;
+    let staged = events.stage(txn, changes).await?;
+    Ok((finish(attempts, results, &already, &due)?, staged, disabled))
 }
 
 /// Fills in the results of attempts that an earlier try of this batch already recorded.
@@ -307,7 +327,9 @@ fn finish(
     attempts: &[FinishedAttempt],
     mut results: Vec<Option<Recorded>>,
     already: &HashMap<Uuid, (i32, bool)>,
+    due: &HashMap<Uuid, Option<DateTime<Utc>>>,
 ) -> Result<Vec<Recorded>, DbErr> {
+    results.resize(attempts.len(), None);
     attempts
         .iter()
         .zip(results.iter_mut())
@@ -320,7 +342,8 @@ fn finish(
                     .ok_or_else(|| {
                         DbErr::Custom("an attempt was neither new nor recorded".into())
                     })?;
-                let (state, next_at) = attempt.transition()?;
+                let (state, _) = attempt.transition();
+                let next_at = due.get(&attempt.claim.delivery_id).copied().flatten();
                 Ok(Recorded {
                     number,
                     new_state: (!superseded).then_some(state),

@@ -16,7 +16,7 @@ use sea_orm::{ConnectionTrait, EntityTrait, QueryOrder, Statement, TransactionTr
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
-use crate::on_both_backends;
+use crate::on_every_backend;
 use crate::support::{Backend, TestApp, TestDb};
 
 const LONG_LEASE: Duration = Duration::from_secs(60);
@@ -456,7 +456,71 @@ async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
     assert_eq!(ids.len(), 2);
 }
 
-on_both_backends!(
+/// Parking holds at the edges: a claim given back after its endpoint was disabled is
+/// parked, not due; an expired lease of a disabled endpoint is parked by the next claim
+/// instead of staying due for every claim to scan past.
+async fn released_and_expired_claims_of_a_disabled_endpoint_are_parked(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (app, ids) = seed(&db, 2).await;
+    let pool = &app.state.db;
+    let events = events_for(pool);
+    let claims = claim_due(pool, &events, 10, LONG_LEASE)
+        .await
+        .expect("claim");
+    assert_eq!(claims.len(), 2);
+    let admin = app.admin_token().await;
+    let endpoint = delivery(pool, ids[0]).await.endpoint_id.to_string();
+    let body = app
+        .graphql(
+            &admin,
+            "mutation($id: ID!) { updateEndpoint(id: $id, input: {disabled: true}) { endpoint { disabled } } }",
+            serde_json::json!({ "id": endpoint }),
+        )
+        .await;
+    assert_eq!(
+        body["data"]["updateEndpoint"]["endpoint"]["disabled"], true,
+        "{body}"
+    );
+
+    courier::worker::claim::release(pool, &events, &claims[..1])
+        .await
+        .expect("release");
+    let released = delivery(pool, claims[0].delivery_id).await;
+    assert_eq!(
+        (
+            released.state,
+            released.next_attempt_at,
+            released.claim_token
+        ),
+        (DeliveryState::Pending, None, None),
+        "a released claim of a disabled endpoint is parked"
+    );
+
+    // The other worker died: its lease ran out an hour ago.
+    let past = courier::db::now() - chrono::Duration::hours(1);
+    pool.conn()
+        .execute_raw(Statement::from_sql_and_values(
+            pool.backend(),
+            "UPDATE webhook_deliveries SET next_attempt_at = $1, claim_expires_at = $1 WHERE id = $2",
+            [past.into(), claims[1].delivery_id.into()],
+        ))
+        .await
+        .expect("expire the lease");
+    assert!(claim_due(pool, &events, 10, LONG_LEASE)
+        .await
+        .expect("claim")
+        .is_empty());
+    let expired = delivery(pool, claims[1].delivery_id).await;
+    assert_eq!(
+        (expired.state, expired.next_attempt_at, expired.claim_token),
+        (DeliveryState::Pending, None, None),
+        "an expired lease of a disabled endpoint is parked"
+    );
+    assert_eq!(app.state.deliveries.due_count().await.expect("due"), 0);
+}
+
+on_every_backend!(
+    released_and_expired_claims_of_a_disabled_endpoint_are_parked,
     disabling_an_endpoint_parks_its_deliveries,
     a_batch_records_each_outcome_under_its_own_fence,
     recording_is_idempotent_per_claim,
@@ -467,9 +531,8 @@ on_both_backends!(
 );
 
 /// A row another session has locked is skipped at once, not waited on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locked_rows_are_skipped_not_waited_on() {
-    let db = TestDb::new(Backend::Postgres).await;
+async fn locked_rows_are_skipped_not_waited_on(backend: Backend) {
+    let db = TestDb::new(backend).await;
     let (_app, ids) = seed(&db, 2).await;
     let holder = db.connect(1).await;
     let txn = holder.conn().begin().await.expect("begin");
@@ -506,11 +569,12 @@ async fn locked_rows_are_skipped_not_waited_on() {
     );
 }
 
-/// Deliveries of a disabled endpoint are never claimed, even when only the flag changed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deliveries_of_disabled_endpoints_are_not_claimed() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let (app, _ids) = seed(&db, 3).await;
+/// Deliveries of a disabled endpoint are never claimed, even when only the flag changed:
+/// the claim parks them instead (out of the due index, so no claim scans past them again),
+/// and re-enabling the endpoint through the API makes them due.
+async fn deliveries_of_disabled_endpoints_are_not_claimed(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (app, ids) = seed(&db, 3).await;
     let events = events_for(&app.state.db);
     let conn = app.state.db.conn();
     conn.execute_unprepared("UPDATE endpoints SET disabled = true")
@@ -520,9 +584,26 @@ async fn deliveries_of_disabled_endpoints_are_not_claimed() {
         .await
         .expect("claim")
         .is_empty());
-    conn.execute_unprepared("UPDATE endpoints SET disabled = false")
-        .await
-        .expect("enable");
+    for id in &ids {
+        let parked = delivery(&app.state.db, *id).await;
+        assert_eq!(
+            (parked.state, parked.next_attempt_at),
+            (DeliveryState::Pending, None)
+        );
+    }
+    let endpoint = delivery(&app.state.db, ids[0]).await.endpoint_id;
+    let admin = app.admin_token().await;
+    let body = app
+        .graphql(
+            &admin,
+            "mutation($id: ID!) { updateEndpoint(id: $id, input: {disabled: false}) { endpoint { disabled } } }",
+            serde_json::json!({ "id": endpoint.to_string() }),
+        )
+        .await;
+    assert_eq!(
+        body["data"]["updateEndpoint"]["endpoint"]["disabled"], false,
+        "{body}"
+    );
     assert_eq!(
         claim_due(&app.state.db, &events, 10, LONG_LEASE)
             .await
@@ -618,3 +699,8 @@ async fn disabling_an_endpoint_parks_its_deliveries(backend: Backend) {
         None
     );
 }
+
+crate::on_postgres!(
+    locked_rows_are_skipped_not_waited_on,
+    deliveries_of_disabled_endpoints_are_not_claimed,
+);

@@ -322,10 +322,9 @@ async fn retries_follow_the_backoff_and_retry_after() {
 }
 
 /// Three instances with workers on one database: every submission delivered, none twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_instances_deliver_every_submission_exactly_once() {
+async fn three_instances_deliver_every_submission_exactly_once(backend: Backend) {
     const SUBMISSIONS: usize = 300;
-    let db = TestDb::new(Backend::Postgres).await;
+    let db = TestDb::new(backend).await;
     let mut apps = Vec::new();
     for _ in 0..3 {
         apps.push(TestApp::spawn_with(&db, quick_worker).await);
@@ -407,3 +406,5 @@ async fn private_destinations_are_never_contacted_when_refused() {
         "no request reached the private address"
     );
 }
+
+crate::on_postgres!(three_instances_deliver_every_submission_exactly_once,);

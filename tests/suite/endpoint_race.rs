@@ -8,7 +8,7 @@ use serde_json::json;
 use tokio::sync::Barrier;
 
 use crate::endpoints::stored_secret;
-use crate::on_both_backends;
+use crate::on_every_backend;
 use crate::support::{Backend, TestApp, TestDb};
 
 const RACERS: usize = 8;
@@ -82,12 +82,11 @@ async fn concurrent_url_changes_each_get_what_they_stored(backend: Backend) {
     );
 }
 
-on_both_backends!(concurrent_url_changes_each_get_what_they_stored);
+on_every_backend!(concurrent_url_changes_each_get_what_they_stored);
 
 /// An update waits for a row lock held by another connection, then proceeds: the lock is real.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn update_waits_for_a_row_lock_held_elsewhere() {
-    let db = TestDb::new(Backend::Postgres).await;
+async fn update_waits_for_a_row_lock_held_elsewhere(backend: Backend) {
+    let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
     let (id, _) = app
@@ -125,3 +124,5 @@ async fn update_waits_for_a_row_lock_held_elsewhere() {
         "{body}"
     );
 }
+
+crate::on_postgres!(update_waits_for_a_row_lock_held_elsewhere,);

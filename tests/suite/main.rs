@@ -7,6 +7,7 @@
 mod auth;
 mod claims;
 mod cli;
+mod clock_skew;
 mod database_outage;
 mod delivery;
 mod destinations;
@@ -20,6 +21,7 @@ mod hostile_documents;
 mod http_hardening;
 mod lifecycle;
 mod listings;
+mod parking;
 mod rate_limit;
 mod replay;
 mod revocation;

@@ -7,7 +7,7 @@ use sea_orm::{ConnectionTrait, Statement};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
-use crate::on_both_backends;
+use crate::on_every_backend;
 use crate::submissions::{row_counts, submit, SUBMIT};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
@@ -278,7 +278,7 @@ async fn the_counter_retries_serialization_failures_a_bounded_number_of_times() 
     assert_eq!(app.state.metrics.rate_limit_errors.get(), 1);
 }
 
-on_both_backends!(
+on_every_backend!(
     concurrent_submits_over_independent_apps_admit_exactly_the_limit,
     a_business_rollback_does_not_refund_quota,
     a_broken_counter_lets_requests_through_and_is_counted,

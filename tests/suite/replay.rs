@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
 use crate::delivery::{endpoint_on, quick_worker, settle, wait_for_state};
-use crate::on_both_backends;
+use crate::on_every_backend;
 use crate::submissions::submit;
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -40,10 +40,9 @@ async fn switchable_receiver() -> (Receiver, Arc<AtomicBool>) {
 
 /// Twelve replays over two instances at once: one wins, the rest are told the state the
 /// database settled on; the delivery then runs one new cycle, numbering on from before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_replays_have_exactly_one_winner() {
+async fn concurrent_replays_have_exactly_one_winner(backend: Backend) {
     const RACERS: usize = 12;
-    let db = TestDb::new(Backend::Postgres).await;
+    let db = TestDb::new(backend).await;
     let worker = TestApp::spawn_with(&db, quick_worker).await;
     let apps = [TestApp::spawn(&db).await, TestApp::spawn(&db).await];
     let admin = worker.admin_token().await;
@@ -186,4 +185,6 @@ async fn only_failed_deliveries_can_be_replayed(backend: Backend) {
     assert!(metrics.contains("courier_replays_total 1"), "{metrics}");
 }
 
-on_both_backends!(only_failed_deliveries_can_be_replayed);
+on_every_backend!(only_failed_deliveries_can_be_replayed);
+
+crate::on_postgres!(concurrent_replays_have_exactly_one_winner,);

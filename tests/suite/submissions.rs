@@ -9,7 +9,7 @@ use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, Statement, Transacti
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
-use crate::on_both_backends;
+use crate::on_every_backend;
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 pub const SUBMIT: &str = "mutation($input: SubmitInput!) { submit(input: $input) { created submission { id idempotencyKey payload endpoint { id } delivery { id } } delivery { id state cycleAttempts nextAttemptAt } } }";
@@ -388,7 +388,7 @@ async fn bad_input_is_refused_and_writes_nothing(backend: Backend) {
     assert_eq!(ok["data"]["submit"]["created"], true, "{ok}");
 }
 
-on_both_backends!(
+on_every_backend!(
     same_key_same_content_doubled_creates_once,
     same_key_same_content_sixteen_fold_over_two_instances_creates_once,
     same_key_different_content_conflicts,
@@ -464,13 +464,11 @@ async fn idempotency_holds_at_repeatable_read() {
     assert_eq!(row_counts(&apps[0]).await, (1, 1));
 }
 
-/// Submissions arriving together are written together on PostgreSQL, in one statement with
-/// an in-batch duplicate key; each caller still gets its own answer: stored, unknown
-/// endpoint, disabled endpoint, or the idempotent winner.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn submissions_written_together_get_their_own_answers() {
+/// Submissions arriving together are written together on PostgreSQL; each caller still gets
+/// its own answer: stored, unknown endpoint, disabled endpoint, or the idempotent winner.
+async fn submissions_written_together_get_their_own_answers(backend: Backend) {
     const EACH: usize = 12;
-    let db = TestDb::new(Backend::Postgres).await;
+    let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
     let (open, _) = app
@@ -545,3 +543,5 @@ async fn submissions_written_together_get_their_own_answers() {
     // The gate's submission, the open endpoint's, and the shared key's.
     assert_eq!(row_counts(&app).await, (EACH as u64 + 2, EACH as u64 + 2));
 }
+
+crate::on_postgres!(submissions_written_together_get_their_own_answers,);

@@ -13,6 +13,9 @@ pub enum Backend {
     Sqlite,
     /// A freshly created PostgreSQL database.
     Postgres,
+    /// A freshly created PostgreSQL database whose default isolation is REPEATABLE READ
+    /// (a common server setting): Courier must pin what it needs itself.
+    PostgresRepeatableRead,
 }
 
 /// One test's database. Several independent pools can be opened on it with [`TestDb::connect`].
@@ -48,7 +51,7 @@ impl TestDb {
                     cleanup: Cleanup::SqliteFile(path),
                 }
             }
-            Backend::Postgres => {
+            Backend::Postgres | Backend::PostgresRepeatableRead => {
                 let server_url = postgres_server::url().await;
                 let name = format!("courier_test_{}", Uuid::new_v4().simple());
                 let admin = Db::connect(&server_url, 1)
@@ -59,6 +62,15 @@ impl TestDb {
                     .execute_unprepared(&format!("CREATE DATABASE {name}"))
                     .await
                     .expect("create the test database");
+                if backend == Backend::PostgresRepeatableRead {
+                    admin
+                        .conn()
+                        .execute_unprepared(&format!(
+                            "ALTER DATABASE {name} SET default_transaction_isolation = 'repeatable read'"
+                        ))
+                        .await
+                        .expect("make REPEATABLE READ the database default");
+                }
                 admin.close().await.expect("close the admin connection");
                 TestDb {
                     url: with_database(&server_url, &name),

@@ -42,3 +42,46 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// Runs a race test on every backend: SQLite, PostgreSQL at the server default, and
+/// PostgreSQL with `default_transaction_isolation = 'repeatable read'`, where only
+/// Courier's own transaction policy keeps the races settled.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_both_backends!($($name),*);
+        mod postgres_repeatable_read {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Backend::PostgresRepeatableRead).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Runs a PostgreSQL-only race test at the server default isolation and at REPEATABLE READ.
+#[macro_export]
+macro_rules! on_postgres {
+    ($($name:ident),* $(,)?) => {
+        mod postgres_only {
+            mod default_isolation {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                    async fn $name() {
+                        super::super::$name($crate::support::Backend::Postgres).await;
+                    }
+                )*
+            }
+            mod repeatable_read {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                    async fn $name() {
+                        super::super::$name($crate::support::Backend::PostgresRepeatableRead).await;
+                    }
+                )*
+            }
+        }
+    };
+}

@@ -54,8 +54,12 @@ pub struct Received {
     pub verified: bool,
     /// `content-type`.
     pub content_type: String,
-    /// `webhook-timestamp`.
+    /// `webhook-timestamp`, as sent.
     pub timestamp: String,
+    /// `webhook-timestamp`: the sender's clock, in Unix seconds.
+    pub timestamp_secs: i64,
+    /// When it arrived (this process's monotonic clock).
+    pub at: std::time::Instant,
     /// `webhook-signature`: one or more space-separated `v1,<base64>`.
     pub signature: String,
 }
@@ -201,6 +205,12 @@ async fn receive(
                 .to_owned(),
             timestamp: header("webhook-timestamp"),
             signature: header("webhook-signature"),
+            at: std::time::Instant::now(),
+            timestamp_secs: headers
+                .get("webhook-timestamp")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_default(),
         });
         received
             .iter()

@@ -1,0 +1,96 @@
+//! The one transaction policy of every race path: READ COMMITTED pinned on PostgreSQL
+//! whatever the server's default, the write lock taken up front on SQLite, and a bounded
+//! retry of the whole transaction on a transient conflict.
+//!
+//! Why READ COMMITTED: every race is settled by row locks and conditions re-checked on the
+//! locked row (`FOR UPDATE SKIP LOCKED`, `FOR SHARE`, `WHERE claim_token = ...`, `ON
+//! CONFLICT`). At READ COMMITTED a statement that waited on a lock sees the winner's row
+//! and decides on it; at REPEATABLE READ (a common server default) the same wait ends in a
+//! serialization failure, which would surface as an internal error.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::{
+    DatabaseTransaction, DbBackend, DbErr, IsolationLevel, SqliteTransactionMode,
+    TransactionOptions, TransactionTrait,
+};
+
+use super::{is_transient, Db};
+
+/// Tries of one transaction before a transient conflict is reported.
+pub const MAX_TRIES: u32 = 5;
+
+/// The transaction a unit of work runs in. Shared, so the work's future owns its handle;
+/// the work must not keep a clone beyond its end (the commit needs the only one).
+pub type Txn = Arc<DatabaseTransaction>;
+
+impl Db {
+    /// Runs `work` in a transaction under the race policy (see the module docs) and commits
+    /// it. A serialization failure, deadlock or busy SQLite database, whether raised by
+    /// `work` or by the commit, rolls back and runs `work` again, up to [`MAX_TRIES`] times
+    /// with a short jittered pause; any other error rolls back and is returned. `work` may
+    /// therefore run more than once and must keep its effects inside the transaction.
+    pub async fn transaction<T, F, Fut>(&self, mut work: F) -> Result<T, DbErr>
+    where
+        F: FnMut(Txn) -> Fut,
+        Fut: Future<Output = Result<T, DbErr>>,
+    {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let err = match self.try_once(&mut work).await {
+                Ok(done) => return Ok(done),
+                Err(err) => err,
+            };
+            if tries >= MAX_TRIES || !is_transient(&err) {
+                return Err(err);
+            }
+            tracing::debug!(tries, error = %err, "transient conflict; retrying the transaction");
+            let pause = 5 * u64::from(tries) + rand::random_range(0..10);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    async fn try_once<T, F, Fut>(&self, work: &mut F) -> Result<T, DbErr>
+    where
+        F: FnMut(Txn) -> Fut,
+        Fut: Future<Output = Result<T, DbErr>>,
+    {
+        let txn = Arc::new(self.begin_race().await?);
+        let done = work(txn.clone()).await;
+        let txn = Arc::try_unwrap(txn)
+            .map_err(|_| DbErr::Custom("a transaction outlived its work".into()))?;
+        match done {
+            Ok(done) => {
+                txn.commit().await?;
+                Ok(done)
+            }
+            Err(err) => {
+                // A failed rollback closes the connection; the error that matters is `err`.
+                let _ = txn.rollback().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Begins a transaction at the race policy's isolation.
+    async fn begin_race(&self) -> Result<DatabaseTransaction, DbErr> {
+        match self.backend() {
+            DbBackend::Postgres => {
+                self.conn
+                    .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
+                    .await
+            }
+            _ => {
+                self.conn
+                    .begin_with_options(TransactionOptions {
+                        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                        ..TransactionOptions::default()
+                    })
+                    .await
+            }
+        }
+    }
+}

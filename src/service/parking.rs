@@ -1,0 +1,54 @@
+//! Parking, one rule in one place: a delivery whose endpoint is disabled has no due time
+//! (`next_attempt_at IS NULL`), so no claim ever scans past it, until re-enabling makes it
+//! due again. Every statement that gives a delivery a due time asks this rule.
+
+use sea_orm::DbBackend;
+
+/// Renders `{parked(X)}` in `template`, where `X` is the SQL naming a delivery's
+/// endpoint id, as a boolean: whether that endpoint is disabled. On PostgreSQL the endpoint
+/// row is read `FOR SHARE`: a disable holds it `FOR UPDATE` until it has parked the
+/// backlog, so a statement racing it either waits and then sees it disabled, or goes first
+/// and leaves a row the disable then parks. Never a due row after the disable commits.
+/// (SQLite's write transactions already exclude each other.)
+pub fn with_parking(backend: DbBackend, template: &str) -> String {
+    let lock = match backend {
+        DbBackend::Postgres => " FOR SHARE",
+        _ => "",
+    };
+    let mut out = String::with_capacity(template.len() + 96);
+    let mut rest = template;
+    while let Some(at) = rest.find("{parked(") {
+        out.push_str(&rest[..at]);
+        let inner = &rest[at + "{parked(".len()..];
+        let Some(close) = inner.find(")}") else {
+            break;
+        };
+        out.push_str(&format!(
+            "(SELECT parking.disabled FROM endpoints parking WHERE parking.id = {}{lock})",
+            &inner[..close]
+        ));
+        rest = &inner[close + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule_reads_the_endpoint_under_a_share_lock_on_postgres() {
+        let template = "CASE WHEN {parked(d.endpoint_id)} THEN NULL ELSE {now} END";
+        assert_eq!(
+            with_parking(DbBackend::Postgres, template),
+            "CASE WHEN (SELECT parking.disabled FROM endpoints parking \
+             WHERE parking.id = d.endpoint_id FOR SHARE) THEN NULL ELSE {now} END"
+        );
+        assert_eq!(
+            with_parking(DbBackend::Sqlite, template),
+            "CASE WHEN (SELECT parking.disabled FROM endpoints parking \
+             WHERE parking.id = d.endpoint_id) THEN NULL ELSE {now} END"
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! Several hosts, one database, clocks that disagree: real `courier serve` processes run
+//! under libfaketime two minutes ahead and two minutes behind, next to a correct one, on one
+//! PostgreSQL database. Every decision about time is the database's, so none of it shows.
+
+use std::collections::HashMap;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use courier::auth::{self, Role};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use serde_json::{json, Value};
+
+use crate::cli::{spawn_serve, spawn_serve_skewed};
+use crate::support::{gql_error_code, http_client, Backend, Receiver, Reply, TestDb};
+
+const AHEAD: i64 = 120;
+const BEHIND: i64 = -120;
+
+/// A `courier serve` process, killed when dropped.
+struct Process {
+    child: Child,
+    addr: String,
+}
+
+impl Process {
+    fn correct(db: &TestDb, settings: &[(&str, &str)]) -> Process {
+        let (child, addr) = spawn_serve(&db.url, &with_defaults(settings));
+        Process { child, addr }
+    }
+
+    fn skewed(db: &TestDb, offset_secs: i64, settings: &[(&str, &str)]) -> Process {
+        let (child, addr) = spawn_serve_skewed(&db.url, &with_defaults(settings), offset_secs);
+        Process { child, addr }
+    }
+
+    /// POSTs a GraphQL request to this process and returns the JSON body.
+    async fn graphql(&self, token: &str, query: &str, variables: Value) -> Value {
+        http_client()
+            .post(format!("http://{}/graphql", self.addr))
+            .bearer_auth(token)
+            .json(&json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .expect("the process answers")
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Settings every process here shares, then `settings` (API only unless they say otherwise).
+fn with_defaults<'a>(settings: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut all = vec![
+        ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ("COURIER_WORKER_CONCURRENCY", "0"),
+        ("COURIER_POLL_INTERVAL_MS", "100"),
+        ("COURIER_LEASE_SECS", "60"),
+    ];
+    all.extend_from_slice(settings);
+    all
+}
+
+const WORKER: (&str, &str) = ("COURIER_WORKER_CONCURRENCY", "4");
+
+const CREATE_ENDPOINT: &str = "mutation($url: String!) { createEndpoint(input: {name: \"skew\", url: $url}) { endpoint { id } secret } }";
+const SUBMIT: &str = "mutation($id: ID!, $n: JSON!) { submit(input: {endpointId: $id, payload: $n}) { created submission { createdAt } delivery { id } } }";
+
+/// An admin token, made directly in the database.
+async fn admin_token(db: &TestDb) -> String {
+    let pool = db.connect(1).await;
+    let token = auth::create_api_key(&pool, "skew", Role::Admin, &[])
+        .await
+        .expect("create an API key")
+        .token;
+    pool.close().await.expect("close");
+    token
+}
+
+/// Creates an endpoint on `receiver` at `path` through `process`; returns its id.
+async fn endpoint(process: &Process, token: &str, receiver: &Receiver, path: &str) -> String {
+    let body = process
+        .graphql(token, CREATE_ENDPOINT, json!({ "url": receiver.url(path) }))
+        .await;
+    let created = &body["data"]["createEndpoint"];
+    receiver.set_secret(path, created["secret"].as_str().expect("secret"));
+    created["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("endpoint: {body}"))
+        .to_owned()
+}
+
+async fn submit(process: &Process, token: &str, endpoint: &str, n: usize) -> Value {
+    process
+        .graphql(token, SUBMIT, json!({ "id": endpoint, "n": n }))
+        .await
+}
+
+/// Requests received per webhook id.
+fn per_delivery(receiver: &Receiver) -> HashMap<String, Vec<crate::support::receiver::Received>> {
+    let mut per: HashMap<String, Vec<_>> = HashMap::new();
+    for received in receiver.received() {
+        per.entry(received.webhook_id.clone())
+            .or_default()
+            .push(received);
+    }
+    per
+}
+
+/// A slow receiver holds a delivery claimed by the correct process; processes whose clocks
+/// run two minutes ahead and behind start polling meanwhile. The 60 s lease is live on the
+/// database's clock, so neither takes the delivery over: it is sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_live_lease_is_stolen_by_a_skewed_clock() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(|n| Reply {
+        status: 200,
+        headers: Vec::new(),
+        delay: if n == 1 {
+            Duration::from_secs(4)
+        } else {
+            Duration::ZERO
+        },
+    })
+    .await;
+    let token = admin_token(&db).await;
+    let correct = Process::correct(&db, &[WORKER]);
+    let endpoint = endpoint(&correct, &token, &receiver, "slow").await;
+    let body = submit(&correct, &token, &endpoint, 1).await;
+    assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+    receiver.wait_for(1, Duration::from_secs(10)).await;
+
+    let _ahead = Process::skewed(&db, AHEAD, &[WORKER]);
+    let _behind = Process::skewed(&db, BEHIND, &[WORKER]);
+    // The held request ends 4 s after it began; watch well past it for a second copy.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let sent: Vec<usize> = per_delivery(&receiver).values().map(Vec::len).collect();
+    assert_eq!(sent, vec![1], "the delivery was sent exactly once");
+}
+
+/// Submissions accepted by API processes two minutes ahead and behind are stamped with the
+/// database's time and delivered at once by a correct worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submissions_through_skewed_apis_are_delivered_at_once() {
+    const EACH: usize = 3;
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(|_| Reply::status(200)).await;
+    let token = admin_token(&db).await;
+    let ahead = Process::skewed(&db, AHEAD, &[]);
+    let behind = Process::skewed(&db, BEHIND, &[]);
+    let _worker = Process::correct(&db, &[WORKER]);
+    let endpoint = endpoint(&ahead, &token, &receiver, "prompt").await;
+
+    let started = Instant::now();
+    for n in 0..EACH {
+        for api in [&ahead, &behind] {
+            let body = submit(api, &token, &endpoint, n).await;
+            assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+            let created_at: chrono::DateTime<chrono::Utc> = body["data"]["submit"]["submission"]
+                ["createdAt"]
+                .as_str()
+                .and_then(|at| at.parse().ok())
+                .unwrap_or_else(|| panic!("createdAt: {body}"));
+            let off = (created_at - chrono::Utc::now()).num_seconds().abs();
+            assert!(
+                off <= 10,
+                "createdAt is the database's time, not the API host's ({off} s off)"
+            );
+        }
+    }
+    receiver.wait_for(2 * EACH, Duration::from_secs(20)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "delivered at once"
+    );
+}
+
+/// Retries scheduled by a worker two minutes behind, then by one two minutes ahead, come
+/// due after the retry delay on the database's clock: neither at once nor two minutes late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_keep_their_schedule_on_skewed_workers() {
+    const EACH: usize = 2;
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(|n| Reply::status(if n == 1 { 500 } else { 200 })).await;
+    let token = admin_token(&db).await;
+    let api = Process::correct(&db, &[]);
+    let endpoint = endpoint(&api, &token, &receiver, "flaky").await;
+    let retry = [WORKER, ("COURIER_RETRY_BASE_MS", "2000")];
+    for (round, offset) in [BEHIND, AHEAD].into_iter().enumerate() {
+        let worker = Process::skewed(&db, offset, &retry);
+        for n in 0..EACH {
+            let body = submit(&api, &token, &endpoint, round * EACH + n).await;
+            assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+        }
+        receiver
+            .wait_for(2 * EACH * (round + 1), Duration::from_secs(30))
+            .await;
+        drop(worker);
+    }
+    let now = chrono::Utc::now().timestamp();
+    for (id, requests) in per_delivery(&receiver) {
+        assert_eq!(requests.len(), 2, "one failure, one retry for {id}");
+        let gap = requests[1].at - requests[0].at;
+        // 2 s less up to 20 % jitter, give or take polling.
+        assert!(
+            gap >= Duration::from_millis(1400) && gap <= Duration::from_secs(8),
+            "the retry came {gap:?} after the failure"
+        );
+        for request in &requests {
+            let skew = (request.timestamp_secs - now).abs();
+            assert!(
+                skew >= 60,
+                "sent by a skewed worker (webhook-timestamp {skew} s off)"
+            );
+        }
+    }
+}
+
+/// A limit of 4 per window, counted by API processes two minutes ahead and behind: both
+/// count in the database's window, so exactly 4 of 10 concurrent submissions are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_rate_limit_stays_exact_across_skewed_clocks() {
+    const LIMIT: usize = 4;
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(|_| Reply::status(200)).await;
+    let limited = [
+        ("COURIER_RATE_LIMIT", "4"),
+        ("COURIER_RATE_LIMIT_WINDOW_SECS", "60"),
+    ];
+    let ahead = Process::skewed(&db, AHEAD, &limited);
+    let behind = Process::skewed(&db, BEHIND, &limited);
+    let admin = admin_token(&db).await;
+    let endpoint = endpoint(&ahead, &admin, &receiver, "limited").await;
+    let pool = db.connect(1).await;
+    // A burst may straddle a window boundary of the database's clock; then try again.
+    for _ in 0..3 {
+        let key = auth::create_api_key(&pool, "burst", Role::Admin, &[])
+            .await
+            .expect("create an API key");
+        let answers = futures_util::future::join_all((0..10).map(|n| {
+            let api = if n % 2 == 0 { &ahead } else { &behind };
+            submit(api, &key.token, &endpoint, n)
+        }))
+        .await;
+        let windows: i64 = pool
+            .conn()
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT COUNT(*) AS n FROM rate_limit_counters WHERE subject = $1",
+                [key.id.to_string().into()],
+            ))
+            .await
+            .expect("count windows")
+            .expect("a row")
+            .try_get("", "n")
+            .expect("n");
+        if windows > 1 {
+            continue;
+        }
+        let admitted = answers
+            .iter()
+            .filter(|a| a["data"]["submit"]["created"] == true)
+            .count();
+        for answer in &answers {
+            if answer["data"]["submit"]["created"] != true {
+                assert_eq!(gql_error_code(answer), Some("RATE_LIMITED"), "{answer}");
+            }
+        }
+        assert_eq!(admitted, LIMIT, "exactly the limit is admitted");
+        return;
+    }
+    panic!("every burst straddled a window boundary");
+}
