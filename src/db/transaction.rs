@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{
-    DatabaseTransaction, DbBackend, DbErr, IsolationLevel, SqliteTransactionMode,
-    TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, QueryResult,
+    SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
 };
 
 use super::{is_transient, Db};
@@ -48,6 +48,31 @@ impl Db {
                 return Err(err);
             }
             tracing::debug!(tries, error = %err, "transient conflict; retrying the transaction");
+            let pause = 5 * u64::from(tries) + rand::random_range(0..10);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    /// Runs one statement on its own, committed by itself (one round trip: no `BEGIN`,
+    /// isolation setting or `COMMIT`), under the same retry policy as [`Db::transaction`].
+    /// For a single statement that settles its race with its own locks and conditions: at
+    /// any isolation level one statement sees one snapshot, and a serialization failure
+    /// (possible at REPEATABLE READ when a row it locks changed) is retried afresh.
+    pub async fn autocommit(
+        &self,
+        statement: impl Fn() -> Statement,
+    ) -> Result<Vec<QueryResult>, DbErr> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let err = match self.conn.query_all_raw(statement()).await {
+                Ok(rows) => return Ok(rows),
+                Err(err) => err,
+            };
+            if tries >= MAX_TRIES || !is_transient(&err) {
+                return Err(err);
+            }
+            tracing::debug!(tries, error = %err, "transient conflict; retrying the statement");
             let pause = 5 * u64::from(tries) + rand::random_range(0..10);
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }

@@ -3,7 +3,7 @@
 
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
-use sea_orm::{ActiveModelTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel};
+use sea_orm::{ActiveModelTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -151,13 +151,11 @@ async fn store_postgres(db: &Db, prepared: Prepared) -> Result<Stored, DbErr> {
         submission.event_type.clone().into(),
     ];
     let (sql, values) = (&sql, &values);
+    // One statement, committed on its own: a single round trip per submission.
     let stored = db
-        .transaction(|txn| async move {
-            txn.query_one_raw(db.clock().statement(sql, values.iter().cloned()))
-                .await
-        })
+        .autocommit(|| db.clock().statement(sql, values.iter().cloned()))
         .await?;
-    let Some(row) = stored else {
+    let Some(row) = stored.first() else {
         return Ok(None);
     };
     let at = row.try_get("", "created_at")?;

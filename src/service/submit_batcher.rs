@@ -351,11 +351,9 @@ async fn store_many(
     }
     let sql = with_parking(DbBackend::Postgres, STORE_MANY).replace("{rows}", &rows.join(", "));
     let (sql, values) = (&sql, &values);
+    // One statement, committed on its own: one round trip for the whole group.
     let stored = db
-        .transaction(|txn| async move {
-            txn.query_all_raw(db.clock().statement(sql, values.iter().cloned()))
-                .await
-        })
+        .autocommit(|| db.clock().statement(sql, values.iter().cloned()))
         .await?;
     stored
         .iter()

@@ -213,17 +213,23 @@ async fn a_page_with_nested_fields_costs_a_constant_number_of_queries(backend: B
         endpoint { id name deliveryCounts { total } }
         submission { id payload delivery { id } endpoint { id } }
         attempts { number } } } } }";
+    // The pool's statement counter also counts background work (the revocation watcher's
+    // poll, pruning), which can only add: the cheapest of three runs is the request's cost.
     let mut costs = Vec::new();
     for first in [100, 10, 1] {
-        let before = app.state.db.queries().get();
-        let body = app.graphql(&admin, nested, json!({ "first": first })).await;
-        let after = app.state.db.queries().get();
-        assert_eq!(
-            body["data"]["deliveries"]["edges"].as_array().map(Vec::len),
-            Some(first as usize),
-            "{body}"
-        );
-        costs.push(after - before);
+        let mut cheapest = u64::MAX;
+        for _ in 0..3 {
+            let before = app.state.db.queries().get();
+            let body = app.graphql(&admin, nested, json!({ "first": first })).await;
+            let after = app.state.db.queries().get();
+            assert_eq!(
+                body["data"]["deliveries"]["edges"].as_array().map(Vec::len),
+                Some(first as usize),
+                "{body}"
+            );
+            cheapest = cheapest.min(after - before);
+        }
+        costs.push(cheapest);
     }
     assert_eq!(costs[0], costs[1], "100 rows cost what 10 do: {costs:?}");
     assert_eq!(costs[1], costs[2], "and what 1 does: {costs:?}");
