@@ -128,11 +128,7 @@ pub async fn asset(Path(path): Path<String>) -> Response {
 
 /// An HTML page under `csp`, never cached, framed or leaking its URL in a referrer.
 fn html(body: &'static str, csp: &'static str) -> Response {
-    let mut response = (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        body,
-    )
-        .into_response();
+    let mut response = ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -164,9 +160,7 @@ mod tests {
         for page in pages {
             for (at, _) in page.match_indices("/assets/") {
                 let rest = &page[at + "/assets/".len()..];
-                let end = rest
-                    .find(|c: char| c == '"' || c == '\'' || c == '`')
-                    .unwrap_or(rest.len());
+                let end = rest.find(['"', '\'', '`']).unwrap_or(rest.len());
                 let path = &rest[..end];
                 assert!(
                     ASSETS.iter().any(|asset| asset.path == path),

@@ -330,9 +330,11 @@ impl Extension for DocumentLimitsExtension {
             MAX_QUERY_DEPTH
         };
         if measured.depth > max_depth {
-            return Err(vec![
-                LimitError::SelectionsTooDeep(measured.depth, max_depth).to_server_error()
-            ]);
+            return Err(vec![LimitError::SelectionsTooDeep(
+                measured.depth,
+                max_depth,
+            )
+            .to_server_error()]);
         }
         if measured.complexity > MAX_QUERY_COMPLEXITY {
             return Err(vec![

@@ -7,6 +7,7 @@
 mod auth;
 mod claims;
 mod cli;
+mod console;
 mod database_outage;
 mod delivery;
 mod destinations;

@@ -86,6 +86,7 @@ export class ThroughputChart {
     const minutes = Math.round(this.seconds / 60);
     for (let m = 0; m <= minutes; m++) {
       const x = pad.left + w - (m * 60 * w) / (this.seconds - 1);
+      ctx.textAlign = m === 0 ? "right" : m === minutes ? "left" : "center";
       ctx.fillText(m === 0 ? "now" : `-${m}m`, Math.max(pad.left, x), pad.top + h + 5 * ratio);
     }
     const line = (values, color, dash) => {
