@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier::auth::Role;
+use courier::auth::{self, Role};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -429,6 +429,32 @@ async fn a_partner_key_sees_only_its_endpoints() {
         .await;
     assert_eq!(endpoints, 1);
     assert_only_courier(&page, &app, &partner);
+    browser.close().await;
+}
+
+/// A key revoked while the console is open signs the tab out: the sign-in form comes back
+/// saying why, and the tab forgets the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_key_signs_the_console_out() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let key = auth::create_api_key(&app.state.db, "ops", Role::Admin, &[])
+        .await
+        .unwrap();
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &key.token, "").await;
+
+    auth::revoke_api_key(&app.state.db, key.id).await.unwrap();
+    page.wait_for(
+        "!document.getElementById('sign-in').hidden && document.getElementById('sign-in-error').textContent !== ''",
+        "the sign-in form and its reason",
+        WAIT,
+    )
+    .await;
+    let forgotten: bool = page
+        .eval("sessionStorage.getItem('courier.token') === null && document.getElementById('dashboard').hidden")
+        .await;
+    assert!(forgotten, "the revoked token is still in use");
     browser.close().await;
 }
 

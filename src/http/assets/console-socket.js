@@ -11,7 +11,7 @@ const MAX_BACKOFF_MS = 15000;
  * A live subscription. `onEvent(data)` gets each `next` payload's data; `onResync(reason)`
  * (may return a promise) re-reads what the page shows; `onStatus(status, detail)` reports
  * "connecting" | "live" | "reconnecting" | "lagged" | "refused" | "stopped";
- * `onFatal(message)` reports what retrying cannot fix.
+ * `onFatal(message, keyRefused)` reports what retrying cannot fix.
  */
 export class LiveSubscription {
   constructor({ url, token, query, onEvent, onResync, onStatus, onFatal }) {
@@ -67,7 +67,7 @@ export class LiveSubscription {
       if (event.code === KEY_REFUSED) {
         this.stopped = true;
         this.onStatus("refused");
-        this.onFatal("Courier refused this key (revoked or unknown): sign in again.");
+        this.onFatal("Courier refused this key (revoked or unknown): sign in again.", true);
         return;
       }
       this.retry();
@@ -128,7 +128,7 @@ export class LiveSubscription {
     if (codes.includes("UNAUTHENTICATED") || codes.includes("FORBIDDEN")) {
       this.stop();
       this.onStatus("refused");
-      this.onFatal(errors[0].message || "the key was refused");
+      this.onFatal(errors[0].message || "the key was refused", true);
       return;
     }
     if (payload.data) this.onEvent(payload.data);

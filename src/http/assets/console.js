@@ -212,7 +212,7 @@ async function signIn(token) {
     onEvent: (data) => receive(data.deliveryStateChanged),
     onResync: () => reread(),
     onStatus: showStatus,
-    onFatal: (message) => notify(message, "error"),
+    onFatal: (message, keyRefused) => (keyRefused ? signOut(message) : notify(message, "error")),
   });
   page.live.start();
   await reread();
