@@ -14,6 +14,7 @@ mod destinations;
 mod endpoint_race;
 mod endpoints;
 mod exact_numbers;
+mod graphiql;
 mod hostile_documents;
 mod http_hardening;
 mod listings;
