@@ -3,7 +3,8 @@
 //! # Map
 //! - [`config`]: every tunable (flags backed by `COURIER_*` variables).
 //! - [`commands`]: what each CLI command does; [`app`] assembles a running instance.
-//! - [`http`]: routes: `/graphql` (HTTP and WebSocket), `/healthz`, `/readyz`, `/metrics`.
+//! - [`http`]: routes: the operator console (`/`, `/assets/*`), `/graphql` (HTTP and WebSocket),
+//!   `/healthz`, `/readyz`, `/metrics`.
 //! - [`schema`]: GraphQL types and resolvers, one module per domain; no SQL.
 //! - [`service`]: domain operations and their transactions; no GraphQL.
 //! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys;

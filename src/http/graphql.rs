@@ -6,7 +6,7 @@ use async_graphql::{ServerError, Value, Variables};
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::negotiate::{self, MediaType};
@@ -295,7 +295,7 @@ fn not_acceptable() -> Response {
         .into_response()
 }
 
-/// GraphiQL, wired for Courier's auth: open `/graphql#token=<API token>`.
+/// GraphiQL, served from the binary (see `console`): open `/graphql#token=<API token>`.
 fn graphiql() -> Response {
-    Html(include_str!("assets/graphiql.html")).into_response()
+    super::console::graphiql()
 }

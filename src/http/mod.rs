@@ -1,5 +1,7 @@
-//! The HTTP surface: routes for GraphQL (HTTP and WebSocket), health, readiness and metrics.
+//! The HTTP surface: routes for the console, GraphQL (HTTP and WebSocket), health, readiness
+//! and metrics.
 
+mod console;
 mod graphql;
 mod negotiate;
 mod websocket;
@@ -37,6 +39,8 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
     let body_limit = app.config.max_body_bytes;
     let state = HttpState { schema, app };
     Router::new()
+        .route("/", get(console::page))
+        .route("/assets/{*path}", get(console::asset))
         .route("/graphql", get(graphql::get).post(graphql::post))
         .route("/graphql/ws", get(websocket::upgrade))
         .route("/healthz", get(healthz))

@@ -16,6 +16,10 @@ use async_graphql::{ErrorExtensionValues, Request, ServerError, ServerResult, Va
 
 /// Deepest selection a query may make.
 pub const MAX_QUERY_DEPTH: usize = 12;
+/// Deepest selection an operation that only introspects may make. The standard
+/// introspection query (graphql-js, which GraphiQL sends) nests type references 15 deep;
+/// it reads only the schema, whose size is fixed, and the other limits still apply.
+pub const MAX_INTROSPECTION_DEPTH: usize = 20;
 /// The query budget: the largest total cost of one operation. Each field costs 1, and a
 /// connection field costs its page size (`first`, default 20) times its selection.
 pub const MAX_QUERY_COMPLEXITY: usize = 5_000;
@@ -54,8 +58,8 @@ pub enum LimitError {
     )]
     FragmentsTooDeep,
     /// Selections nest too deeply.
-    #[error("the query nests {0} selections deep; at most {MAX_QUERY_DEPTH} are allowed")]
-    SelectionsTooDeep(usize),
+    #[error("the query nests {0} selections deep; at most {1} are allowed")]
+    SelectionsTooDeep(usize, usize),
     /// The query costs more than the budget.
     #[error("the query costs {0}, over the budget of {MAX_QUERY_COMPLEXITY} (a connection costs `first` times its selection)")]
     OverBudget(usize),
@@ -81,7 +85,7 @@ impl LimitError {
             LimitError::TooManySelections => "EXPANDED_SELECTIONS",
             LimitError::TooManyRootFields => "ROOT_FIELDS",
             LimitError::FragmentsTooDeep => "FRAGMENT_DEPTH",
-            LimitError::SelectionsTooDeep(_) => "DEPTH",
+            LimitError::SelectionsTooDeep(..) => "DEPTH",
             LimitError::OverBudget(_) => "COST",
         }
     }
@@ -245,8 +249,38 @@ impl<'a> ExpansionCounter<'a> {
 /// the executor) and the expansion count.
 fn check_request(request: &mut Request) -> ServerResult<()> {
     scan_text(&request.query).map_err(|err| err.to_server_error())?;
+    let operation_name = request.operation_name.clone();
     let document = request.parsed_query()?;
-    check_document(document).map_err(|err| err.to_server_error())
+    check_document(document).map_err(|err| err.to_server_error())?;
+    if only_introspects(document, operation_name.as_deref()) {
+        request.data.insert(IntrospectionOnly);
+    }
+    Ok(())
+}
+
+/// Marks a request whose operation only introspects (see [`MAX_INTROSPECTION_DEPTH`]).
+struct IntrospectionOnly;
+
+/// Whether the operation that would run selects nothing but `__schema`, `__type` and
+/// `__typename` at its root, as fields (a fragment there counts as something else).
+fn only_introspects(document: &ExecutableDocument, operation_name: Option<&str>) -> bool {
+    let mut operations = document.operations.iter();
+    let operation = match operation_name {
+        Some(name) => operations.find(|(op_name, _)| op_name.map(|n| n.as_str()) == Some(name)),
+        None => operations.next(),
+    };
+    let Some((_, operation)) = operation else {
+        return false;
+    };
+    let root = &operation.node.selection_set.node.items;
+    !root.is_empty()
+        && root.iter().all(|selection| match &selection.node {
+            Selection::Field(field) => matches!(
+                field.node.name.node.as_str(),
+                "__schema" | "__type" | "__typename"
+            ),
+            _ => false,
+        })
 }
 
 /// The schema extension that applies these limits to every request on every transport
@@ -310,10 +344,17 @@ impl Extension for DocumentLimitsExtension {
             }
             _ => next.run(ctx).await?,
         };
-        if measured.depth > MAX_QUERY_DEPTH {
-            return Err(vec![
-                LimitError::SelectionsTooDeep(measured.depth).to_server_error()
-            ]);
+        let max_depth = if ctx.data_opt::<IntrospectionOnly>().is_some() {
+            MAX_INTROSPECTION_DEPTH
+        } else {
+            MAX_QUERY_DEPTH
+        };
+        if measured.depth > max_depth {
+            return Err(vec![LimitError::SelectionsTooDeep(
+                measured.depth,
+                max_depth,
+            )
+            .to_server_error()]);
         }
         if measured.complexity > MAX_QUERY_COMPLEXITY {
             return Err(vec![

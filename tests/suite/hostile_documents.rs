@@ -337,3 +337,61 @@ async fn repeated_fields_do_not_stall_other_requests() {
         "a cheap query waited {cheap:?}"
     );
 }
+
+/// graphql-js's standard introspection query (what GraphiQL sends to load the schema): its
+/// type references nest fifteen selections deep.
+const INTROSPECTION: &str = "query IntrospectionQuery {
+  __schema {
+    queryType { name } mutationType { name } subscriptionType { name }
+    types { ...FullType }
+    directives { name description locations args { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description
+  fields(includeDeprecated: true) {
+    name description args { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason
+  }
+  inputFields { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue }
+fragment TypeRef on __Type {
+  kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name
+  ofType { kind name ofType { kind name ofType { kind name ofType { kind name
+  ofType { kind name } } } } } } } } }
+}";
+
+/// GraphiQL can load the schema: an operation that only introspects may nest deeper than
+/// data queries, which keep their limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standard_introspection_query_passes_and_deep_data_queries_do_not() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+
+    let (status, body) = post_document(&app.base_url, &admin, INTROSPECTION).await;
+    assert_eq!(status, StatusCode::OK, "{}", body["errors"]);
+    assert_eq!(body["data"]["__schema"]["queryType"]["name"], "Query");
+
+    // Thirteen deep through data: refused, also when an introspection field rides along.
+    let deep = "deliveries { edges { node { submission { delivery { submission { delivery { \
+                submission { delivery { submission { delivery { endpoint { id } } } } } } } } } } } }";
+    for query in [format!("{{ {deep} }}"), format!("{{ __typename {deep} }}")] {
+        let (status, body) = post_document(&app.base_url, &admin, &query).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(body["errors"][0]["extensions"]["limit"], "DEPTH", "{body}");
+    }
+    // Introspection has a limit too.
+    let ref_chain = "ofType { ".repeat(20) + "name" + &" }".repeat(20);
+    let (status, body) = post_document(
+        &app.base_url,
+        &admin,
+        &format!("{{ __type(name: \"Query\") {{ {ref_chain} }} }}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["errors"][0]["extensions"]["limit"], "DEPTH", "{body}");
+}

@@ -105,8 +105,8 @@ async fn too_deep_or_too_complex_queries_are_refused() {
     let admin = app.admin_token().await;
     let deep = format!(
         "{{ __schema {{ types {{ fields {{ type {{ {} name {} }} }} }} }} }}",
-        "ofType { ".repeat(10),
-        "} ".repeat(10)
+        "ofType { ".repeat(20),
+        "} ".repeat(20)
     );
     let (status, text) = post_raw(
         &app,

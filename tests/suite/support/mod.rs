@@ -2,12 +2,14 @@
 //! a GraphQL client, and a proxy that cuts the network to the database.
 
 pub mod app;
+pub mod browser;
 pub mod database;
 pub mod partition;
 pub mod postgres_server;
 pub mod receiver;
 
 pub use app::{gql_error_code, TestApp};
+pub use browser::{TestBrowser, TestPage};
 pub use database::{Backend, TestDb};
 pub use partition::PartitionProxy;
 pub use receiver::{Receiver, Reply};

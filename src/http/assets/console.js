@@ -1,0 +1,581 @@
+// Courier's operator console: endpoints, a live delivery feed, a delivery's detail, replay
+// and a throughput chart. It speaks Courier's public GraphQL API like any other client and
+// shows exactly what its API key may see.
+"use strict";
+
+import { LiveSubscription } from "./console-socket.js";
+import { ThroughputChart } from "./console-chart.js";
+
+const TOKEN_KEY = "courier.token";
+/** Rows kept in the feed: the newest; older ones leave the page as new ones stream in. */
+const FEED_CAP = 200;
+/** Deliveries read when the feed is (re)loaded. */
+const READ_PAGE = 50;
+/** Endpoints read (the first ones, oldest first). */
+const ENDPOINT_PAGE = 100;
+const STATES = ["PENDING", "PROCESSING", "DELIVERED", "FAILED"];
+
+const SUBSCRIPTION = `subscription Feed {
+  deliveryStateChanged { deliveryId endpointId previousState state at }
+}`;
+const DELIVERY_ROW = "id state createdAt endpoint { id }";
+const DELIVERIES = `query Feed($filter: DeliveryFilter, $first: Int) {
+  deliveries(filter: $filter, first: $first) { edges { node { ${DELIVERY_ROW} } } }
+}`;
+const DETAIL = `query Detail($id: ID!) {
+  delivery(id: $id) {
+    id state cycleAttempts nextAttemptAt lastError createdAt updatedAt
+    endpoint { id name url }
+    submission { id idempotencyKey payload createdAt }
+    attempts { number statusCode error superseded startedAt finishedAt durationMs }
+  }
+}`;
+const REPLAY = `mutation Replay($id: ID!) { replayDelivery(id: $id) { id state } }`;
+/** Endpoint fields that newer Courier versions add; read only when the schema has them. */
+const OPTIONAL_FIELDS = ["disabledReason", "eventTypes"];
+
+const $ = (id) => document.getElementById(id);
+const timeFormat = new Intl.DateTimeFormat(undefined, {
+  hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
+});
+const dateTimeFormat = new Intl.DateTimeFormat(undefined, {
+  dateStyle: "medium", timeStyle: "medium",
+});
+
+const page = {
+  token: null,
+  live: null,
+  chart: null,
+  optional: new Set(),
+  endpoints: new Map(),
+  /** id -> { id, endpointId, state, since, el } */
+  rows: new Map(),
+  /** Ids of the rows, newest first. */
+  order: [],
+  filter: { endpointId: "", state: "" },
+  /** Ids changed by events while a re-read is in flight: the read must not overwrite them. */
+  touched: null,
+  readGeneration: 0,
+  queued: [],
+  frame: 0,
+  countsDirty: new Set(),
+  detailId: null,
+  detailTimer: 0,
+  endpointTimer: 0,
+};
+
+// ---------- GraphQL over HTTP
+
+class ApiError extends Error {
+  constructor(errors) {
+    const first = errors[0] || {};
+    super(first.message || "the request failed");
+    this.code = (first.extensions && first.extensions.code) || "ERROR";
+    this.extensions = first.extensions || {};
+  }
+}
+
+async function gql(query, variables = {}) {
+  let response;
+  try {
+    response = await fetch("/graphql", {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/graphql-response+json, application/json",
+        authorization: "Bearer " + page.token,
+      },
+      body: JSON.stringify({ query, variables }),
+      cache: "no-store",
+      credentials: "omit",
+    });
+  } catch (err) {
+    throw new ApiError([{ message: "Courier did not answer.", extensions: { code: "NETWORK" } }]);
+  }
+  let body;
+  try {
+    body = await response.json();
+  } catch {
+    throw new ApiError([{ message: `HTTP ${response.status}`, extensions: { code: "HTTP" } }]);
+  }
+  if (body.errors && body.errors.length) throw new ApiError(body.errors);
+  return body.data;
+}
+
+// ---------- small DOM helpers
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key.startsWith("data-") || key.startsWith("aria-")) node.setAttribute(key, value);
+    else node[key] = value;
+  }
+  for (const child of children) if (child != null) node.append(child);
+  return node;
+}
+
+function notify(message, tone = "info") {
+  const notice = $("notice");
+  notice.textContent = message;
+  notice.dataset.tone = tone;
+  notice.hidden = false;
+  clearTimeout(notify.timer);
+  notify.timer = setTimeout(() => { notice.hidden = true; }, 8000);
+}
+
+function shortId(id) {
+  return id.slice(0, 8) + "…" + id.slice(-4);
+}
+
+function formatTime(iso) {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : timeFormat.format(date);
+}
+
+function formatDateTime(iso) {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : dateTimeFormat.format(date);
+}
+
+// ---------- connection status
+
+const STATUS_TEXT = {
+  connecting: "Connecting…",
+  resyncing: "Reading…",
+  live: "Live",
+  reconnecting: "Reconnecting…",
+  lagged: "Lagged: re-reading…",
+  refused: "Key refused",
+  stopped: "Signed out",
+};
+
+function showStatus(status, delay) {
+  const node = $("connection");
+  node.dataset.status = status;
+  node.textContent = status === "reconnecting" && delay
+    ? `Reconnecting in ${Math.max(1, Math.round(delay / 1000))} s…`
+    : STATUS_TEXT[status] || status;
+}
+
+// ---------- sign-in
+
+function tokenFromFragment() {
+  const token = new URLSearchParams(window.location.hash.slice(1)).get("token");
+  if (token) {
+    // Out of the address bar and the history entry; kept for this tab only.
+    history.replaceState(null, "", window.location.pathname);
+    sessionStorage.setItem(TOKEN_KEY, token);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function showSignIn(message = "") {
+  $("dashboard").hidden = true;
+  $("sign-out").hidden = true;
+  $("sign-in").hidden = false;
+  $("sign-in-error").textContent = message;
+  $("token").focus();
+}
+
+function signOut(message = "") {
+  sessionStorage.removeItem(TOKEN_KEY);
+  page.token = null;
+  if (page.live) page.live.stop();
+  page.live = null;
+  clearInterval(page.endpointTimer);
+  showStatus("stopped");
+  showSignIn(message);
+}
+
+async function signIn(token) {
+  page.token = token;
+  try {
+    await discoverOptionalFields();
+  } catch (err) {
+    const refused = err.code === "UNAUTHENTICATED" || err.code === "FORBIDDEN";
+    signOut(refused ? "Courier refused that token." : `Courier could not be reached: ${err.message}`);
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("sign-in").hidden = true;
+  $("dashboard").hidden = false;
+  $("sign-out").hidden = false;
+  if (!page.chart) page.chart = new ThroughputChart($("chart"), $("chart-summary"));
+  const url = new URL("/graphql/ws", window.location.origin);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  page.live = new LiveSubscription({
+    url: url.toString(),
+    token,
+    query: SUBSCRIPTION,
+    onEvent: (data) => receive(data.deliveryStateChanged),
+    onResync: () => reread(),
+    onStatus: showStatus,
+    onFatal: (message, keyRefused) => (keyRefused ? signOut(message) : notify(message, "error")),
+  });
+  page.live.start();
+  await reread();
+  // A backstop for counts that change without an event (retention pruning).
+  page.endpointTimer = setInterval(() => readEndpoints().catch(() => undefined), 60000);
+}
+
+/** Which optional Endpoint fields this Courier has (introspection; also checks the key). */
+async function discoverOptionalFields() {
+  const data = await gql(`{ __type(name: "Endpoint") { fields { name } } }`);
+  const names = new Set(((data.__type && data.__type.fields) || []).map((f) => f.name));
+  page.optional = new Set(OPTIONAL_FIELDS.filter((name) => names.has(name)));
+  for (const cell of document.querySelectorAll("[data-optional]")) {
+    cell.hidden = !page.optional.has(cell.dataset.optional);
+  }
+}
+
+// ---------- endpoints
+
+function endpointsQuery() {
+  const optional = [...page.optional].join(" ");
+  return `query Endpoints($first: Int) {
+    endpoints(first: $first) {
+      edges { node { id name url disabled ${optional}
+        deliveryCounts { pending processing delivered failed total } } }
+      pageInfo { hasNextPage }
+    }
+  }`;
+}
+
+async function readEndpoints() {
+  const data = await gql(endpointsQuery(), { first: ENDPOINT_PAGE });
+  const connection = data.endpoints;
+  page.endpoints = new Map(connection.edges.map(({ node }) => [node.id, node]));
+  $("endpoints-note").textContent = connection.pageInfo.hasNextPage
+    ? `(the first ${ENDPOINT_PAGE})` : `(${page.endpoints.size})`;
+  renderEndpoints();
+}
+
+function renderEndpoints() {
+  const body = $("endpoints").tBodies[0];
+  const rows = [];
+  for (const endpoint of page.endpoints.values()) {
+    const status = endpoint.disabled
+      ? "Disabled" + (endpoint.disabledReason ? ` (${endpoint.disabledReason})` : "")
+      : "Enabled";
+    const types = endpoint.eventTypes && endpoint.eventTypes.length
+      ? endpoint.eventTypes.join(", ") : "every type";
+    const counts = endpoint.deliveryCounts;
+    rows.push(el("tr", { "data-endpoint-id": endpoint.id },
+      el("th", { scope: "row" },
+        el("button", {
+          type: "button", class: "link", text: endpoint.name,
+          title: "Show only this endpoint's deliveries", "data-filter-endpoint": endpoint.id,
+        })),
+      el("td", { class: "url", text: endpoint.url, title: endpoint.url }),
+      el("td", { class: endpoint.disabled ? "disabled" : "enabled", text: status }),
+      page.optional.has("eventTypes") ? el("td", { text: types }) : null,
+      ...STATES.map((state) => el("td", {
+        class: "num", "data-count": state, text: String(counts[state.toLowerCase()]),
+      }))));
+  }
+  if (!rows.length) {
+    rows.push(el("tr", {}, el("td", { colSpan: 8, class: "note", text: "No endpoints this key may see." })));
+  }
+  body.replaceChildren(...rows);
+  const select = $("filter-endpoint");
+  const chosen = page.filter.endpointId;
+  select.replaceChildren(
+    el("option", { value: "", text: "All endpoints" }),
+    ...[...page.endpoints.values()].map((e) => el("option", { value: e.id, text: e.name })));
+  select.value = page.endpoints.has(chosen) ? chosen : "";
+}
+
+function renderCounts() {
+  for (const id of page.countsDirty) {
+    const endpoint = page.endpoints.get(id);
+    const row = $("endpoints").querySelector(`tr[data-endpoint-id="${CSS.escape(id)}"]`);
+    if (!endpoint || !row) continue;
+    for (const state of STATES) {
+      const cell = row.querySelector(`[data-count="${state}"]`);
+      if (cell) cell.textContent = String(endpoint.deliveryCounts[state.toLowerCase()]);
+    }
+  }
+  page.countsDirty.clear();
+}
+
+// ---------- the feed
+
+function matchesFilter(row) {
+  const { endpointId, state } = page.filter;
+  return (!endpointId || row.endpointId === endpointId) && (!state || row.state === state);
+}
+
+/** Reads endpoints and the newest deliveries; events that arrive meanwhile win over the read. */
+async function reread() {
+  const generation = ++page.readGeneration;
+  page.touched = new Set();
+  const filter = {};
+  if (page.filter.endpointId) filter.endpointId = page.filter.endpointId;
+  if (page.filter.state) filter.state = page.filter.state;
+  try {
+    const [, data] = await Promise.all([
+      readEndpoints(),
+      gql(DELIVERIES, { filter, first: READ_PAGE }),
+    ]);
+    if (generation !== page.readGeneration) return;
+    flush();
+    const touched = page.touched;
+    const rows = new Map();
+    for (const { node } of data.deliveries.edges) {
+      const kept = touched.has(node.id) ? page.rows.get(node.id) : null;
+      rows.set(node.id, kept || {
+        id: node.id, endpointId: node.endpoint.id, state: node.state, since: node.createdAt,
+      });
+    }
+    for (const id of touched) {
+      const row = page.rows.get(id);
+      if (row && !rows.has(id) && matchesFilter(row)) rows.set(id, row);
+    }
+    const order = [...rows.values()]
+      .sort((a, b) => (a.since < b.since ? 1 : a.since > b.since ? -1 : 0))
+      .slice(0, FEED_CAP);
+    page.rows = new Map(order.map((row) => [row.id, row]));
+    page.order = order.map((row) => row.id);
+    $("feed").replaceChildren(...order.map((row) => rowElement(row)));
+    updateFeedCount();
+  } catch (err) {
+    if (err.code === "UNAUTHENTICATED") signOut("Courier refused the key: sign in again.");
+    else notify(`Could not read deliveries: ${err.message}`, "error");
+  } finally {
+    if (generation === page.readGeneration) page.touched = null;
+  }
+}
+
+function rowElement(row) {
+  const endpoint = page.endpoints.get(row.endpointId);
+  const name = endpoint ? endpoint.name : shortId(row.endpointId);
+  row.el = el("li", { class: "delivery", "data-delivery-id": row.id, "data-state": row.state },
+    el("button", { type: "button", class: "open", "data-action": "open", "aria-label": "" },
+      el("span", { class: "badge", text: row.state }),
+      el("span", { class: "endpoint", text: name }),
+      el("code", { class: "id", text: shortId(row.id) }),
+      el("time", { dateTime: row.since, text: formatTime(row.since) })),
+    el("span", { class: "act" }));
+  paintRow(row);
+  return row.el;
+}
+
+/** Brings a row's element up to its state: badge, label and (for FAILED) the replay control. */
+function paintRow(row) {
+  const node = row.el;
+  if (!node) return;
+  node.dataset.state = row.state;
+  node.querySelector(".badge").textContent = row.state;
+  const endpoint = page.endpoints.get(row.endpointId);
+  node.querySelector(".open").setAttribute("aria-label",
+    `Delivery ${row.id}, ${row.state}, endpoint ${endpoint ? endpoint.name : row.endpointId}: show detail`);
+  const act = node.querySelector(".act");
+  const replay = act.querySelector('[data-action="replay"]');
+  if (row.state === "FAILED" && !replay) {
+    act.append(el("button", {
+      type: "button", class: "replay", text: "Replay", "data-action": "replay",
+      "aria-label": `Replay delivery ${row.id}`,
+    }));
+  } else if (row.state !== "FAILED" && replay) {
+    replay.remove();
+  }
+}
+
+function updateFeedCount() {
+  $("feed-count").textContent = `${page.order.length} shown`;
+}
+
+/** One state change from the subscription: counted now, painted on the next frame. */
+function receive(change) {
+  if (!change) return;
+  if (change.state === "DELIVERED") page.chart.record("delivered");
+  else if (change.previousState === "PROCESSING") page.chart.record("failed");
+  const endpoint = page.endpoints.get(change.endpointId);
+  if (endpoint) {
+    const counts = endpoint.deliveryCounts;
+    if (change.previousState) counts[change.previousState.toLowerCase()] -= 1;
+    else counts.total += 1;
+    counts[change.state.toLowerCase()] += 1;
+    page.countsDirty.add(change.endpointId);
+  }
+  if (page.touched) page.touched.add(change.deliveryId);
+  page.queued.push(change);
+  if (!page.frame) page.frame = requestAnimationFrame(flush);
+  if (page.detailId === change.deliveryId) {
+    clearTimeout(page.detailTimer);
+    page.detailTimer = setTimeout(() => showDetail(change.deliveryId, false), 250);
+  }
+}
+
+/** Applies queued changes to the feed in one pass (many events, one layout). */
+function flush() {
+  cancelAnimationFrame(page.frame);
+  page.frame = 0;
+  const changes = page.queued;
+  page.queued = [];
+  const fresh = [];
+  const repaint = new Set();
+  for (const change of changes) {
+    let row = page.rows.get(change.deliveryId);
+    if (row) {
+      row.state = change.state;
+      repaint.add(row);
+      continue;
+    }
+    row = { id: change.deliveryId, endpointId: change.endpointId, state: change.state, since: change.at };
+    if (!matchesFilter(row)) continue;
+    page.rows.set(row.id, row);
+    fresh.push(row);
+  }
+  const feed = $("feed");
+  for (const row of repaint) {
+    if (!matchesFilter(row)) {
+      removeRow(row);
+    } else if (row.el) {
+      paintRow(row);
+    }
+  }
+  if (fresh.length) {
+    const fragment = document.createDocumentFragment();
+    for (const row of fresh.reverse()) fragment.append(rowElement(row));
+    feed.prepend(fragment);
+    page.order = fresh.map((row) => row.id).concat(page.order);
+    while (page.order.length > FEED_CAP) {
+      const row = page.rows.get(page.order[page.order.length - 1]);
+      if (row) removeRow(row);
+      else page.order.pop();
+    }
+  }
+  renderCounts();
+  updateFeedCount();
+}
+
+function removeRow(row) {
+  page.rows.delete(row.id);
+  page.order = page.order.filter((id) => id !== row.id);
+  if (row.el) row.el.remove();
+  row.el = null;
+}
+
+// ---------- replay
+
+async function replay(id, button) {
+  if (button) button.disabled = true;
+  try {
+    const data = await gql(REPLAY, { id });
+    notify(`Replayed delivery ${shortId(id)}: now ${data.replayDelivery.state}.`);
+  } catch (err) {
+    if (err.code === "DELIVERY_NOT_REPLAYABLE") {
+      const state = err.extensions.state || "no longer FAILED";
+      notify(`Not replayed (DELIVERY_NOT_REPLAYABLE): delivery ${shortId(id)} is ${state}.`, "error");
+    } else {
+      notify(`Replay refused (${err.code}): ${err.message}`, "error");
+    }
+  } finally {
+    if (button) button.disabled = false;
+  }
+  if (page.detailId === id) showDetail(id, false);
+}
+
+// ---------- detail
+
+async function showDetail(id, open = true) {
+  const dialog = $("detail");
+  page.detailId = id;
+  if (open) {
+    $("detail-body").replaceChildren(el("p", { class: "note", text: "Reading…" }));
+    if (!dialog.open) dialog.showModal();
+  }
+  let delivery;
+  try {
+    delivery = (await gql(DETAIL, { id })).delivery;
+  } catch (err) {
+    $("detail-body").replaceChildren(el("p", { class: "error", text: `${err.code}: ${err.message}` }));
+    return;
+  }
+  if (page.detailId !== id || !dialog.open) return;
+  if (!delivery) {
+    $("detail-body").replaceChildren(el("p", { class: "note", text: "This delivery no longer exists." }));
+    return;
+  }
+  $("detail-body").replaceChildren(...detailContent(delivery));
+}
+
+function detailContent(d) {
+  const facts = el("dl", { class: "facts" },
+    el("dt", { text: "Delivery" }), el("dd", {}, el("code", { text: d.id })),
+    el("dt", { text: "State" }), el("dd", {}, el("span", { class: "badge", "data-state": d.state, text: d.state })),
+    el("dt", { text: "Endpoint" }), el("dd", { text: `${d.endpoint.name} — ${d.endpoint.url}` }),
+    el("dt", { text: "Created" }), el("dd", { text: formatDateTime(d.createdAt) }),
+    el("dt", { text: "Next attempt" }),
+    el("dd", { text: d.nextAttemptAt ? formatDateTime(d.nextAttemptAt) : "none scheduled" }),
+    el("dt", { text: "This cycle" }), el("dd", { text: `${d.cycleAttempts} attempt(s)` }),
+    d.lastError ? el("dt", { text: "Last error" }) : null,
+    d.lastError ? el("dd", { text: d.lastError }) : null,
+    d.submission.idempotencyKey ? el("dt", { text: "Idempotency key" }) : null,
+    d.submission.idempotencyKey ? el("dd", {}, el("code", { text: d.submission.idempotencyKey })) : null);
+  const actions = d.state === "FAILED"
+    ? el("p", {}, el("button", { type: "button", id: "detail-replay", class: "replay", text: "Replay this delivery" }))
+    : null;
+  const attempts = d.attempts.length
+    ? el("table", { class: "attempts" },
+      el("caption", { text: "Attempts" }),
+      el("thead", {}, el("tr", {}, ...["#", "Started", "Outcome", "Duration", "Superseded"]
+        .map((h) => el("th", { scope: "col", text: h })))),
+      el("tbody", {}, ...d.attempts.map((a) => el("tr", {},
+        el("td", { class: "num", text: String(a.number) }),
+        el("td", { text: formatDateTime(a.startedAt) }),
+        el("td", { text: a.error ? (a.statusCode ? `${a.statusCode}: ${a.error}` : a.error) : String(a.statusCode ?? "") }),
+        el("td", { class: "num", text: a.durationMs == null ? "" : `${a.durationMs} ms` }),
+        el("td", { text: a.superseded ? "yes" : "no" })))))
+    : el("p", { class: "note", text: "No attempts yet." });
+  const payload = el("pre", { class: "payload", tabIndex: 0, "aria-label": "Payload" },
+    JSON.stringify(d.submission.payload, null, 2));
+  return [facts, actions, attempts, el("h3", { text: "Payload" }), payload];
+}
+
+// ---------- wiring
+
+function wire() {
+  $("sign-in-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = $("token").value.trim();
+    $("token").value = "";
+    if (token) signIn(token);
+  });
+  $("sign-out").addEventListener("click", () => signOut());
+  $("filter-endpoint").addEventListener("change", (event) => {
+    page.filter.endpointId = event.target.value;
+    reread();
+  });
+  $("filter-state").addEventListener("change", (event) => {
+    page.filter.state = event.target.value;
+    reread();
+  });
+  $("endpoints").addEventListener("click", (event) => {
+    const button = event.target.closest("[data-filter-endpoint]");
+    if (!button) return;
+    page.filter.endpointId = button.dataset.filterEndpoint;
+    $("filter-endpoint").value = page.filter.endpointId;
+    reread();
+  });
+  $("feed").addEventListener("click", (event) => {
+    const item = event.target.closest("[data-delivery-id]");
+    const action = event.target.closest("[data-action]");
+    if (!item || !action) return;
+    if (action.dataset.action === "replay") replay(item.dataset.deliveryId, action);
+    else showDetail(item.dataset.deliveryId);
+  });
+  $("detail-close").addEventListener("click", () => $("detail").close());
+  $("detail").addEventListener("close", () => { page.detailId = null; });
+  $("detail").addEventListener("click", (event) => {
+    if (event.target.id === "detail-replay" && page.detailId) replay(page.detailId, event.target);
+  });
+}
+
+wire();
+const saved = tokenFromFragment();
+if (saved) signIn(saved);
+else showSignIn();
