@@ -34,6 +34,13 @@ pub const DISABLE: &str = "UPDATE endpoints \
 const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = {now}, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL";
 
+/// A rotation: the new sealed secret, the replaced one while its grace lasts (`$3`, NULL for
+/// none) and when that ends (`$4`, after the database's now).
+const ROTATE: &str = "UPDATE endpoints \
+     SET signing_secret = $2, previous_signing_secret = $3, \
+         previous_secret_expires_at = {after($4)}, updated_at = {now} \
+     WHERE id = $1";
+
 /// Longest endpoint name.
 const MAX_NAME_CHARS: usize = 200;
 
@@ -276,26 +283,36 @@ impl Endpoints {
                 "graceSeconds must be 0 to {MAX_ROTATION_GRACE_SECS}"
             )));
         }
-        let txn = self.db.begin_write().await?;
-        let current = endpoint::Entity::find_by_id(id)
-            .lock_exclusive()
-            .one(&txn)
+        let minted = signing::mint_secret();
+        let sealed = self.keys.seal(id, &minted).map_err(Error::Secret)?;
+        let (db, sealed) = (&self.db, &sealed);
+        let endpoint = db
+            .transaction(|txn| async move {
+                let Some(current) = endpoint::Entity::find_by_id(id)
+                    .lock_exclusive()
+                    .one(&*txn)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let clock = db.clock();
+                let grace = std::time::Duration::from_secs(grace_secs.unsigned_abs());
+                // The replaced secret's expiry is the database's time plus the grace, so
+                // every process agrees when it stops signing.
+                let (previous, expires) = if grace_secs > 0 {
+                    (Some(current.signing_secret.clone()), clock.after(grace))
+                } else {
+                    (None, clock.after_opt(None))
+                };
+                txn.execute_raw(clock.statement(
+                    ROTATE,
+                    [id.into(), sealed.clone().into(), previous.into(), expires],
+                ))
+                .await?;
+                endpoint::Entity::find_by_id(id).one(&*txn).await
+            })
             .await?
             .ok_or(Error::NotFound("endpoint"))?;
-        let minted = signing::mint_secret();
-        let now = db::now();
-        let mut row: endpoint::ActiveModel = current.clone().into();
-        row.signing_secret = Set(self.keys.seal(id, &minted).map_err(Error::Secret)?);
-        if grace_secs > 0 {
-            row.previous_signing_secret = Set(Some(current.signing_secret));
-            row.previous_secret_expires_at = Set(Some(now + chrono::Duration::seconds(grace_secs)));
-        } else {
-            row.previous_signing_secret = Set(None);
-            row.previous_secret_expires_at = Set(None);
-        }
-        row.updated_at = Set(now);
-        let endpoint = row.update(&txn).await?;
-        txn.commit().await?;
         tracing::info!(grace_secs, "endpoint signing secret rotated");
         Ok(EndpointWithSecret {
             endpoint,

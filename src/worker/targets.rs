@@ -3,19 +3,19 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DbErr};
 use uuid::Uuid;
 
 use super::claim::Claim;
-use crate::db::{self, Db};
+use crate::db::Db;
 use crate::secrets::SecretKeys;
 
 /// Everything needed to send the claimed deliveries, in one query per batch. The previous
-/// secret comes only while its stored expiry is ahead (`$1` is now), so every process
-/// stops signing with it at the same moment.
+/// secret comes only while its stored expiry is ahead of the database's clock, so every
+/// process stops signing with it at the same moment, whatever its own clock says.
 const LOAD_TARGETS: &str = "\
 SELECT d.id, s.payload, e.url, e.signing_secret,
-       CASE WHEN e.previous_secret_expires_at > $1 THEN e.previous_signing_secret END AS previous_secret
+       CASE WHEN e.previous_secret_expires_at > {now} THEN e.previous_signing_secret END AS previous_secret
 FROM webhook_deliveries d
 JOIN submissions s ON s.id = d.submission_id
 JOIN endpoints e ON e.id = d.endpoint_id
@@ -45,12 +45,11 @@ pub async fn load_targets(
     if claims.is_empty() {
         return Ok(HashMap::new());
     }
-    let sql = LOAD_TARGETS.replace("{ids}", &Db::placeholders(2, claims.len()));
-    let mut values = vec![db::now().into()];
-    values.extend(claims.iter().map(|claim| claim.delivery_id.into()));
+    let sql = LOAD_TARGETS.replace("{ids}", &Db::placeholders(1, claims.len()));
+    let values = claims.iter().map(|claim| claim.delivery_id.into());
     let rows = db
         .conn()
-        .query_all_raw(Statement::from_sql_and_values(db.backend(), &sql, values))
+        .query_all_raw(db.clock().statement(&sql, values))
         .await?;
     let mut targets = HashMap::with_capacity(rows.len());
     for row in rows {
