@@ -5,7 +5,7 @@
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use async_graphql::http::{WebSocketProtocols, ALL_WEBSOCKET_PROTOCOLS};
+use async_graphql::http::WebSocketProtocols;
 use async_graphql::Data;
 use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
@@ -52,17 +52,22 @@ pub async fn upgrade(
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
     let legacy = speaks_legacy(&headers);
-    upgrade
-        .protocols(ALL_WEBSOCKET_PROTOCOLS)
-        .on_upgrade(move |socket| {
-            Session {
-                state,
-                protocol,
-                legacy,
-                upgrade_authorization,
-            }
-            .serve(socket)
-        })
+    // Answer with the protocol the session will speak: the first known one the client
+    // lists (as the GraphQL session chooses), not the server's first preference.
+    let chosen = if legacy {
+        "graphql-ws"
+    } else {
+        "graphql-transport-ws"
+    };
+    upgrade.protocols([chosen]).on_upgrade(move |socket| {
+        Session {
+            state,
+            protocol,
+            legacy,
+            upgrade_authorization,
+        }
+        .serve(socket)
+    })
 }
 
 /// What `connection_init` settled.

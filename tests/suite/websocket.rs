@@ -254,3 +254,50 @@ async fn the_upgrade_request_may_carry_the_key_instead() {
         "connection_ack"
     );
 }
+
+/// A client that offers both protocols gets the first one it lists, in the handshake's
+/// answer and in what the session speaks.
+#[tokio::test]
+async fn the_first_protocol_the_client_offers_is_the_one_spoken() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    for (offered, spoken) in [
+        ("graphql-ws, graphql-transport-ws", "graphql-ws"),
+        ("graphql-transport-ws, graphql-ws", "graphql-transport-ws"),
+    ] {
+        let mut request = format!("ws://{}/graphql/ws", app.addr)
+            .into_client_request()
+            .expect("request");
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            HeaderValue::from_str(offered).expect("header"),
+        );
+        let (mut socket, response) = tokio_tungstenite::connect_async(request)
+            .await
+            .expect("upgrade");
+        assert_eq!(response.headers()["sec-websocket-protocol"], spoken);
+        send(&mut socket, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } })).await;
+        assert_eq!(
+            next(&mut socket).await.expect("ack")["type"],
+            "connection_ack"
+        );
+        let start = if spoken == "graphql-ws" {
+            "start"
+        } else {
+            "subscribe"
+        };
+        send(
+            &mut socket,
+            json!({ "id": "1", "type": start, "payload": { "query": QUERY } }),
+        )
+        .await;
+        let answer = next(&mut socket).await.expect("an answer");
+        let expected = if spoken == "graphql-ws" {
+            "data"
+        } else {
+            "next"
+        };
+        assert_eq!(answer["type"], expected, "{offered}: {answer}");
+    }
+}
