@@ -34,20 +34,12 @@ RETURNING id, created_at";
 /// The endpoints an event reaches, share-locked until the fan-out commits: a concurrent
 /// disable or change of event types (which locks the row `FOR UPDATE`) waits for the fan-out,
 /// or the fan-out waits for it and then reads the endpoint as it committed. Either way no
-/// due delivery is left on a disabled endpoint.
+/// due delivery is left on a disabled endpoint. `$2` is a partner's scope (NULL: everything).
 const TARGETS_POSTGRES: &str = "\
 SELECT id FROM endpoints
 WHERE NOT disabled
   AND (event_types = '[]'::jsonb OR event_types @> jsonb_build_array($1::text))
-ORDER BY id
-FOR SHARE";
-
-/// [`TARGETS_POSTGRES`] for a partner: only the endpoints in its scope.
-const TARGETS_IN_SCOPE_POSTGRES: &str = "\
-SELECT id FROM endpoints
-WHERE NOT disabled
-  AND (event_types = '[]'::jsonb OR event_types @> jsonb_build_array($1::text))
-  AND id = ANY($2)
+  AND ($2::uuid[] IS NULL OR id = ANY($2))
 ORDER BY id
 FOR SHARE";
 
@@ -244,15 +236,20 @@ impl Fanout {
         event_type: &str,
     ) -> std::result::Result<Vec<Uuid>, sea_orm::DbErr> {
         let backend = self.db.backend();
-        let statement = match (backend, caller.visible_endpoints()) {
-            (DbBackend::Postgres, None) => {
-                Statement::from_sql_and_values(backend, TARGETS_POSTGRES, [event_type.into()])
+        let statement = match backend {
+            DbBackend::Postgres => {
+                let scope = Value::Array(
+                    sea_orm::sea_query::ArrayType::Uuid,
+                    caller
+                        .visible_endpoints()
+                        .map(|scope| Box::new(scope.iter().map(|id| Value::from(*id)).collect())),
+                );
+                Statement::from_sql_and_values(
+                    backend,
+                    TARGETS_POSTGRES,
+                    [event_type.into(), scope],
+                )
             }
-            (DbBackend::Postgres, Some(scope)) => Statement::from_sql_and_values(
-                backend,
-                TARGETS_IN_SCOPE_POSTGRES,
-                [event_type.into(), Value::from(scope.to_vec())],
-            ),
             _ => Statement::from_sql_and_values(backend, TARGETS_SQLITE, [event_type.into()]),
         };
         let rows = txn.query_all_raw(statement).await?;
