@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use courier::db::Db;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
-use crate::process::{admin_token, Scratch, Server};
+use crate::process::{admin_token, backend_cpu_seconds, cpu_seconds, Scratch, Server};
 use crate::receiver;
 use crate::workloads::{create_endpoint, SUBMIT};
 
@@ -35,6 +35,11 @@ pub struct Drain {
     /// `webhook_deliveries` updates during the drain, and how many of them were HOT.
     pub updates: i64,
     pub hot_updates: i64,
+    /// CPU seconds during the drain: the `courier serve` process, its PostgreSQL backends
+    /// (at the end of the drain), and this process (the receiver).
+    pub cpu_courier: f64,
+    pub cpu_postgres: f64,
+    pub cpu_receiver: f64,
 }
 
 /// Builds a backlog of `backlog` pending deliveries through the API, then drains it with
@@ -53,6 +58,7 @@ pub async fn drain(server_url: &str, backlog: usize, connections: usize) -> Drai
 
     let db = Db::connect(&scratch.url, 1).await.expect("connect");
     let (updates_before, hot_before) = update_counts(&db).await;
+    let receiver_cpu_before = cpu_seconds(std::process::id());
     let started = Instant::now();
     let server = Server::start(
         &scratch.url,
@@ -73,6 +79,9 @@ pub async fn drain(server_url: &str, backlog: usize, connections: usize) -> Drai
     }
     let elapsed = started.elapsed();
     let peak_rss_mb = server.peak_rss_mb();
+    let cpu_courier = server.cpu_seconds();
+    let cpu_postgres = backend_cpu_seconds(&scratch.name);
+    let cpu_receiver = cpu_seconds(std::process::id()) - receiver_cpu_before;
     server.stop();
     // The statistics collector reports with a short delay.
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -100,6 +109,9 @@ pub async fn drain(server_url: &str, backlog: usize, connections: usize) -> Drai
         peak_rss_mb,
         updates: updates_after - updates_before,
         hot_updates: hot_after - hot_before,
+        cpu_courier,
+        cpu_postgres,
+        cpu_receiver,
     }
 }
 

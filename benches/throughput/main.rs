@@ -106,6 +106,10 @@ async fn main() {
                 drain.updates,
                 drain.hot_updates
             );
+            println!(
+                "  CPU during the drain: courier {:.2} s, its PostgreSQL backends {:.2} s, receiver {:.2} s",
+                drain.cpu_courier, drain.cpu_postgres, drain.cpu_receiver
+            );
             drains.push(json!({
                 "backlog": drain.backlog,
                 "fill_seconds": fill.elapsed.as_secs_f64(),
@@ -117,6 +121,7 @@ async fn main() {
                 "peak_rss_mb": drain.peak_rss_mb,
                 "updates": drain.updates,
                 "hot_updates": drain.hot_updates,
+                "cpu_seconds": { "courier": drain.cpu_courier, "postgres_backends": drain.cpu_postgres, "receiver": drain.cpu_receiver },
             }));
         }
         results["drains"] = json!(drains);
