@@ -20,6 +20,7 @@ mod hostile_documents;
 mod http_hardening;
 mod lifecycle;
 mod listings;
+mod notifications;
 mod rate_limit;
 mod replay;
 mod revocation;
