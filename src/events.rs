@@ -261,7 +261,7 @@ mod tests {
         StateChange {
             delivery_id: Uuid::now_v7(),
             endpoint_id: Uuid::now_v7(),
-            previous_state: (n % 2 == 0).then_some(DeliveryState::Pending),
+            previous_state: n.is_multiple_of(2).then_some(DeliveryState::Pending),
             state: DeliveryState::Processing,
             at: crate::db::now(),
         }
