@@ -38,6 +38,10 @@ impl App {
     /// Serves HTTP on `listener`, with the event listener, the revocation watcher, retention and (unless
     /// its concurrency is 0) the delivery worker, until the shutdown token is cancelled;
     /// then lets in-flight work finish.
+    ///
+    /// It reports ready (`listening`) only once the database connections are open and warm and
+    /// (on PostgreSQL) `LISTEN` holds, each within the connection acquire timeout, so the
+    /// first requests and deliveries do not pay for the start-up.
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
         let shutdown = self.state.shutdown.clone();
         let events_listener = tokio::spawn(crate::listener::run(
@@ -47,6 +51,14 @@ impl App {
             self.state.revocations.clone(),
             shutdown.clone(),
         ));
+        let limit = self.state.db.timeouts().acquire;
+        let (_, live) = tokio::join!(
+            crate::warmup::warm_up(&self.state.db, limit),
+            self.state.events.wait_live(limit)
+        );
+        if !live {
+            tracing::warn!("not yet listening for changes from other processes; going on");
+        }
         let revocation_watcher = tokio::spawn(crate::revocation::watch(
             self.state.db.clone(),
             self.state.keys.clone(),

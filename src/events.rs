@@ -43,7 +43,7 @@ pub enum EventMessage {
     Gap,
 }
 
-/// Compact wire form of a [`StateChange`] (a `NOTIFY` payload is limited to 8000 bytes).
+/// Compact wire form of a [`StateChange`].
 #[derive(Serialize, Deserialize)]
 struct Wire {
     d: Uuid,
@@ -53,32 +53,81 @@ struct Wire {
     t: DateTime<Utc>,
 }
 
-impl StateChange {
-    /// The `NOTIFY` payload.
-    pub fn to_wire(&self) -> Result<String, DbErr> {
-        serde_json::to_string(&Wire {
-            d: self.delivery_id,
-            e: self.endpoint_id,
-            p: self.previous_state.map(|s| s.as_str().to_owned()),
-            s: self.state.as_str().to_owned(),
-            t: self.at,
-        })
-        .map_err(|err| DbErr::Json(err.to_string()))
+impl From<&StateChange> for Wire {
+    fn from(change: &StateChange) -> Self {
+        Wire {
+            d: change.delivery_id,
+            e: change.endpoint_id,
+            p: change.previous_state.map(|s| s.as_str().to_owned()),
+            s: change.state.as_str().to_owned(),
+            t: change.at,
+        }
     }
+}
 
-    /// Parses a `NOTIFY` payload.
-    pub fn from_wire(payload: &str) -> Option<StateChange> {
-        let wire: Wire = serde_json::from_str(payload).ok()?;
+impl Wire {
+    fn change(self) -> Option<StateChange> {
         Some(StateChange {
-            delivery_id: wire.d,
-            endpoint_id: wire.e,
-            previous_state: match wire.p {
+            delivery_id: self.d,
+            endpoint_id: self.e,
+            previous_state: match self.p {
                 Some(p) => Some(DeliveryState::parse(&p)?),
                 None => None,
             },
-            state: DeliveryState::parse(&wire.s)?,
-            at: wire.t,
+            state: DeliveryState::parse(&self.s)?,
+            at: self.t,
         })
+    }
+}
+
+/// What one `NOTIFY` carries: one change, or the changes of one transaction in order.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Payload {
+    Many(Vec<Wire>),
+    One(Wire),
+}
+
+/// Longest `NOTIFY` payload built here (PostgreSQL refuses 8000 bytes and more).
+const MAX_PAYLOAD: usize = 7_900;
+
+impl StateChange {
+    /// The `NOTIFY` payload of this change alone.
+    pub fn to_wire(&self) -> Result<String, DbErr> {
+        serde_json::to_string(&Wire::from(self)).map_err(|err| DbErr::Json(err.to_string()))
+    }
+
+    /// The `NOTIFY` payloads of `changes`, in order: each a JSON array of as many changes as
+    /// fit in one payload. A transaction's changes travel in as few notifications as
+    /// possible: PostgreSQL queues, signals and hands each notification to every listening
+    /// process, so one per change would cost every process a message per change.
+    pub fn to_wire_batches(changes: &[StateChange]) -> Result<Vec<String>, DbErr> {
+        let mut payloads = Vec::new();
+        let mut current = String::from("[");
+        for change in changes {
+            let one = change.to_wire()?;
+            if current.len() > 1 && current.len() + one.len() + 2 > MAX_PAYLOAD {
+                current.push(']');
+                payloads.push(std::mem::replace(&mut current, String::from("[")));
+            }
+            if current.len() > 1 {
+                current.push(',');
+            }
+            current.push_str(&one);
+        }
+        if current.len() > 1 {
+            current.push(']');
+            payloads.push(current);
+        }
+        Ok(payloads)
+    }
+
+    /// Parses a `NOTIFY` payload: one change, or an array of them (all or nothing).
+    pub fn from_wire(payload: &str) -> Option<Vec<StateChange>> {
+        match serde_json::from_str(payload).ok()? {
+            Payload::One(wire) => Some(vec![wire.change()?]),
+            Payload::Many(wires) => wires.into_iter().map(Wire::change).collect(),
+        }
     }
 }
 
@@ -133,9 +182,10 @@ impl Events {
         self.sender.subscribe()
     }
 
-    /// Stages `changes` inside the transaction `txn`. On PostgreSQL this queues one
-    /// `NOTIFY` per change, which the server delivers only if and when `txn` commits,
-    /// in commit order: the order every subscriber sees.
+    /// Stages `changes` inside the transaction `txn`. On PostgreSQL this queues `NOTIFY`s
+    /// carrying the changes in order (as few as fit them, see
+    /// [`StateChange::to_wire_batches`]), which the server delivers only if and when `txn`
+    /// commits, in commit order: the order every subscriber sees.
     ///
     /// On SQLite the in-process publish must follow commit order: the write transaction
     /// (`BEGIN IMMEDIATE`) already serialises writers, and a lock taken here and released
@@ -146,10 +196,7 @@ impl Events {
         changes: Vec<StateChange>,
     ) -> Result<Staged, DbErr> {
         if self.backend == DbBackend::Postgres && !changes.is_empty() {
-            let payloads = changes
-                .iter()
-                .map(StateChange::to_wire)
-                .collect::<Result<Vec<_>, _>>()?;
+            let payloads = StateChange::to_wire_batches(&changes)?;
             txn.execute_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
@@ -206,7 +253,43 @@ mod tests {
         };
         let wire = change.to_wire().unwrap();
         assert!(wire.len() < 200, "{wire}");
-        assert_eq!(StateChange::from_wire(&wire), Some(change));
+        assert_eq!(StateChange::from_wire(&wire), Some(vec![change]));
         assert_eq!(StateChange::from_wire("garbage"), None);
+    }
+
+    fn change(n: u32) -> StateChange {
+        StateChange {
+            delivery_id: Uuid::now_v7(),
+            endpoint_id: Uuid::now_v7(),
+            previous_state: n.is_multiple_of(2).then_some(DeliveryState::Pending),
+            state: DeliveryState::Processing,
+            at: crate::db::now(),
+        }
+    }
+
+    #[test]
+    fn a_transaction_s_changes_travel_together_in_order_within_the_payload_limit() {
+        let changes: Vec<StateChange> = (0..200).map(change).collect();
+        let payloads = StateChange::to_wire_batches(&changes).unwrap();
+        assert!(payloads.len() > 1, "200 changes need more than one payload");
+        assert!(
+            payloads.len() < 10,
+            "{} payloads for 200 changes",
+            payloads.len()
+        );
+        assert!(payloads.iter().all(|p| p.len() <= MAX_PAYLOAD));
+        let back: Vec<StateChange> = payloads
+            .iter()
+            .flat_map(|p| StateChange::from_wire(p).unwrap())
+            .collect();
+        assert_eq!(back, changes);
+        assert!(StateChange::to_wire_batches(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_payload_with_one_bad_change_is_refused_whole() {
+        let good = change(1).to_wire().unwrap();
+        let bad = good.replace("processing", "exploded");
+        assert_eq!(StateChange::from_wire(&format!("[{good},{bad}]")), None);
     }
 }

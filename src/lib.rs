@@ -24,6 +24,7 @@
 //! - [`events`]: delivery state changes, staged in the transaction that makes them and
 //!   published on commit; [`listener`]: the `LISTEN` connection that brings every
 //!   process's changes to this process's subscribers (PostgreSQL).
+//! - [`warmup`]: opens and warms the database connections before the process reports ready.
 //! - [`metrics`], [`telemetry`]: Prometheus metrics and structured logs.
 //! - [`state`]: the cheap-to-clone application state every handler and task shares.
 //!
@@ -64,4 +65,5 @@ pub mod signing;
 pub mod state;
 pub mod telemetry;
 pub mod wake;
+pub mod warmup;
 pub mod worker;

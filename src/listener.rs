@@ -72,11 +72,13 @@ async fn receive(
                 revocations.hint();
             }
             Ok(Ok(Some(notification))) => match StateChange::from_wire(notification.payload()) {
-                Some(change) => {
-                    if change.state == DeliveryState::Pending {
+                Some(changes) => {
+                    if changes.iter().any(|c| c.state == DeliveryState::Pending) {
                         wakeup.hint();
                     }
-                    events.deliver(EventMessage::Change(change.into()));
+                    for change in changes {
+                        events.deliver(EventMessage::Change(change.into()));
+                    }
                 }
                 None => tracing::warn!(
                     payload = notification.payload(),

@@ -11,7 +11,7 @@ use sea_orm::ConnectionTrait;
 pub struct Scratch {
     pub url: String,
     server: String,
-    name: String,
+    pub name: String,
 }
 
 impl Scratch {
@@ -103,6 +103,11 @@ impl Server {
             .unwrap_or(0.0)
     }
 
+    /// CPU time this process has used so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.child.id())
+    }
+
     /// SIGTERM, then wait.
     pub fn stop(mut self) {
         let _ = Command::new("kill")
@@ -110,6 +115,39 @@ impl Server {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// CPU time (user and system) process `pid` has used so far, in seconds (Linux).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |n: usize| {
+        fields
+            .get(n)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 11 and 12 after the name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU time used so far by the PostgreSQL backends serving database `name` on this machine.
+pub fn backend_cpu_seconds(name: &str) -> f64 {
+    std::fs::read_dir("/proc")
+        .map(|dir| {
+            dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|cmd| String::from_utf8_lossy(&cmd).contains(name))
+                })
+                .map(cpu_seconds)
+                .sum()
+        })
+        .unwrap_or(0.0)
 }
 
 /// Creates an admin key with the CLI and returns its token.

@@ -17,6 +17,11 @@ impl Arrivals {
         self.0.lock().unwrap().len()
     }
 
+    /// Every arrival time so far.
+    pub fn times(&self) -> Vec<Instant> {
+        self.0.lock().unwrap().values().copied().collect()
+    }
+
     pub fn at(&self, webhook_id: &str) -> Option<Instant> {
         self.0.lock().unwrap().get(webhook_id).copied()
     }

@@ -1,4 +1,5 @@
-//! The measured workloads: submit throughput, drain throughput, and submit-to-arrival latency.
+//! The measured workloads: submit throughput, submit-to-arrival latency, and `publish` fan-out
+//! (the drain is in [`crate::drain`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use serde_json::json;
 use crate::process::{admin_token, Scratch, Server};
 use crate::receiver;
 
-const SUBMIT: &str =
+pub const SUBMIT: &str =
     "mutation($input: SubmitInput!) { submit(input: $input) { created delivery { id } } }";
 
 pub struct Throughput {
@@ -19,15 +20,16 @@ pub struct Throughput {
     pub errors: u64,
 }
 
-pub struct Drain {
-    pub elapsed: Duration,
-    pub per_second: f64,
-    pub peak_rss_mb: f64,
-}
-
 pub struct Latency {
+    /// From sending the `submit` request to the webhook's arrival.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    pub max_ms: f64,
+    /// The same, from the `submit` answer to the webhook's arrival.
+    pub answered_p50_ms: f64,
+    pub answered_p99_ms: f64,
+    /// The first five, in order (the ones a start-up stall would hit).
+    pub first_ms: Vec<f64>,
 }
 
 async fn graphql(
@@ -49,7 +51,7 @@ async fn graphql(
         .expect("json")
 }
 
-async fn create_endpoint(
+pub async fn create_endpoint(
     client: &reqwest::Client,
     server: &Server,
     token: &str,
@@ -145,105 +147,33 @@ pub async fn submit_throughput(
     }
 }
 
-/// Deliveries per second from `pending` rows to `delivered`, by one `courier serve`.
-pub async fn drain_throughput(server_url: &str, pending: usize) -> Drain {
-    let scratch = Scratch::create(server_url, "drain").await;
-    let _token = admin_token(&scratch.url); // migrates the database
-    let (receiver_url, arrivals) = receiver::start().await;
-    let db = Db::connect(&scratch.url, 2).await.expect("connect");
-    seed_pending(&db, &receiver_url, pending).await;
-
-    let concurrency = std::env::var("BENCH_WORKER_CONCURRENCY").unwrap_or_else(|_| "128".into());
-    let started = Instant::now();
-    let server = Server::start(
-        &scratch.url,
-        &[
-            ("COURIER_WORKER_CONCURRENCY", concurrency),
-            ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
-        ],
-    );
-    loop {
-        if arrivals.count() >= pending && delivered(&db).await >= pending as i64 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "the drain did not finish"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let elapsed = started.elapsed();
-    let peak_rss_mb = server.peak_rss_mb();
-    server.stop();
-    db.close().await.expect("close");
-    scratch.drop_now().await;
-    Drain {
-        elapsed,
-        per_second: pending as f64 / elapsed.as_secs_f64(),
-        peak_rss_mb,
-    }
-}
-
-async fn seed_pending(db: &Db, receiver_url: &str, count: usize) {
-    let conn = db.conn();
-    let endpoint = uuid::Uuid::now_v7();
-    conn.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "INSERT INTO endpoints (id, name, url, signing_secret, disabled, created_at, updated_at) \
-         VALUES ($1, 'bench', $2, $3, false, now(), now())",
-        [
-            endpoint.into(),
-            receiver_url.into(),
-            courier::signing::mint_secret().into(),
-        ],
-    ))
-    .await
-    .expect("endpoint");
-    conn.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "INSERT INTO submissions (id, endpoint_id, payload, payload_hash, created_at) \
-         SELECT gen_random_uuid(), $1, jsonb_build_object('n', g, 'event', 'order.paid'), 'bench', now() \
-         FROM generate_series(1, $2) g",
-        [endpoint.into(), (count as i64).into()],
-    ))
-    .await
-    .expect("submissions");
-    conn.execute_unprepared(
-        "INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at) \
-         SELECT gen_random_uuid(), id, endpoint_id, 'pending', 0, now(), now(), now() FROM submissions",
-    )
-    .await
-    .expect("deliveries");
-    conn.execute_unprepared("ANALYZE").await.expect("analyze");
-}
-
-async fn delivered(db: &Db) -> i64 {
-    let row = db
-        .conn()
-        .query_one_raw(Statement::from_string(
-            DbBackend::Postgres,
-            "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
-        ))
-        .await
-        .expect("count")
-        .expect("row");
-    row.try_get("", "n").expect("n")
-}
-
-/// Submit response to webhook arrival, at light load, API and worker in one process.
+/// Submit-to-arrival latency at light load (one submission every 20 ms over one kept-alive
+/// HTTP client), API and worker in one `courier serve` with default settings, from its very
+/// first request: the endpoint is created beforehand by another process, so the first
+/// measured submission is the first request the measured process serves after reporting ready.
 pub async fn latency(server_url: &str, samples: usize) -> Latency {
     let scratch = Scratch::create(server_url, "latency").await;
     let token = admin_token(&scratch.url);
     let (receiver_url, arrivals) = receiver::start().await;
+    let client = reqwest::Client::new();
+    let setup = Server::start(
+        &scratch.url,
+        &[
+            ("COURIER_WORKER_CONCURRENCY", "0".into()),
+            ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
+        ],
+    );
+    let endpoint = create_endpoint(&client, &setup, &token, &receiver_url).await;
+    setup.stop();
+
     let server = Server::start(
         &scratch.url,
         &[("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into())],
     );
-    let client = reqwest::Client::new();
-    let endpoint = create_endpoint(&client, &server, &token, &receiver_url).await;
-
-    let mut latencies = Vec::with_capacity(samples);
-    for n in 0..samples + 5 {
+    let mut from_sent = Vec::with_capacity(samples);
+    let mut from_answered = Vec::with_capacity(samples);
+    for n in 0..samples {
+        let sent = Instant::now();
         let body = graphql(
             &client,
             &server,
@@ -255,7 +185,7 @@ pub async fn latency(server_url: &str, samples: usize) -> Latency {
         let answered = Instant::now();
         let id = body["data"]["submit"]["delivery"]["id"]
             .as_str()
-            .expect("delivery id")
+            .unwrap_or_else(|| panic!("no delivery id in answer {n}"))
             .to_owned();
         let arrived = loop {
             if let Some(at) = arrivals.at(&id) {
@@ -267,21 +197,28 @@ pub async fn latency(server_url: &str, samples: usize) -> Latency {
             );
             tokio::time::sleep(Duration::from_micros(100)).await;
         };
-        if n >= 5 {
-            latencies.push(arrived.saturating_duration_since(answered).as_secs_f64() * 1000.0);
-        }
+        from_sent.push(arrived.saturating_duration_since(sent).as_secs_f64() * 1000.0);
+        from_answered.push(arrived.saturating_duration_since(answered).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.stop();
     scratch.drop_now().await;
-    latencies.sort_by(|a, b| a.total_cmp(b));
-    let pick = |q: f64| {
-        latencies[((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1]
-    };
+    let first_ms = from_sent.iter().take(5).copied().collect();
+    from_sent.sort_by(f64::total_cmp);
+    from_answered.sort_by(f64::total_cmp);
     Latency {
-        p50_ms: pick(0.50),
-        p99_ms: pick(0.99),
+        p50_ms: percentile(&from_sent, 0.50),
+        p99_ms: percentile(&from_sent, 0.99),
+        max_ms: percentile(&from_sent, 1.0),
+        answered_p50_ms: percentile(&from_answered, 0.50),
+        answered_p99_ms: percentile(&from_answered, 0.99),
+        first_ms,
     }
+}
+
+/// The `q` quantile of sorted `values` (nearest rank).
+fn percentile(values: &[f64], q: f64) -> f64 {
+    values[((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1]
 }
 
 pub struct Publish {

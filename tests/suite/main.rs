@@ -23,6 +23,7 @@ mod hostile_documents;
 mod http_hardening;
 mod lifecycle;
 mod listings;
+mod notifications;
 mod parking;
 mod rate_limit;
 mod replay;

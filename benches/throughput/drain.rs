@@ -1,0 +1,226 @@
+//! The drain as users meet it: a backlog built through the GraphQL API (32 connections to an
+//! API-only process), then one `courier serve` with default settings started against it,
+//! timed from its spawn (start-up included) until every delivery is recorded `delivered`.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use courier::db::Db;
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
+
+use crate::process::{admin_token, backend_cpu_seconds, cpu_seconds, Scratch, Server};
+use crate::receiver;
+use crate::workloads::{create_endpoint, SUBMIT};
+
+/// Rows per slice of the per-slice drain rates.
+pub const SLICE: usize = 10_000;
+
+/// How a backlog was built through the API.
+pub struct Fill {
+    pub submissions: usize,
+    pub elapsed: Duration,
+    pub per_second: f64,
+    pub retried: u64,
+}
+
+pub struct Drain {
+    pub backlog: usize,
+    pub fill: Fill,
+    pub elapsed: Duration,
+    pub per_second: f64,
+    /// Deliveries per second for each consecutive slice of [`SLICE`] arrivals.
+    pub slices: Vec<f64>,
+    pub peak_rss_mb: f64,
+    /// `webhook_deliveries` updates during the drain, and how many of them were HOT.
+    pub updates: i64,
+    pub hot_updates: i64,
+    /// CPU seconds during the drain: the `courier serve` process, its PostgreSQL backends
+    /// (at the end of the drain), and this process (the receiver).
+    pub cpu_courier: f64,
+    pub cpu_postgres: f64,
+    pub cpu_receiver: f64,
+}
+
+/// Builds a backlog of `backlog` pending deliveries through the API, then drains it with
+/// one default `courier serve` (only `COURIER_ALLOW_PRIVATE_DESTINATIONS=true`, which
+/// any user of a local receiver sets too).
+pub async fn drain(server_url: &str, backlog: usize, connections: usize) -> Drain {
+    let scratch = Scratch::create(server_url, "drain").await;
+    let token = admin_token(&scratch.url);
+    let (receiver_url, arrivals) = receiver::start().await;
+    let fill = fill(&scratch.url, &token, &receiver_url, backlog, connections).await;
+    assert_eq!(
+        arrivals.count(),
+        0,
+        "nothing drains while the backlog is built"
+    );
+
+    let db = Db::connect(&scratch.url, 1).await.expect("connect");
+    let (updates_before, hot_before) = update_counts(&db).await;
+    let receiver_cpu_before = cpu_seconds(std::process::id());
+    let started = Instant::now();
+    let server = Server::start(
+        &scratch.url,
+        &[("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into())],
+    );
+    // Arrivals are watched in process; the database is asked only once they are all in,
+    // so the watching costs the drain nothing.
+    loop {
+        if arrivals.count() >= backlog && delivered(&db).await >= backlog as i64 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "the drain did not finish"
+        );
+        let pause = if arrivals.count() >= backlog { 20 } else { 5 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+    let elapsed = started.elapsed();
+    let peak_rss_mb = server.peak_rss_mb();
+    let cpu_courier = server.cpu_seconds();
+    let cpu_postgres = backend_cpu_seconds(&scratch.name);
+    let cpu_receiver = cpu_seconds(std::process::id()) - receiver_cpu_before;
+    server.stop();
+    // The statistics collector reports with a short delay.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (updates_after, hot_after) = update_counts(&db).await;
+    db.close().await.expect("close");
+    scratch.drop_now().await;
+
+    let mut times = arrivals.times();
+    times.sort();
+    let slices = times
+        .chunks(SLICE)
+        .scan(started, |from, chunk| {
+            let to = *chunk.last().expect("a chunk is never empty");
+            let seconds = to.saturating_duration_since(*from).as_secs_f64();
+            *from = to;
+            Some(chunk.len() as f64 / seconds.max(1e-9))
+        })
+        .collect();
+    Drain {
+        backlog,
+        fill,
+        elapsed,
+        per_second: backlog as f64 / elapsed.as_secs_f64(),
+        slices,
+        peak_rss_mb,
+        updates: updates_after - updates_before,
+        hot_updates: hot_after - hot_before,
+        cpu_courier,
+        cpu_postgres,
+        cpu_receiver,
+    }
+}
+
+/// `count` submissions to one endpoint at `receiver_url`, over `connections` concurrent
+/// HTTP connections to an API-only `courier serve`. Every one must be created.
+async fn fill(
+    database_url: &str,
+    token: &str,
+    receiver_url: &str,
+    count: usize,
+    connections: usize,
+) -> Fill {
+    let server = Server::start(
+        database_url,
+        &[
+            ("COURIER_WORKER_CONCURRENCY", "0".into()),
+            ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
+        ],
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(connections)
+        .build()
+        .expect("client");
+    let endpoint = create_endpoint(&client, &server, token, receiver_url).await;
+    let next = Arc::new(AtomicUsize::new(0));
+    let retried = Arc::new(AtomicU64::new(0));
+    let url = format!("{}/graphql", server.base_url);
+    let query = serde_json::to_string(SUBMIT).expect("query");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (client, next, retried) = (client.clone(), next.clone(), retried.clone());
+        let (url, query, endpoint) = (url.clone(), query.clone(), endpoint.clone());
+        let authorization = format!("Bearer {token}");
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= count {
+                    break;
+                }
+                let body = format!(
+                    r#"{{"query":{query},"variables":{{"input":{{"endpointId":"{endpoint}","payload":{{"n":{n},"event":"order.paid","amount":"12.50"}}}}}}}}"#
+                );
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let answer = client
+                        .post(&url)
+                        .header("authorization", &authorization)
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .await;
+                    let created = match answer {
+                        Ok(response) => response.bytes().await.is_ok_and(|body| {
+                            let text = String::from_utf8_lossy(&body);
+                            !text.contains("\"errors\"") && text.contains("\"created\":true")
+                        }),
+                        Err(_) => false,
+                    };
+                    if created {
+                        break;
+                    }
+                    assert!(tries < 5, "submission {n} was refused five times");
+                    retried.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("fill task");
+    }
+    let elapsed = started.elapsed();
+    server.stop();
+    Fill {
+        submissions: count,
+        elapsed,
+        per_second: count as f64 / elapsed.as_secs_f64(),
+        retried: retried.load(Ordering::Relaxed),
+    }
+}
+
+async fn delivered(db: &Db) -> i64 {
+    let row = db
+        .conn()
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
+        ))
+        .await
+        .expect("count")
+        .expect("row");
+    row.try_get("", "n").expect("n")
+}
+
+/// Updates of `webhook_deliveries` so far, and how many were HOT (no index touched).
+async fn update_counts(db: &Db) -> (i64, i64) {
+    let row = db
+        .conn()
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT n_tup_upd AS upd, n_tup_hot_upd AS hot FROM pg_stat_user_tables \
+             WHERE relname = 'webhook_deliveries'",
+        ))
+        .await
+        .expect("statistics")
+        .expect("row");
+    (
+        row.try_get("", "upd").expect("upd"),
+        row.try_get("", "hot").expect("hot"),
+    )
+}

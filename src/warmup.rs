@@ -1,0 +1,68 @@
+//! Start-up warm-up: the connections the first requests and claims will use are opened,
+//! and their caches filled, before the process reports ready.
+//!
+//! A PostgreSQL connection costs a new server process, and that process's first statement
+//! on each table reads the catalogs to learn the table and its indexes. Left to the first
+//! requests, several of them pay this together (the submission, the claim, the loading of
+//! targets and the recording each on a fresh connection) and the first deliveries after
+//! start wait tens of milliseconds for it.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use sea_orm::DbBackend;
+
+use crate::db::Db;
+
+/// Names every table on the hot paths (submit, claim, send, record, authenticate), so each
+/// connection's server process loads them and their indexes once, now. Matches no row.
+const WARM_UP: &str = "\
+SELECT 1
+FROM webhook_deliveries d
+JOIN submissions s ON s.id = d.submission_id
+JOIN endpoints e ON e.id = d.endpoint_id
+LEFT JOIN delivery_attempts a ON a.delivery_id = d.id
+LEFT JOIN events ev ON ev.id = s.event_id
+WHERE d.id = '00000000-0000-0000-0000-000000000000'
+  AND EXISTS (SELECT 1 FROM api_keys k WHERE k.id = d.id)
+  AND EXISTS (SELECT 1 FROM rate_limit_counters r WHERE r.subject = e.name)";
+
+/// Opens every connection of the pool at once and warms each one (PostgreSQL; SQLite
+/// connections are cheap and local). Best effort within `limit`: a warm-up that fails or
+/// runs out of time leaves the work to the first requests, as without it.
+pub async fn warm_up(db: &Db, limit: Duration) {
+    if db.backend() != DbBackend::Postgres {
+        return;
+    }
+    let pool = db.conn().get_postgres_connection_pool();
+    let size = pool.options().get_max_connections();
+    let started = std::time::Instant::now();
+    let warm = async {
+        // Held together, so that each is a separate connection.
+        let connections = join_all((0..size).map(|_| pool.acquire())).await;
+        let mut held = Vec::with_capacity(connections.len());
+        for connection in connections {
+            match connection {
+                Ok(connection) => held.push(connection),
+                Err(err) => tracing::warn!(error = %err, "warming up: cannot open a connection"),
+            }
+        }
+        let warmed = join_all(
+            held.iter_mut()
+                .map(|connection| sqlx::query(WARM_UP).execute(&mut **connection)),
+        )
+        .await;
+        if let Some(Err(err)) = warmed.into_iter().find(Result::is_err) {
+            tracing::warn!(error = %err, "warming up a connection failed");
+        }
+        held.len()
+    };
+    match tokio::time::timeout(limit, warm).await {
+        Ok(connections) => tracing::debug!(
+            connections,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "database connections warmed up"
+        ),
+        Err(_) => tracing::warn!("warming up the database connections took too long; going on"),
+    }
+}
