@@ -19,7 +19,8 @@ use crate::service::parking::with_parking;
 /// One definition, used by both backends below.
 macro_rules! select_due {
     () => {
-        "SELECT d.id, d.state AS previous_state, {parked(d.endpoint_id)} AS parked
+        "SELECT d.id, d.state AS previous_state,
+           CASE WHEN {disabled(d.endpoint_id)} THEN {parked(d.endpoint_id)} ELSE false END AS parked
     FROM webhook_deliveries d
     WHERE d.state IN ('pending', 'processing')
       AND d.next_attempt_at <= {now}

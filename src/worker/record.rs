@@ -38,7 +38,8 @@ WITH v (id, token, state, delay, error) AS (VALUES {rows})
 UPDATE webhook_deliveries
 SET state = v.state,
     cycle_attempts = webhook_deliveries.cycle_attempts + 1,
-    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL
+    next_attempt_at = CASE WHEN v.delay IS NULL THEN NULL
+                           WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL
                            ELSE {after(v.delay)} END,
     claim_token = NULL,
     claim_expires_at = NULL,
