@@ -25,7 +25,36 @@ pub fn with_parking(backend: DbBackend, template: &str) -> String {
         _ => "",
     };
     let locked = render(template, "{parked(", lock);
-    render(&locked, "{disabled(", "")
+    let unlocked = render(&locked, "{disabled(", "");
+    let set_lock = match backend {
+        DbBackend::Postgres => "ORDER BY parking.id FOR SHARE OF parking",
+        _ => "",
+    };
+    render_enabled_join(&unlocked).replace("{lock_enabled}", set_lock)
+}
+
+/// The rule for a statement that writes many rows at once: `{enabled_join(X)}` joins each
+/// row to its endpoint when that endpoint is enabled, and `{lock_enabled}` (at the end of
+/// that `SELECT`) share-locks every such endpoint once, in id order, instead of once per
+/// row as `{parked(X)}` would.
+fn render_enabled_join(template: &str) -> String {
+    let token = "{enabled_join(";
+    let mut out = String::with_capacity(template.len() + 64);
+    let mut rest = template;
+    while let Some(at) = rest.find(token) {
+        out.push_str(&rest[..at]);
+        let inner = &rest[at + token.len()..];
+        let Some(close) = inner.find(")}") else {
+            break;
+        };
+        out.push_str(&format!(
+            "JOIN endpoints parking ON parking.id = {} AND NOT parking.disabled",
+            &inner[..close]
+        ));
+        rest = &inner[close + 2..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Replaces every `{token...(X)}` in `template` with the endpoint read, `lock` appended.
@@ -64,6 +93,14 @@ mod tests {
             with_parking(DbBackend::Sqlite, template),
             "CASE WHEN (SELECT parking.disabled FROM endpoints parking \
              WHERE parking.id = d.endpoint_id) THEN NULL ELSE {now} END"
+        );
+        assert_eq!(
+            with_parking(
+                DbBackend::Postgres,
+                "SELECT i.* FROM i {enabled_join(i.endpoint_id)} {lock_enabled}"
+            ),
+            "SELECT i.* FROM i JOIN endpoints parking ON parking.id = i.endpoint_id \
+             AND NOT parking.disabled ORDER BY parking.id FOR SHARE OF parking"
         );
         assert_eq!(
             with_parking(DbBackend::Postgres, "{disabled(d.endpoint_id)}"),

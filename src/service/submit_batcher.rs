@@ -34,7 +34,7 @@ const STORE_MANY: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
             submitted_by, event, event_type) AS (VALUES {rows}),
 valid AS (
-    SELECT input.* FROM input WHERE {parked(input.endpoint_id)} = false
+    SELECT input.* FROM input {enabled_join(input.endpoint_id)} {lock_enabled}
 ), stored_submissions AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
