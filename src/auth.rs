@@ -294,12 +294,7 @@ fn mint_token() -> String {
 
 /// SHA-256 of the token, hex. Tokens carry 256 bits of entropy, so a fast hash is enough.
 pub fn hash_token(token: &str) -> String {
-    let digest = Sha256::digest(token.as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        hex.push_str(&format!("{byte:02x}"));
-    }
-    hex
+    hex::encode(Sha256::digest(token.as_bytes()))
 }
 
 #[cfg(test)]

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use sea_orm::{ConnectionTrait, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DbErr};
 use uuid::Uuid;
 
-use crate::db::{self, Db};
+use crate::db::Db;
 use crate::error::error_chain;
 
 /// How stale `last_used_at` may be.
@@ -18,9 +18,10 @@ pub const RESOLUTION: Duration = Duration::from_secs(60);
 /// Keys remembered at most; past this, entries older than [`RESOLUTION`] are dropped.
 const MAX_ENTRIES: usize = 10_000;
 
-/// Moves `last_used_at` forward unless some process did so within the resolution (`$3`).
-const TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 \
-     WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)";
+/// Moves `last_used_at` forward unless some process did so within the resolution (`$2`
+/// before now), on the database's clock.
+const TOUCH: &str = "UPDATE api_keys SET last_used_at = {now} \
+     WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < {after($2)})";
 
 /// This process's last write per key.
 #[derive(Debug, Default)]
@@ -57,15 +58,9 @@ impl KeyUsage {
 }
 
 async fn write(db: &Db, key_id: Uuid) -> Result<(), DbErr> {
-    let now = db::now();
-    let stale_before = now
-        - chrono::Duration::from_std(RESOLUTION).unwrap_or_else(|_| chrono::Duration::minutes(1));
+    let clock = db.clock();
     db.conn()
-        .execute_raw(Statement::from_sql_and_values(
-            db.backend(),
-            TOUCH,
-            [key_id.into(), now.into(), stale_before.into()],
-        ))
+        .execute_raw(clock.statement(TOUCH, [key_id.into(), clock.before(RESOLUTION)]))
         .await?;
     Ok(())
 }

@@ -50,6 +50,20 @@ impl Clock {
         }
     }
 
+    /// The value to bind for an `{after(X)}` that is `delay` before now.
+    pub fn before(&self, delay: Duration) -> Value {
+        if self.in_database() {
+            Value::from(-delay.as_secs_f64())
+        } else {
+            let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+            Value::from(
+                self.local_now
+                    .checked_sub_signed(delay)
+                    .unwrap_or(self.local_now),
+            )
+        }
+    }
+
     /// [`Clock::after`] for an optional delay: `None` binds NULL, so `{after(X)}` is NULL.
     pub fn after_opt(&self, delay: Option<Duration>) -> Value {
         match delay {

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use entity::webhook_delivery::DeliveryState;
 use entity::{event, submission};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel, QueryFilter, Statement,
@@ -15,10 +14,11 @@ use uuid::Uuid;
 use crate::auth::Identity;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
-use crate::events::{Events, StateChange};
+use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::service::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
+use crate::service::submission_store::{prepare, NewRows, Prepared};
 use crate::service::submissions::validate_key;
 use crate::service::{event_types, payload};
 use crate::wake::Wakeup;
@@ -208,16 +208,7 @@ impl Fanout {
                 let targets = self.targets(&*txn, caller, &event.event_type).await?;
                 let rows = fan_out_rows(&event, targets);
                 self.insert_fan_out(&*txn, &event, &rows).await?;
-                let created = rows
-                    .iter()
-                    .map(|(submission, delivery_id)| StateChange {
-                        delivery_id: *delivery_id,
-                        endpoint_id: submission.endpoint_id,
-                        previous_state: None,
-                        state: DeliveryState::Pending,
-                        at: event.created_at,
-                    })
-                    .collect();
+                let created = rows.iter().map(|row| row.created.clone()).collect();
                 let staged = self.events.stage(&*txn, created).await?;
                 Ok(Some((event, rows.len(), staged)))
             })
@@ -269,16 +260,17 @@ impl Fanout {
         &self,
         txn: &C,
         event: &event::Model,
-        rows: &[(submission::Model, Uuid)],
+        rows: &[Prepared],
     ) -> std::result::Result<(), sea_orm::DbErr> {
         if rows.is_empty() {
             return Ok(());
         }
         match self.db.backend() {
             DbBackend::Postgres => {
-                let submission_ids: Vec<Uuid> = rows.iter().map(|(s, _)| s.id).collect();
-                let delivery_ids: Vec<Uuid> = rows.iter().map(|(_, d)| *d).collect();
-                let endpoint_ids: Vec<Uuid> = rows.iter().map(|(s, _)| s.endpoint_id).collect();
+                let submission_ids: Vec<Uuid> = rows.iter().map(|row| row.submission.id).collect();
+                let delivery_ids: Vec<Uuid> = rows.iter().map(|row| row.delivery.id).collect();
+                let endpoint_ids: Vec<Uuid> =
+                    rows.iter().map(|row| row.submission.endpoint_id).collect();
                 txn.execute_raw(Statement::from_sql_and_values(
                     DbBackend::Postgres,
                     FAN_OUT_POSTGRES,
@@ -301,15 +293,15 @@ impl Fanout {
                     submission::Entity::insert_many(
                         chunk
                             .iter()
-                            .map(|(submission, _)| submission.clone().into_active_model()),
+                            .map(|row| row.submission.clone().into_active_model()),
                     )
                     .exec(txn)
                     .await?;
-                    entity::webhook_delivery::Entity::insert_many(chunk.iter().map(
-                        |(submission, delivery_id)| {
-                            pending_delivery(submission, *delivery_id).into_active_model()
-                        },
-                    ))
+                    entity::webhook_delivery::Entity::insert_many(
+                        chunk
+                            .iter()
+                            .map(|row| row.delivery.clone().into_active_model()),
+                    )
                     .exec(txn)
                     .await?;
                 }
@@ -376,43 +368,26 @@ impl Fanout {
     }
 }
 
-/// One submission (and the id of its delivery) per endpoint the event reaches.
-fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<(submission::Model, Uuid)> {
+/// One submission, its `pending` delivery (due when the event was stored) and its creation
+/// event per endpoint the event reaches: the rows `submit` would write, built the same way.
+fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
     targets
         .into_iter()
         .map(|endpoint_id| {
-            let submission = submission::Model {
-                id: Uuid::now_v7(),
-                endpoint_id,
-                idempotency_key: None,
-                payload: event.payload.clone(),
-                payload_hash: event.payload_hash.clone(),
-                submitted_by: Some(event.published_by),
-                created_at: event.created_at,
-                event_id: Some(event.id),
-                event_type: Some(event.event_type.clone()),
-            };
-            (submission, Uuid::now_v7())
+            prepare(NewRows {
+                submission: submission::Model {
+                    id: Uuid::now_v7(),
+                    endpoint_id,
+                    idempotency_key: None,
+                    payload: event.payload.clone(),
+                    payload_hash: event.payload_hash.clone(),
+                    submitted_by: Some(event.published_by),
+                    created_at: event.created_at,
+                    event_id: Some(event.id),
+                    event_type: Some(event.event_type.clone()),
+                },
+                delivery_id: Uuid::now_v7(),
+            })
         })
         .collect()
-}
-
-/// The delivery of a fanned-out submission: `pending`, due when the event was stored.
-fn pending_delivery(
-    submission: &submission::Model,
-    delivery_id: Uuid,
-) -> entity::webhook_delivery::Model {
-    entity::webhook_delivery::Model {
-        id: delivery_id,
-        submission_id: submission.id,
-        endpoint_id: submission.endpoint_id,
-        state: DeliveryState::Pending,
-        cycle_attempts: 0,
-        next_attempt_at: Some(submission.created_at),
-        claim_token: None,
-        claim_expires_at: None,
-        last_error: None,
-        created_at: submission.created_at,
-        updated_at: submission.created_at,
-    }
 }

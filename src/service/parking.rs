@@ -24,41 +24,32 @@ pub fn with_parking(backend: DbBackend, template: &str) -> String {
         DbBackend::Postgres => " FOR SHARE",
         _ => "",
     };
-    let locked = render(template, "{parked(", lock);
-    let unlocked = render(&locked, "{disabled(", "");
+    let read = |lock: &'static str| {
+        move |endpoint: &str| {
+            format!(
+                "(SELECT parking.disabled FROM endpoints parking WHERE parking.id = {endpoint}{lock})"
+            )
+        }
+    };
     let set_lock = match backend {
         DbBackend::Postgres => "ORDER BY parking.id FOR SHARE OF parking",
         _ => "",
     };
-    render_enabled_join(&unlocked).replace("{lock_enabled}", set_lock)
+    let sql = render(template, "{parked(", read(lock));
+    let sql = render(&sql, "{disabled(", read(""));
+    let sql = render(&sql, "{enabled_join(", |endpoint| {
+        format!("JOIN endpoints parking ON parking.id = {endpoint} AND NOT parking.disabled")
+    });
+    sql.replace("{lock_enabled}", set_lock)
 }
 
-/// The rule for a statement that writes many rows at once: `{enabled_join(X)}` joins each
-/// row to its endpoint when that endpoint is enabled, and `{lock_enabled}` (at the end of
-/// that `SELECT`) share-locks every such endpoint once, in id order, instead of once per
-/// row as `{parked(X)}` would.
-fn render_enabled_join(template: &str) -> String {
-    let token = "{enabled_join(";
-    let mut out = String::with_capacity(template.len() + 64);
-    let mut rest = template;
-    while let Some(at) = rest.find(token) {
-        out.push_str(&rest[..at]);
-        let inner = &rest[at + token.len()..];
-        let Some(close) = inner.find(")}") else {
-            break;
-        };
-        out.push_str(&format!(
-            "JOIN endpoints parking ON parking.id = {} AND NOT parking.disabled",
-            &inner[..close]
-        ));
-        rest = &inner[close + 2..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Replaces every `{token...(X)}` in `template` with the endpoint read, `lock` appended.
-fn render(template: &str, token: &str, lock: &str) -> String {
+/// The rule for a statement that writes many rows at once is spelled `{enabled_join(X)}`:
+/// each row joined to its endpoint when that endpoint is enabled; `{lock_enabled}` (at the
+/// end of that `SELECT`) share-locks every such endpoint once, in id order, instead of once
+/// per row as `{parked(X)}` would.
+///
+/// Replaces every `{token...X)}` in `template` (where `token` ends with `(`) by `expand(X)`.
+fn render(template: &str, token: &str, expand: impl Fn(&str) -> String) -> String {
     let mut out = String::with_capacity(template.len() + 96);
     let mut rest = template;
     while let Some(at) = rest.find(token) {
@@ -67,10 +58,7 @@ fn render(template: &str, token: &str, lock: &str) -> String {
         let Some(close) = inner.find(")}") else {
             break;
         };
-        out.push_str(&format!(
-            "(SELECT parking.disabled FROM endpoints parking WHERE parking.id = {}{lock})",
-            &inner[..close]
-        ));
+        out.push_str(&expand(&inner[..close]));
         rest = &inner[close + 2..];
     }
     out.push_str(rest);

@@ -1,0 +1,145 @@
+//! Races 1 and 2 against the database directly: claims partition the work, skip locked rows,
+//! retake expired leases exactly once, late results never overwrite a newer claim, and
+//! parking holds at every edge. Shared fixtures live here; each file holds one concern.
+
+mod claiming;
+mod parked;
+mod recording;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::auth::{self, Identity};
+use courier::db::Db;
+use courier::worker::claim::Claim;
+use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
+use courier::worker::record::{record, FinishedAttempt};
+use courier::worker::schedule::NextStep;
+use sea_orm::{EntityTrait, QueryOrder};
+use uuid::Uuid;
+
+use crate::support::{TestApp, TestDb};
+
+pub const LONG_LEASE: Duration = Duration::from_secs(60);
+
+/// An API-only app with `count` pending deliveries; returns their ids.
+pub async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
+    let app = TestApp::spawn(db).await;
+    let token = app.admin_token().await;
+    let caller: Identity = auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let (endpoint, _) = app
+        .create_endpoint(&token, "https://example.com/hook")
+        .await;
+    let endpoint = Uuid::parse_str(&endpoint).expect("uuid");
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let input = courier::service::submissions::NewSubmission {
+            endpoint_id: endpoint,
+            payload: serde_json::json!({ "n": n }),
+            idempotency_key: None,
+            event_type: None,
+        };
+        ids.push(
+            app.state
+                .submissions
+                .submit(&caller, input)
+                .await
+                .expect("submit")
+                .delivery
+                .id,
+        );
+    }
+    (app, ids)
+}
+
+/// Moves every lease an hour into the past, as if it had run out long ago (a `processing`
+/// row's due time is its lease expiry, so both move): tests never wait on the wall clock
+/// for a lease.
+pub async fn expire_leases(pool: &Db) {
+    use entity::webhook_delivery::{Column, Entity};
+    use sea_orm::{ActiveModelTrait, ColumnTrait, IntoActiveModel, QueryFilter, Set};
+    let held = Entity::find()
+        .filter(Column::ClaimExpiresAt.is_not_null())
+        .all(pool.conn())
+        .await
+        .expect("leased deliveries");
+    assert!(!held.is_empty(), "a lease to expire");
+    for row in held {
+        let hour = chrono::Duration::hours(1);
+        let expires = row.claim_expires_at.expect("a lease");
+        let due = row.next_attempt_at.map(|due| due - hour);
+        let mut row = row.into_active_model();
+        row.claim_expires_at = Set(Some(expires - hour));
+        row.next_attempt_at = Set(due);
+        row.update(pool.conn()).await.expect("expire the lease");
+    }
+}
+
+/// A publisher for changes made through `pool` (nobody subscribes in these tests).
+pub fn events_for(pool: &Db) -> courier::events::Events {
+    courier::events::Events::new(
+        pool.backend(),
+        Arc::new(courier::metrics::Metrics::default()),
+    )
+}
+
+pub fn outcome(succeeded: bool) -> AttemptOutcome {
+    AttemptOutcome {
+        status: Some(if succeeded { 200 } else { 500 }),
+        error: (!succeeded).then(|| "HTTP 500".to_owned()),
+        retry_after: None,
+        duration: Duration::from_millis(3),
+        kind: if succeeded {
+            OutcomeKind::Success
+        } else {
+            OutcomeKind::HttpStatus
+        },
+    }
+}
+
+pub async fn record_result(
+    pool: &Db,
+    claim: &Claim,
+    succeeded: bool,
+) -> courier::worker::record::Recorded {
+    let outcome = outcome(succeeded);
+    let step = if succeeded {
+        NextStep::Delivered
+    } else {
+        NextStep::RetryAfter(Duration::from_secs(1))
+    };
+    let now = courier::db::now();
+    record(
+        pool,
+        &events_for(pool),
+        &FinishedAttempt {
+            claim: claim.clone(),
+            outcome,
+            step,
+            started_at: now,
+            finished_at: now,
+        },
+    )
+    .await
+    .expect("record")
+}
+
+pub async fn delivery(pool: &Db, id: Uuid) -> entity::webhook_delivery::Model {
+    entity::webhook_delivery::Entity::find_by_id(id)
+        .one(pool.conn())
+        .await
+        .expect("query")
+        .expect("exists")
+}
+
+pub async fn attempts(pool: &Db, id: Uuid) -> Vec<entity::delivery_attempt::Model> {
+    use sea_orm::{ColumnTrait, QueryFilter};
+    entity::delivery_attempt::Entity::find()
+        .filter(entity::delivery_attempt::Column::DeliveryId.eq(id))
+        .order_by_asc(entity::delivery_attempt::Column::Number)
+        .all(pool.conn())
+        .await
+        .expect("attempts")
+}

@@ -1,0 +1,236 @@
+//! Recording: results are fenced by their claim's token, numbered once per lifetime, and
+//! idempotent per claim, alone or in a batch.
+
+use std::sync::Arc;
+
+use courier::db::Db;
+use courier::worker::claim::{claim_due, Claim};
+use courier::worker::record::FinishedAttempt;
+use courier::worker::schedule::NextStep;
+use entity::webhook_delivery::DeliveryState;
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+use crate::on_every_backend;
+use crate::support::{Backend, TestDb};
+
+use super::*;
+
+/// Two independent connections holding two claims on one delivery: the first claim's lease
+/// ran out and the second retook it.
+struct Rivals {
+    old_pool: Db,
+    new_pool: Db,
+    old: Claim,
+    new: Claim,
+}
+
+/// Claims the only due delivery, expires its lease, and retakes it through another connection.
+async fn rivals(db: &TestDb) -> Rivals {
+    let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
+    let old = claim_due(&old_pool, &events_for(&old_pool), 1, LONG_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("claimed");
+    expire_leases(&old_pool).await;
+    let new = claim_due(&new_pool, &events_for(&new_pool), 1, LONG_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("reclaimed");
+    Rivals {
+        old_pool,
+        new_pool,
+        old,
+        new,
+    }
+}
+
+/// Two claims on one row (the first expired, the second live); the late result never wins.
+async fn late_results_are_fenced_in_either_order(backend: Backend) {
+    for late_first in [true, false] {
+        let db = TestDb::new(backend).await;
+        let (_app, ids) = seed(&db, 1).await;
+        let Rivals {
+            old_pool,
+            new_pool,
+            old,
+            new,
+        } = rivals(&db).await;
+
+        if late_first {
+            let late = record_result(&old_pool, &old, true).await;
+            assert_eq!(late.new_state, None, "the superseded claim changes nothing");
+            let stored = delivery(&new_pool, ids[0]).await;
+            assert_eq!(
+                (stored.state, stored.claim_token),
+                (DeliveryState::Processing, Some(new.claim_token))
+            );
+            let current = record_result(&new_pool, &new, false).await;
+            assert_eq!(current.new_state, Some(DeliveryState::Pending));
+        } else {
+            let current = record_result(&new_pool, &new, true).await;
+            assert_eq!(current.new_state, Some(DeliveryState::Delivered));
+            let late = record_result(&old_pool, &old, false).await;
+            assert_eq!(
+                late.new_state, None,
+                "a late failure cannot undo the delivery"
+            );
+            assert_eq!(
+                delivery(&old_pool, ids[0]).await.state,
+                DeliveryState::Delivered
+            );
+        }
+
+        let recorded = attempts(&new_pool, ids[0]).await;
+        assert_eq!(recorded.len(), 2, "both attempts are recorded");
+        assert_eq!(
+            recorded.iter().map(|a| a.number).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let by_token = |token: Uuid| {
+            recorded
+                .iter()
+                .find(|a| a.claim_token == token)
+                .expect("attempt")
+        };
+        assert!(
+            by_token(old.claim_token).superseded,
+            "the late attempt is marked superseded"
+        );
+        assert!(!by_token(new.claim_token).superseded);
+        assert_eq!(
+            delivery(&new_pool, ids[0]).await.cycle_attempts,
+            1,
+            "only the live claim counted"
+        );
+    }
+}
+
+/// Both claims recording at the same instant still get distinct lifetime numbers.
+async fn simultaneous_results_get_distinct_numbers(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 1).await;
+    let Rivals {
+        old_pool,
+        new_pool,
+        old,
+        new,
+    } = rivals(&db).await;
+    let barrier = Arc::new(Barrier::new(2));
+    let (b1, b2) = (barrier.clone(), barrier);
+    let (late, current) = tokio::join!(
+        async {
+            b1.wait().await;
+            record_result(&old_pool, &old, true).await
+        },
+        async {
+            b2.wait().await;
+            record_result(&new_pool, &new, true).await
+        },
+    );
+    assert_eq!(late.new_state, None);
+    assert_eq!(current.new_state, Some(DeliveryState::Delivered));
+    let mut numbers = vec![late.number, current.number];
+    numbers.sort();
+    assert_eq!(numbers, vec![1, 2]);
+    assert_eq!(attempts(&new_pool, ids[0]).await.len(), 2);
+}
+
+/// Recording the same claim's result twice (a retry after a lost acknowledgement) adds nothing.
+async fn recording_is_idempotent_per_claim(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 1).await;
+    let pool = db.connect(1).await;
+    let claim = claim_due(&pool, &events_for(&pool), 1, LONG_LEASE)
+        .await
+        .expect("claim")
+        .pop()
+        .expect("claimed");
+    let first = record_result(&pool, &claim, true).await;
+    let again = record_result(&pool, &claim, true).await;
+    assert_eq!(first, again);
+    assert_eq!(first.new_state, Some(DeliveryState::Delivered));
+    assert_eq!(attempts(&pool, ids[0]).await.len(), 1);
+}
+
+/// One batch records many outcomes, each fenced by its own token: two claims on one delivery
+/// (the older superseded) and a third delivery, in one call.
+async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, 2).await;
+    let pool = db.connect(1).await;
+    let events = events_for(&pool);
+    let mut first = claim_due(&pool, &events, 2, LONG_LEASE)
+        .await
+        .expect("claim");
+    first.sort_by_key(|c| c.delivery_id);
+    expire_leases(&pool).await;
+    let mut second = claim_due(&pool, &events, 1, LONG_LEASE)
+        .await
+        .expect("reclaim");
+    let newer = second.pop().expect("one reclaimed");
+    let older = first
+        .iter()
+        .find(|c| c.delivery_id == newer.delivery_id)
+        .expect("same delivery")
+        .clone();
+    let other = first
+        .iter()
+        .find(|c| c.delivery_id != newer.delivery_id)
+        .expect("the other")
+        .clone();
+    let now = courier::db::now();
+    let finished = |claim: &Claim, ok: bool| FinishedAttempt {
+        claim: claim.clone(),
+        outcome: outcome(ok),
+        step: if ok {
+            NextStep::Delivered
+        } else {
+            NextStep::Failed
+        },
+        started_at: now,
+        finished_at: now,
+    };
+    let batch = [
+        finished(&older, true),
+        finished(&other, false),
+        finished(&newer, true),
+    ];
+    let recorded = courier::worker::record::record_batch(&pool, &events, &batch)
+        .await
+        .expect("record");
+    assert_eq!(
+        recorded[0].new_state, None,
+        "the older claim was superseded"
+    );
+    assert_eq!(
+        recorded[1].new_state,
+        Some(DeliveryState::Failed),
+        "an expired claim that nobody retook still holds"
+    );
+    assert_eq!(recorded[2].new_state, Some(DeliveryState::Delivered));
+    assert_eq!(
+        delivery(&pool, newer.delivery_id).await.state,
+        DeliveryState::Delivered
+    );
+    let numbers: Vec<(i32, bool)> = attempts(&pool, newer.delivery_id)
+        .await
+        .iter()
+        .map(|a| (a.number, a.superseded))
+        .collect();
+    assert_eq!(numbers, vec![(1, true), (2, false)]);
+    assert_eq!(
+        delivery(&pool, other.delivery_id).await.state,
+        DeliveryState::Failed
+    );
+    assert_eq!(ids.len(), 2);
+}
+
+on_every_backend!(
+    a_batch_records_each_outcome_under_its_own_fence,
+    recording_is_idempotent_per_claim,
+    late_results_are_fenced_in_either_order,
+    simultaneous_results_get_distinct_numbers,
+);
