@@ -19,6 +19,7 @@ mod failures;
 mod fanout;
 mod first_run;
 mod graphiql;
+mod group_commit;
 mod hostile_documents;
 mod http_hardening;
 mod lifecycle;
