@@ -12,6 +12,7 @@
 //! `BENCH_ONLY` (a comma-separated subset of `submit,drain,latency,publish`; pgbench
 //! always runs). `courier serve` processes inherit the environment, so `COURIER_*`
 //! variables set for a run change their settings (the figures in the README use none).
+//! `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
 //! Results are printed and written to `target/courier-bench.json`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]

@@ -33,7 +33,12 @@ impl Scratch {
         }
     }
 
+    /// Drops the database, unless `BENCH_KEEP` is set (to inspect it afterwards).
     pub async fn drop_now(self) {
+        if std::env::var_os("BENCH_KEEP").is_some() {
+            println!("kept {}", self.url);
+            return;
+        }
         let admin = Db::connect(&self.server, 1).await.expect("connect");
         let _ = admin
             .conn()
@@ -61,7 +66,6 @@ impl Server {
             .env("DATABASE_URL", database_url)
             .env("COURIER_BIND", "127.0.0.1:0")
             .env("COURIER_LOG_FORMAT", "json")
-            .env("RUST_LOG", "warn,courier::app=info")
             .stderr(Stdio::piped());
         for (name, value) in settings {
             command.env(name, value);
@@ -71,7 +75,12 @@ impl Server {
         let (found, addr) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut found = Some(found);
+            // The log is read to the end (as a terminal or journal would), at the default
+            // level: one line per delivery outcome. Only the line naming the address is parsed.
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if found.is_none() {
+                    continue;
+                }
                 let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
                 if let (Some(tx), Some(addr)) = (found.as_ref(), entry["addr"].as_str()) {
                     let _ = tx.send(addr.to_owned());

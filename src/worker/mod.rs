@@ -2,6 +2,11 @@
 //! `COURIER_WORKER_CONCURRENCY` in flight), hands the outcomes to a recorder that writes
 //! them in batches under each claim's fence, and on shutdown stops claiming and lets
 //! in-flight requests finish within a grace period.
+//!
+//! A slot is held from the claim to the end of the request. The outcome then waits to be
+//! recorded under a recording permit (as many permits as slots), so a batch being written
+//! does not keep the next requests from starting, and claimed but unrecorded deliveries
+//! stay bounded (at most twice the concurrency).
 
 pub mod claim;
 pub mod dispatch;
@@ -36,6 +41,7 @@ pub struct Worker {
     dispatcher: Dispatcher,
     policy: RetryPolicy,
     slots: Arc<Semaphore>,
+    recording: Arc<Semaphore>,
     concurrency: usize,
 }
 
@@ -64,6 +70,7 @@ impl Worker {
             dispatcher,
             policy,
             slots: Arc::new(Semaphore::new(concurrency)),
+            recording: Arc::new(Semaphore::new(concurrency)),
             concurrency,
             state,
         })
@@ -75,12 +82,13 @@ impl Worker {
         let this = Arc::new(self);
         let shutdown = this.state.shutdown.clone();
         let poll = Duration::from_millis(this.state.config.poll_interval_ms);
-        // Bounded by the slots its items carry: a result frees its slot once recorded.
+        // Bounded by the recording permits its items carry, each freed once recorded.
         let (results, inbox) = mpsc::channel(this.concurrency.max(1));
-        let recorder =
-            tokio::spawn(Recorder::new(this.state.clone(), this.slots.clone()).run(inbox));
+        let recorder = tokio::spawn(Recorder::new(this.state.clone()).run(inbox));
         let mut in_flight = JoinSet::new();
         tracing::info!(concurrency = this.concurrency, "delivery worker started");
+        // Whether the last claim took all it asked for: more is due than there are slots.
+        let mut backlog = false;
         loop {
             while let Some(joined) = in_flight.try_join_next() {
                 if let Err(err) = joined {
@@ -91,24 +99,33 @@ impl Worker {
                 break;
             }
             let free = this.slots.available_permits().min(MAX_CLAIM_BATCH);
-            if free == 0 {
+            // With a backlog, slots are gathered into one claim rather than claimed as
+            // each frees: every claim is a notifying commit and a few round trips, and a
+            // stream of small ones keeps this loop, not the slots, the limit. Without one,
+            // a free slot claims at once.
+            let wanted = if backlog { this.min_backlog_claim() } else { 1 };
+            if free < wanted {
                 tokio::select! {
                     () = this.state.wakeup.slot_freed() => continue,
-                    () = tokio::time::sleep(poll) => continue,
+                    // Slots held by slow endpoints must not hold up the rest for long.
+                    () = tokio::time::sleep(poll) => {
+                        backlog = false;
+                        continue;
+                    }
                     () = shutdown.cancelled() => break,
                 }
             }
-            let mut batch_was_full = false;
+            backlog = false;
             match this.claim(free).await {
                 Ok(claims) => {
-                    batch_was_full = claims.len() == free;
+                    backlog = claims.len() == free;
                     this.start(claims, &mut in_flight, &results).await;
                 }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")
                 }
             }
-            if batch_was_full {
+            if backlog {
                 continue;
             }
             tokio::select! {
@@ -119,6 +136,12 @@ impl Worker {
         }
         drop(results);
         this.drain(in_flight, recorder).await;
+    }
+
+    /// The fewest free slots worth a claim while a backlog waits: a quarter of the slots,
+    /// up to a full claim batch.
+    fn min_backlog_claim(&self) -> usize {
+        (self.concurrency / 4).clamp(1, MAX_CLAIM_BATCH)
     }
 
     /// Claims up to `limit` due deliveries. A claim the database does not confirm within the
@@ -170,15 +193,31 @@ impl Worker {
             let (worker, results) = (Arc::clone(self), results.clone());
             in_flight.spawn(async move {
                 let attempt = worker.deliver(claim, target).await;
+                // The semaphore is never closed; were it, the outcome would be retried
+                // after its lease like any unrecorded one.
+                let Ok(permit) = worker.recording.clone().acquire_owned().await else {
+                    return;
+                };
+                drop(slot);
+                worker.slot_freed();
                 // The recorder only stops after every sender is gone, so this cannot fail
                 // while the worker runs.
-                let _ = results.send(Finished { attempt, slot }).await;
+                let _ = results.send(Finished { attempt, permit }).await;
             });
         }
-        self.state
-            .metrics
-            .in_flight
-            .set((self.concurrency - self.slots.available_permits()) as i64);
+        self.note_in_flight();
+    }
+
+    /// Wakes the claiming loop for a freed slot.
+    fn slot_freed(&self) {
+        self.note_in_flight();
+        self.state.wakeup.free_slot();
+    }
+
+    /// Sets the in-flight gauge: requests holding a slot.
+    fn note_in_flight(&self) {
+        let busy = self.concurrency - self.slots.available_permits();
+        self.state.metrics.in_flight.set(busy as i64);
     }
 
     /// Sends one delivery and decides what comes next.

@@ -1,13 +1,12 @@
 //! The recorder: writes finished attempts in batches (one transaction for many outcomes,
 //! each still fenced by its own claim token), isolates an outcome the database refuses so
-//! it cannot hold up the others, then frees their slots.
+//! it cannot hold up the others, then frees their recording permits.
 
 use std::time::Duration;
 
-use std::sync::Arc;
-
-use sea_orm::DbErr;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use sea_orm::{DbBackend, DbErr};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::task::JoinSet;
 
 use super::health::HealthPolicy;
 use super::record::{record_batch_with, FinishedAttempt, Recorded};
@@ -18,6 +17,8 @@ use crate::state::AppState;
 
 /// Most outcomes written in one transaction.
 const MAX_BATCH: usize = 128;
+/// Batches written at once on PostgreSQL.
+const POSTGRES_WRITERS: usize = 2;
 /// Longest pause between tries at writing a batch.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How long a batch is retried through an unreachable database before its outcomes are
@@ -34,39 +35,73 @@ enum Unwritten {
     Unreachable(DbErr),
 }
 
-/// A finished attempt on its way to the database, holding its worker slot.
+/// A finished attempt on its way to the database, holding a recording permit.
 pub struct Finished {
     /// What happened.
     pub attempt: FinishedAttempt,
     /// Released once the outcome is recorded (or given up on).
-    pub slot: OwnedSemaphorePermit,
+    pub permit: OwnedSemaphorePermit,
 }
 
 /// Writes outcomes as they arrive: one at a time when the worker is quiet, many per
-/// transaction when it is busy. Nothing waits for a batch to fill.
+/// transaction when it is busy. Nothing waits for a batch to fill. On PostgreSQL a second
+/// batch is written while the first commits, so outcomes do not queue behind one
+/// transaction's round trips; batches hold distinct claims, and each locks its deliveries in
+/// id order, so concurrent batches cannot deadlock and each claim's fence still decides.
+#[derive(Clone)]
 pub struct Recorder {
     state: AppState,
-    slots: Arc<Semaphore>,
 }
 
 impl Recorder {
-    /// A recorder for `state`'s database, freeing slots of `slots`.
-    pub fn new(state: AppState, slots: Arc<Semaphore>) -> Self {
-        Recorder { state, slots }
+    /// A recorder for `state`'s database.
+    pub fn new(state: AppState) -> Self {
+        Recorder { state }
     }
 
-    /// Records until every sender is gone and the inbox is empty.
+    /// Batches written at once: SQLite has one writer anyway.
+    fn writers(&self) -> usize {
+        match self.state.db.backend() {
+            DbBackend::Postgres => POSTGRES_WRITERS,
+            _ => 1,
+        }
+    }
+
+    /// Records until every sender is gone, the inbox is empty and every batch is written.
     pub async fn run(self, mut inbox: mpsc::Receiver<Finished>) {
+        let writers = self.writers();
+        let mut writing: JoinSet<Vec<Finished>> = JoinSet::new();
         let mut batch = Vec::with_capacity(MAX_BATCH);
-        while inbox.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            self.write(&batch).await;
-            for finished in batch.drain(..) {
-                drop(finished.slot);
+        let mut open = true;
+        while open || !writing.is_empty() {
+            tokio::select! {
+                biased;
+                Some(written) = writing.join_next(), if !writing.is_empty() => match written {
+                    Ok(written) => self.free(written),
+                    // The batch's permits were freed as its task unwound; its claims are
+                    // reclaimed after their lease.
+                    Err(err) => tracing::error!(error = %err, "writing a batch of outcomes failed"),
+                },
+                received = inbox.recv_many(&mut batch, MAX_BATCH), if open && writing.len() < writers => {
+                    if received == 0 {
+                        open = false;
+                        continue;
+                    }
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+                    let recorder = self.clone();
+                    writing.spawn(async move {
+                        recorder.write(&full).await;
+                        full
+                    });
+                }
             }
-            let busy =
-                self.state.config.worker_concurrency as usize - self.slots.available_permits();
-            self.state.metrics.in_flight.set(busy as i64);
-            self.state.wakeup.free_slot();
+        }
+    }
+
+    /// Frees the recording permits of a written batch.
+    fn free(&self, written: Vec<Finished>) {
+        for finished in written {
+            drop(finished.permit);
         }
     }
 
