@@ -4,9 +4,9 @@
 //! in-flight requests finish within a grace period.
 //!
 //! A slot is held from the claim to the end of the request. The outcome then waits to be
-//! recorded under a recording permit (as many permits as slots), so a batch being written
-//! does not keep the next requests from starting, and claimed but unrecorded deliveries
-//! stay bounded (at most twice the concurrency).
+//! recorded under a recording permit (twice as many permits as slots), so batches being
+//! written do not keep the next requests from starting, and claimed but unrecorded
+//! deliveries stay bounded (at most three times the concurrency).
 
 pub mod claim;
 pub mod dispatch;
@@ -16,18 +16,21 @@ mod recorder;
 pub mod schedule;
 pub mod targets;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sea_orm::DbErr;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
+use uuid::Uuid;
 
-use self::claim::{claim_due, release, Claim};
+use self::claim::{claim_due_with_targets, release, Claim, ClaimError};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
 use self::schedule::{NextStep, RetryPolicy};
-use self::targets::{load_targets, Target};
+use self::targets::Target;
 use crate::db;
 use crate::error::error_chain;
 use crate::state::AppState;
@@ -70,7 +73,7 @@ impl Worker {
             dispatcher,
             policy,
             slots: Arc::new(Semaphore::new(concurrency)),
-            recording: Arc::new(Semaphore::new(concurrency)),
+            recording: Arc::new(Semaphore::new(2 * concurrency)),
             concurrency,
             state,
         })
@@ -117,9 +120,9 @@ impl Worker {
             }
             backlog = false;
             match this.claim(free).await {
-                Ok(claims) => {
+                Ok((claims, targets)) => {
                     backlog = claims.len() == free;
-                    this.start(claims, &mut in_flight, &results).await;
+                    this.start(claims, targets, &mut in_flight, &results).await;
                 }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")
@@ -144,46 +147,47 @@ impl Worker {
         (self.concurrency / 4).clamp(1, MAX_CLAIM_BATCH)
     }
 
-    /// Claims up to `limit` due deliveries. A claim the database does not confirm within the
-    /// deadline is given up; if it did happen, its rows are reclaimed after their lease.
-    async fn claim(&self, limit: usize) -> Result<Vec<Claim>, sea_orm::DbErr> {
+    /// Claims up to `limit` due deliveries with what to send for each. A claim the database
+    /// does not confirm within the deadline is given up; if it did happen, its rows are
+    /// reclaimed after their lease. Claims whose targets could not be read are released.
+    async fn claim(&self, limit: usize) -> Result<(Vec<Claim>, HashMap<Uuid, Target>), DbErr> {
         let db = &self.state.db;
-        let claims = db
-            .within_deadline(claim_due(
+        let keys = self.state.config.secret_keys();
+        let claimed = db
+            .within_deadline(claim_due_with_targets(
                 db,
                 &self.state.events,
+                &keys,
                 limit as u32,
                 self.state.config.lease(),
             ))
-            .await?;
-        self.state.metrics.claims.inc_by(claims.len() as u64);
-        Ok(claims)
-    }
-
-    /// Loads what to send and starts one task per claim.
-    async fn start(
-        self: &Arc<Self>,
-        claims: Vec<Claim>,
-        in_flight: &mut JoinSet<()>,
-        results: &mpsc::Sender<Finished>,
-    ) {
-        if claims.is_empty() {
-            return;
-        }
-        let db = &self.state.db;
-        let keys = self.state.config.secret_keys();
-        let mut targets = match db.within_deadline(load_targets(db, &keys, &claims)).await {
-            Ok(targets) => targets,
-            Err(err) => {
+            .await;
+        match claimed {
+            Ok((claims, targets)) => {
+                self.state.metrics.claims.inc_by(claims.len() as u64);
+                Ok((claims, targets))
+            }
+            Err(ClaimError::Claim(err)) => Err(err),
+            Err(ClaimError::Load(claims, err)) => {
                 tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed; releasing them");
                 let released = db.within_deadline(release(db, &self.state.events, &claims));
                 if let Err(err) = released.await {
                     // They stay `processing` and are reclaimed after their lease.
                     tracing::error!(error = %error_chain(&err), "releasing claims failed");
                 }
-                return;
+                Ok((Vec::new(), HashMap::new()))
             }
-        };
+        }
+    }
+
+    /// Starts one task per claim.
+    async fn start(
+        self: &Arc<Self>,
+        claims: Vec<Claim>,
+        mut targets: HashMap<Uuid, Target>,
+        in_flight: &mut JoinSet<()>,
+        results: &mpsc::Sender<Finished>,
+    ) {
         for claim in claims {
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {
                 tracing::error!(delivery_id = %claim.delivery_id, "no free slot for a claimed delivery");

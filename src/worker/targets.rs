@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm::{ConnectionTrait, DbErr, QueryResult};
 use uuid::Uuid;
 
 use super::claim::Claim;
@@ -13,13 +13,26 @@ use crate::secrets::SecretKeys;
 /// Everything needed to send the claimed deliveries, in one query per batch. The previous
 /// secret comes only while its stored expiry is ahead of the database's clock, so every
 /// process stops signing with it at the same moment, whatever its own clock says.
-const LOAD_TARGETS: &str = "\
-SELECT d.id, s.payload, e.url, e.signing_secret,
-       CASE WHEN e.previous_secret_expires_at > {now} THEN e.previous_signing_secret END AS previous_secret
+const LOAD_TARGETS: &str = concat!(
+    "SELECT d.id, ",
+    crate::targets_columns!(),
+    "
 FROM webhook_deliveries d
 JOIN submissions s ON s.id = d.submission_id
 JOIN endpoints e ON e.id = d.endpoint_id
-WHERE d.id IN ({ids})";
+WHERE d.id IN ({ids})"
+);
+
+/// The columns a target is read from, given `s` (the submission) and `e` (the endpoint):
+/// one definition for [`LOAD_TARGETS`] and the PostgreSQL claim, which returns them.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! targets_columns {
+    () => {
+        "s.payload, e.url, e.signing_secret,
+       CASE WHEN e.previous_secret_expires_at > {now} THEN e.previous_signing_secret END AS previous_secret"
+    };
+}
 
 /// Where and what to send for one claimed delivery.
 #[derive(Debug, Clone)]
@@ -51,14 +64,26 @@ pub async fn load_targets(
         .conn()
         .query_all_raw(db.clock().statement(&sql, values))
         .await?;
+    from_rows(keys, claims, &rows)
+}
+
+/// Targets from rows holding `id` and the [`targets_columns`] (for claims of `claims`).
+pub fn from_rows(
+    keys: &SecretKeys,
+    claims: &[Claim],
+    rows: &[QueryResult],
+) -> Result<HashMap<Uuid, Target>, DbErr> {
     let mut targets = HashMap::with_capacity(rows.len());
     for row in rows {
         let id: Uuid = row.try_get("", "id")?;
-        let endpoint_id = claims
+        // A row parked rather than claimed needs nothing.
+        let Some(endpoint_id) = claims
             .iter()
             .find(|claim| claim.delivery_id == id)
             .map(|claim| claim.endpoint_id)
-            .unwrap_or_default();
+        else {
+            continue;
+        };
         let payload: serde_json::Value = row.try_get("", "payload")?;
         let body = serde_json::to_vec(&payload).map_err(|err| DbErr::Json(err.to_string()))?;
         let sealed: String = row.try_get("", "signing_secret")?;
