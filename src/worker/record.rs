@@ -36,7 +36,7 @@ const RECORDED_ATTEMPTS: &str =
 /// every batch slower as attempts accumulated; `OFFSET 0` keeps the lateral subquery from
 /// being flattened into such a join. The array makes the text the same for every batch
 /// size, so each connection prepares it once.
-const RECORDED_ATTEMPTS_POSTGRES: &str = "\
+pub const RECORDED_ATTEMPTS_POSTGRES: &str = "\
 SELECT ids.id AS delivery_id, a.claim_token, a.number, a.superseded
 FROM unnest($1::uuid[]) AS ids(id)
 CROSS JOIN LATERAL (

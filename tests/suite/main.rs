@@ -35,3 +35,4 @@ mod subscriptions;
 mod support;
 mod toolchain;
 mod websocket;
+mod worker_pipeline;
