@@ -152,9 +152,10 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
 
-    /// Deliveries in flight per process (sent and not yet recorded); 0 runs the API only,
-    /// with no worker. Each costs a few kilobytes, and outcomes are recorded in batches, so
-    /// a larger number mostly means larger batches (fewer commits per delivery).
+    /// Deliveries in flight per process (requests being sent); 0 runs the API only, with no
+    /// worker. Their outcomes then wait to be recorded in batches, at most twice as many.
+    /// Each costs a few kilobytes; a larger number means larger batches (fewer commits per
+    /// delivery) and more parallel requests to each endpoint.
     #[arg(long, env = "COURIER_WORKER_CONCURRENCY", default_value_t = 128)]
     pub worker_concurrency: u32,
 
