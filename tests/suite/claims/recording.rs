@@ -228,7 +228,92 @@ async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
     assert_eq!(ids.len(), 2);
 }
 
+/// Two batches over the same deliveries written at once through independent connections
+/// (as a recorder with two writers, or two processes, may): each batch holds the older or
+/// the newer claim on every delivery, in opposite orders. Both are written, every delivery
+/// gets distinct lifetime numbers, and only the newer claims change state.
+async fn concurrent_batches_on_the_same_deliveries_keep_fences_and_numbers(backend: Backend) {
+    const DELIVERIES: usize = 6;
+    let db = TestDb::new(backend).await;
+    let (_app, ids) = seed(&db, DELIVERIES).await;
+    let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
+    let mut older = claim_due(
+        &old_pool,
+        &events_for(&old_pool),
+        DELIVERIES as u32,
+        LONG_LEASE,
+    )
+    .await
+    .expect("claim");
+    expire_leases(&old_pool).await;
+    let mut newer = claim_due(
+        &new_pool,
+        &events_for(&new_pool),
+        DELIVERIES as u32,
+        LONG_LEASE,
+    )
+    .await
+    .expect("reclaim");
+    assert_eq!((older.len(), newer.len()), (DELIVERIES, DELIVERIES));
+    older.sort_by_key(|c| c.delivery_id);
+    newer.sort_by_key(|c| std::cmp::Reverse(c.delivery_id));
+    let now = courier::db::now();
+    let finished = |claim: &Claim| FinishedAttempt {
+        claim: claim.clone(),
+        outcome: outcome(true),
+        step: NextStep::Delivered,
+        started_at: now,
+        finished_at: now,
+    };
+    let (old_batch, new_batch): (Vec<_>, Vec<_>) = (
+        older.iter().map(finished).collect(),
+        newer.iter().map(finished).collect(),
+    );
+    let barrier = Arc::new(Barrier::new(2));
+    let (b1, b2) = (barrier.clone(), barrier);
+    let (late, current) = tokio::join!(
+        async {
+            b1.wait().await;
+            courier::worker::record::record_batch(&old_pool, &events_for(&old_pool), &old_batch)
+                .await
+        },
+        async {
+            b2.wait().await;
+            courier::worker::record::record_batch(&new_pool, &events_for(&new_pool), &new_batch)
+                .await
+        },
+    );
+    let (late, current) = (late.expect("older batch"), current.expect("newer batch"));
+    assert!(
+        late.iter().all(|r| r.new_state.is_none()),
+        "older claims change nothing"
+    );
+    assert!(current
+        .iter()
+        .all(|r| r.new_state == Some(DeliveryState::Delivered)));
+    for id in ids {
+        let numbers: Vec<(i32, bool)> = attempts(&new_pool, id)
+            .await
+            .iter()
+            .map(|a| (a.number, a.superseded))
+            .collect();
+        let mut sorted = numbers.iter().map(|(n, _)| *n).collect::<Vec<_>>();
+        sorted.sort();
+        assert_eq!(sorted, vec![1, 2], "distinct lifetime numbers for {id}");
+        assert_eq!(
+            numbers.iter().filter(|(_, superseded)| *superseded).count(),
+            1,
+            "exactly the older attempt is superseded"
+        );
+        assert_eq!(
+            delivery(&new_pool, id).await.state,
+            DeliveryState::Delivered
+        );
+    }
+}
+
 on_every_backend!(
+    concurrent_batches_on_the_same_deliveries_keep_fences_and_numbers,
     a_batch_records_each_outcome_under_its_own_fence,
     recording_is_idempotent_per_claim,
     late_results_are_fenced_in_either_order,
