@@ -1,14 +1,13 @@
 //! Claiming due deliveries (race 1): each due row goes to exactly one worker, whatever
 //! the number of processes, and only with a fresh claim token and lease.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult};
 use uuid::Uuid;
-
-use std::collections::HashMap;
 
 use super::targets::{self, load_targets, Target};
 use crate::db::{Clock, Db};
@@ -133,9 +132,7 @@ pub async fn claim_due_with_targets(
     limit: u32,
     lease: Duration,
 ) -> Result<(Vec<Claim>, HashMap<Uuid, Target>), ClaimError> {
-    let (claims, rows) = claim_rows(db, events, limit, lease)
-        .await
-        .map_err(ClaimError::Claim)?;
+    let (claims, rows) = claim_rows(db, events, limit, lease).await?;
     let targets = match db.backend() {
         DbBackend::Postgres => targets::from_rows(keys, &claims, &rows),
         _ => load_targets(db, keys, &claims).await,
@@ -175,24 +172,27 @@ async fn claim_rows(
     let (claims, staged) = db
         .transaction(|txn| async move {
             let clock = db.clock();
-            let mut returned = Vec::new();
-            let rows = match db.backend() {
+            let (rows, returned) = match db.backend() {
                 DbBackend::Postgres => {
                     let sql = with_parking(DbBackend::Postgres, CLAIM_POSTGRES);
-                    returned = txn
+                    let returned = txn
                         .query_all_raw(
                             clock.statement(&sql, [i64::from(limit).into(), clock.after(lease)]),
                         )
                         .await?;
-                    returned
+                    let rows = returned
                         .iter()
                         .map(|row| {
                             let previous: String = row.try_get("", "previous_state")?;
                             taken(row, &previous)
                         })
-                        .collect::<Result<Vec<_>, DbErr>>()?
+                        .collect::<Result<Vec<_>, DbErr>>()?;
+                    (rows, returned)
                 }
-                backend => claim_sqlite(&txn, backend, clock, limit, lease).await?,
+                backend => (
+                    claim_sqlite(&txn, backend, clock, limit, lease).await?,
+                    Vec::new(),
+                ),
             };
             let mut claims = Vec::with_capacity(rows.len());
             let mut changes = Vec::new();

@@ -206,7 +206,12 @@ impl Worker {
                 worker.slot_freed();
                 // The recorder only stops after every sender is gone, so this cannot fail
                 // while the worker runs.
-                let _ = results.send(Finished { attempt, permit }).await;
+                let _ = results
+                    .send(Finished {
+                        attempt,
+                        _permit: permit,
+                    })
+                    .await;
             });
         }
         self.note_in_flight();

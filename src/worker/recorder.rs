@@ -39,8 +39,8 @@ enum Unwritten {
 pub struct Finished {
     /// What happened.
     pub attempt: FinishedAttempt,
-    /// Released once the outcome is recorded (or given up on).
-    pub permit: OwnedSemaphorePermit,
+    /// Held until the outcome is recorded (or given up on), and released as this drops.
+    pub _permit: OwnedSemaphorePermit,
 }
 
 /// Writes outcomes as they arrive: one at a time when the worker is quiet, many per
@@ -76,12 +76,14 @@ impl Recorder {
         while open || !writing.is_empty() {
             tokio::select! {
                 biased;
-                Some(written) = writing.join_next(), if !writing.is_empty() => match written {
-                    Ok(written) => self.free(written),
-                    // The batch's permits were freed as its task unwound; its claims are
-                    // reclaimed after their lease.
-                    Err(err) => tracing::error!(error = %err, "writing a batch of outcomes failed"),
-                },
+                // A written batch is dropped here, and its recording permits with it.
+                Some(written) = writing.join_next(), if !writing.is_empty() => {
+                    if let Err(err) = written {
+                        // The batch's permits were freed as its task unwound; its claims
+                        // are reclaimed after their lease.
+                        tracing::error!(error = %err, "writing a batch of outcomes failed");
+                    }
+                }
                 received = inbox.recv_many(&mut batch, MAX_BATCH), if open && writing.len() < writers => {
                     if received == 0 {
                         open = false;
@@ -95,13 +97,6 @@ impl Recorder {
                     });
                 }
             }
-        }
-    }
-
-    /// Frees the recording permits of a written batch.
-    fn free(&self, written: Vec<Finished>) {
-        for finished in written {
-            drop(finished.permit);
         }
     }
 
