@@ -237,23 +237,14 @@ async fn concurrent_batches_on_the_same_deliveries_keep_fences_and_numbers(backe
     let db = TestDb::new(backend).await;
     let (_app, ids) = seed(&db, DELIVERIES).await;
     let (old_pool, new_pool) = (db.connect(1).await, db.connect(1).await);
-    let mut older = claim_due(
-        &old_pool,
-        &events_for(&old_pool),
-        DELIVERIES as u32,
-        LONG_LEASE,
-    )
-    .await
-    .expect("claim");
+    let claim_all = |pool: Db| async move {
+        claim_due(&pool, &events_for(&pool), DELIVERIES as u32, LONG_LEASE)
+            .await
+            .expect("claim")
+    };
+    let mut older = claim_all(old_pool.clone()).await;
     expire_leases(&old_pool).await;
-    let mut newer = claim_due(
-        &new_pool,
-        &events_for(&new_pool),
-        DELIVERIES as u32,
-        LONG_LEASE,
-    )
-    .await
-    .expect("reclaim");
+    let mut newer = claim_all(new_pool.clone()).await;
     assert_eq!((older.len(), newer.len()), (DELIVERIES, DELIVERIES));
     older.sort_by_key(|c| c.delivery_id);
     newer.sort_by_key(|c| std::cmp::Reverse(c.delivery_id));
