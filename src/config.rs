@@ -159,6 +159,11 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_WORKER_CONCURRENCY", default_value_t = 128)]
     pub worker_concurrency: u32,
 
+    /// Requests in flight at once to one endpoint that sets no `maxInFlight` of its own,
+    /// counted across every Courier process on the database (1 to 1000).
+    #[arg(long, env = "COURIER_ENDPOINT_MAX_IN_FLIGHT", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub endpoint_max_in_flight: u32,
+
     /// How long a claim is held before another worker may reclaim the delivery.
     #[arg(long, env = "COURIER_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,

@@ -35,6 +35,12 @@ pub struct Model {
     pub updated_at: DateTimeUtc,
     /// The event types `publish` delivers here, as a JSON array of strings; empty: every type.
     pub event_types: Json,
+    /// Requests in flight to it at once, across every process; NULL: the configured default.
+    pub max_in_flight: Option<i32>,
+    /// Request starts per second, across every process; NULL: unlimited.
+    pub rate_limit: Option<i32>,
+    /// Until when a `429`/`503` with `Retry-After` holds every delivery back (database time).
+    pub paused_until: Option<DateTimeUtc>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

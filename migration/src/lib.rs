@@ -5,6 +5,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261130_000001_create_tables;
 mod m20261130_000010_event_fanout;
 mod m20261201_000001_endpoint_lifecycle;
+mod m20261202_000001_flow_control;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -16,6 +17,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_create_tables::Migration),
             Box::new(m20261130_000010_event_fanout::Migration),
             Box::new(m20261201_000001_endpoint_lifecycle::Migration),
+            Box::new(m20261202_000001_flow_control::Migration),
         ]
     }
 }

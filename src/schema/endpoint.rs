@@ -1,7 +1,7 @@
 //! GraphQL for endpoints: the `Endpoint` type, its queries and its mutations.
 
 use async_graphql::connection::Connection;
-use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
+use async_graphql::{Context, InputObject, MaybeUndefined, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 use entity::endpoint;
 
@@ -52,6 +52,26 @@ impl Endpoint {
     /// Deliveries that ended failed since the last one delivered.
     async fn consecutive_failures(&self) -> i32 {
         self.0.consecutive_failures
+    }
+    /// Requests in flight to it at once, across every Courier process: its own cap, or
+    /// `COURIER_ENDPOINT_MAX_IN_FLIGHT` when it sets none.
+    async fn max_in_flight(&self, ctx: &Context<'_>) -> ApiResult<i32> {
+        let default = state(ctx)?.config.endpoint_max_in_flight;
+        Ok(self
+            .0
+            .max_in_flight
+            .unwrap_or_else(|| i32::try_from(default).unwrap_or(i32::MAX)))
+    }
+    /// Request starts per second across every Courier process; null: unlimited.
+    async fn rate_limit(&self) -> Option<i32> {
+        self.0.rate_limit
+    }
+    /// While the endpoint asked to be left alone (a `429` or `503` with `Retry-After`, at
+    /// most an hour): when its deliveries resume. Null when it is not paused.
+    async fn paused_until(&self) -> Option<DateTime<Utc>> {
+        self.0
+            .paused_until
+            .filter(|until| *until > crate::db::now())
     }
     /// While a rotated-out secret still signs beside the current one: when it stops.
     async fn previous_secret_expires_at(&self) -> Option<DateTime<Utc>> {
@@ -127,6 +147,11 @@ pub struct CreateEndpointInput {
     /// The event types `publish` delivers here (each 1 to 255 characters, no whitespace);
     /// omitted, null or empty: every type.
     event_types: Option<Vec<String>>,
+    /// Requests in flight to it at once across every process, 1 to 1000; omitted or null:
+    /// `COURIER_ENDPOINT_MAX_IN_FLIGHT`.
+    max_in_flight: Option<i32>,
+    /// Request starts per second across every process, 1 to 100000; omitted or null: unlimited.
+    rate_limit: Option<i32>,
 }
 
 /// Input of `updateEndpoint`; omitted fields stay as they are.
@@ -141,6 +166,19 @@ pub struct UpdateEndpointInput {
     disabled: Option<bool>,
     /// New event types; omitted or null: unchanged; empty: every type.
     event_types: Option<Vec<String>>,
+    /// New cap on requests in flight, 1 to 1000; omitted: unchanged; null: back to the default.
+    max_in_flight: MaybeUndefined<i32>,
+    /// New rate limit in requests per second, 1 to 100000; omitted: unchanged; null: unlimited.
+    rate_limit: MaybeUndefined<i32>,
+}
+
+/// An optional setting: omitted leaves it, null resets it, a value sets it.
+fn settable(value: MaybeUndefined<i32>) -> Option<Option<i32>> {
+    match value {
+        MaybeUndefined::Undefined => None,
+        MaybeUndefined::Null => Some(None),
+        MaybeUndefined::Value(value) => Some(Some(value)),
+    }
 }
 
 /// Endpoint queries.
@@ -192,6 +230,8 @@ impl EndpointMutation {
             name: input.name,
             url: input.url,
             event_types: input.event_types,
+            max_in_flight: input.max_in_flight,
+            rate_limit: input.rate_limit,
         };
         let created = state(ctx)?.endpoints.create(caller(ctx)?, input).await?;
         Ok(created.into())
@@ -210,6 +250,8 @@ impl EndpointMutation {
             url: input.url,
             disabled: input.disabled,
             event_types: input.event_types,
+            max_in_flight: settable(input.max_in_flight),
+            rate_limit: settable(input.rate_limit),
         };
         let updated = state(ctx)?
             .endpoints

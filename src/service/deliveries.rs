@@ -16,6 +16,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::events::{Events, StateChange};
 use crate::metrics::Metrics;
+use crate::service::flow;
 use crate::service::pagination::{Page, PageRequest};
 use crate::service::parking::with_parking;
 use crate::wake::Wakeup;
@@ -233,6 +234,7 @@ impl Deliveries {
                     return Ok(None);
                 };
                 let replayed = webhook_delivery::Model::from_query_result(&row, "")?;
+                flow::wake_endpoints(&*txn, db.backend(), &[replayed.endpoint_id]).await?;
                 let change = StateChange {
                     delivery_id: id,
                     endpoint_id: replayed.endpoint_id,

@@ -13,8 +13,8 @@ use crate::db::{self, Db};
 use crate::destination;
 use crate::error::{Error, Result};
 use crate::secrets::SecretKeys;
-use crate::service::event_types;
 use crate::service::pagination::{Page, PageRequest};
+use crate::service::{event_types, flow};
 use crate::signing;
 
 /// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
@@ -90,6 +90,10 @@ pub struct NewEndpoint {
     pub url: String,
     /// The event types `publish` delivers here; `None` or empty: every type.
     pub event_types: Option<Vec<String>>,
+    /// Requests in flight at once; `None`: the configured default.
+    pub max_in_flight: Option<i32>,
+    /// Request starts per second; `None`: unlimited.
+    pub rate_limit: Option<i32>,
 }
 
 /// Fields of `updateEndpoint`; `None` leaves a field unchanged.
@@ -103,6 +107,10 @@ pub struct EndpointPatch {
     pub disabled: Option<bool>,
     /// New event types; empty: every type.
     pub event_types: Option<Vec<String>>,
+    /// New cap on requests in flight; `Some(None)`: back to the default.
+    pub max_in_flight: Option<Option<i32>>,
+    /// New rate limit; `Some(None)`: unlimited.
+    pub rate_limit: Option<Option<i32>>,
 }
 
 /// Operations on endpoints.
@@ -135,10 +143,12 @@ impl Endpoints {
         let name = validate_name(&input.name)?;
         let url = destination::validate_url(&input.url, self.allow_private_destinations)?;
         let event_types = event_types::subscription(input.event_types.unwrap_or_default())?;
+        let max_in_flight = validate_max_in_flight(input.max_in_flight)?;
+        let rate_limit = validate_rate_limit(input.rate_limit)?;
         let secret = signing::mint_secret();
         let now = db::now();
         let id = Uuid::now_v7();
-        let endpoint = endpoint::ActiveModel {
+        let row = endpoint::ActiveModel {
             id: Set(id),
             name: Set(name),
             url: Set(url.to_string()),
@@ -152,9 +162,23 @@ impl Endpoints {
             created_at: Set(now),
             updated_at: Set(now),
             event_types: Set(event_types),
-        }
-        .insert(self.db.conn())
-        .await?;
+            max_in_flight: Set(max_in_flight),
+            rate_limit: Set(rate_limit),
+            paused_until: Set(None),
+        };
+        let (db, row) = (&self.db, &row);
+        // The endpoint and its turn in the claims' round robin (see `flow`) go together.
+        let endpoint = db
+            .transaction(|txn| async move {
+                let endpoint = row.clone().insert(&*txn).await?;
+                txn.execute_raw(
+                    db.clock()
+                        .statement(flow::INSERT_FLOW, [endpoint.id.into()]),
+                )
+                .await?;
+                Ok(endpoint)
+            })
+            .await?;
         tracing::info!(endpoint_id = %endpoint.id, "endpoint created");
         Ok(EndpointWithSecret {
             endpoint,
@@ -184,6 +208,11 @@ impl Endpoints {
             .event_types
             .map(event_types::subscription)
             .transpose()?;
+        let max_in_flight = patch
+            .max_in_flight
+            .map(validate_max_in_flight)
+            .transpose()?;
+        let rate_limit = patch.rate_limit.map(validate_rate_limit).transpose()?;
 
         // A new destination gets a new secret at once (no overlap with the old one), minted
         // and sealed before the transaction; unused if the URL turns out unchanged.
@@ -196,6 +225,7 @@ impl Endpoints {
             None => None,
         };
         let (db, name, url, minted, event_types) = (&self.db, &name, &url, &minted, &event_types);
+        let (max_in_flight, rate_limit) = (&max_in_flight, &rate_limit);
         let disabled = patch.disabled;
         let (endpoint, secret, was_disabled) = db
             .transaction(|txn| async move {
@@ -241,12 +271,32 @@ impl Endpoints {
                 if let Some(event_types) = event_types {
                     row.event_types = Set(event_types.clone());
                 }
+                if let Some(max_in_flight) = max_in_flight {
+                    row.max_in_flight = Set(*max_in_flight);
+                }
+                if let Some(rate_limit) = rate_limit {
+                    row.rate_limit = Set(*rate_limit);
+                }
                 row.updated_at = Set(now);
                 let endpoint = row.update(&*txn).await?;
                 if endpoint.disabled != current.disabled {
                     let sql = if endpoint.disabled { PARK } else { UNPARK };
                     txn.execute_raw(db.clock().statement(sql, [endpoint.id.into()]))
                         .await?;
+                    if !endpoint.disabled {
+                        flow::wake_endpoints(&*txn, db.backend(), &[endpoint.id]).await?;
+                    }
+                }
+                // A new cap or rate limit is felt by the next claim on every process (they
+                // read it from this row); the turn is looked at afresh.
+                if endpoint.max_in_flight != current.max_in_flight
+                    || endpoint.rate_limit != current.rate_limit
+                {
+                    txn.execute_raw(
+                        db.clock()
+                            .statement(flow::SETTINGS_CHANGED, [endpoint.id.into()]),
+                    )
+                    .await?;
                 }
                 Ok(Some((endpoint, secret, current.disabled)))
             })
@@ -349,6 +399,34 @@ impl Endpoints {
         }
         let rows = query.limit(page.fetch_limit()).all(self.db.conn()).await?;
         Ok(Page::from_overfetch(rows, &page))
+    }
+}
+
+/// `maxInFlight`: 1 to 1000, or none (the default).
+fn validate_max_in_flight(value: Option<i32>) -> Result<Option<i32>> {
+    match value {
+        Some(cap) if !(flow::MIN_MAX_IN_FLIGHT..=flow::MAX_MAX_IN_FLIGHT).contains(&cap) => {
+            Err(Error::bad_input(format!(
+                "maxInFlight must be {} to {}",
+                flow::MIN_MAX_IN_FLIGHT,
+                flow::MAX_MAX_IN_FLIGHT
+            )))
+        }
+        value => Ok(value),
+    }
+}
+
+/// `rateLimit`: 1 to 100000 requests per second, or none (unlimited).
+fn validate_rate_limit(value: Option<i32>) -> Result<Option<i32>> {
+    match value {
+        Some(rate) if !(flow::MIN_RATE_LIMIT..=flow::MAX_RATE_LIMIT).contains(&rate) => {
+            Err(Error::bad_input(format!(
+                "rateLimit must be {} to {} requests per second",
+                flow::MIN_RATE_LIMIT,
+                flow::MAX_RATE_LIMIT
+            )))
+        }
+        value => Ok(value),
     }
 }
 

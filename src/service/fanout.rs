@@ -20,7 +20,7 @@ use crate::service::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
 use crate::service::submission_store::{prepare, NewRows, Prepared};
 use crate::service::submissions::validate_key;
-use crate::service::{event_types, payload};
+use crate::service::{event_types, flow, payload};
 use crate::wake::Wakeup;
 
 /// Race 3 for events: the unique index decides who created the event. A loser waits for
@@ -307,7 +307,8 @@ impl Fanout {
                 }
             }
         }
-        Ok(())
+        let endpoints: Vec<Uuid> = rows.iter().map(|row| row.submission.endpoint_id).collect();
+        flow::wake_endpoints(txn, self.db.backend(), &endpoints).await
     }
 
     async fn find_by_key(&self, publisher: Uuid, key: &str) -> Result<Option<event::Model>> {

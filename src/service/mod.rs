@@ -7,6 +7,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod event_types;
 pub mod fanout;
+pub mod flow;
 pub mod pagination;
 pub mod parking;
 pub mod payload;

@@ -9,13 +9,15 @@ use uuid::Uuid;
 
 use crate::db::Db;
 use crate::events::{Events, StateChange};
+use crate::service::flow;
 use crate::service::parking::with_parking;
 
 /// PostgreSQL: the submission, its delivery and the `NOTIFY` in one statement, in one
 /// transaction. Nothing is written unless the endpoint exists and is enabled, read under
 /// the parking rule's share lock so a concurrent disable is serialised with this write; a
 /// lost idempotency race fails the whole statement on the unique constraint. Times are
-/// the database's; the event carries the stored time.
+/// the database's; the event carries the stored time. The endpoint's turn is woken if it
+/// slept (see [`crate::service::flow`]).
 const STORE_POSTGRES: &str = "\
 WITH target AS (
     SELECT $1::uuid AS id WHERE {parked($1::uuid)} = false
@@ -30,6 +32,8 @@ WITH target AS (
     SELECT $7, s.id, s.endpoint_id, 'pending', 0, s.created_at, s.created_at, s.created_at
     FROM stored_submission s
     RETURNING id, created_at
+), woken AS (
+    {wake}
 )
 SELECT stored_delivery.id, stored_delivery.created_at,
        pg_notify($8, jsonb_set($9::jsonb, '{t}', to_jsonb(stored_delivery.created_at))::text)
@@ -119,6 +123,7 @@ pub async fn store(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, Db
                         .into_active_model()
                         .insert(&*txn)
                         .await?;
+                    flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
                     let staged = events.stage(&*txn, vec![prepared.created.clone()]).await?;
                     Ok(Some((submission, delivery, staged)))
                 })
@@ -137,7 +142,13 @@ async fn store_postgres(db: &Db, prepared: Prepared) -> Result<Stored, DbErr> {
         mut delivery,
         created,
     } = prepared;
-    let sql = with_parking(DbBackend::Postgres, STORE_POSTGRES);
+    let sql = with_parking(DbBackend::Postgres, STORE_POSTGRES).replace(
+        "{wake}",
+        &flow::wake(
+            DbBackend::Postgres,
+            "SELECT endpoint_id FROM stored_submission",
+        ),
+    );
     let values = [
         submission.endpoint_id.into(),
         submission.id.into(),

@@ -18,6 +18,7 @@ use crate::db::{is_unavailable, Db};
 use crate::error::{error_chain, Error};
 use crate::events::{Events, EVENTS_CHANNEL};
 use crate::metrics::Metrics;
+use crate::service::flow;
 use crate::service::parking::with_parking;
 use crate::service::submission_store::{prepare, stamp, store, NewRows, Prepared, Stored};
 
@@ -29,7 +30,8 @@ const MAX_BATCH: usize = 64;
 /// share lock, as for one submission); a row whose idempotency key is already taken (by an
 /// earlier submission, or by another row of the batch) is skipped too, and its caller then
 /// reads the winner. Every valid row comes back, saying whether it was stored and when, on
-/// the database's clock.
+/// the database's clock. The endpoints' turns are woken if they slept (see
+/// [`crate::service::flow`]).
 const STORE_MANY: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
             submitted_by, event, event_type) AS (VALUES {rows}),
@@ -49,7 +51,9 @@ valid AS (
     SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
            s.created_at, s.created_at, s.created_at
     FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
-    RETURNING id, created_at
+    RETURNING id, endpoint_id, created_at
+), woken AS (
+    {wake}
 )
 SELECT valid.delivery_id AS id,
        stored_deliveries.id IS NOT NULL AS stored,
@@ -349,7 +353,15 @@ async fn store_many(
         ]);
         rows.push(format!("({})", Db::placeholders(2 + n * COLUMNS, COLUMNS)));
     }
-    let sql = with_parking(DbBackend::Postgres, STORE_MANY).replace("{rows}", &rows.join(", "));
+    let sql = with_parking(DbBackend::Postgres, STORE_MANY)
+        .replace("{rows}", &rows.join(", "))
+        .replace(
+            "{wake}",
+            &flow::wake(
+                DbBackend::Postgres,
+                "SELECT endpoint_id FROM stored_deliveries",
+            ),
+        );
     let (sql, values) = (&sql, &values);
     // One statement, committed on its own: one round trip for the whole group.
     let stored = db

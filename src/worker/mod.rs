@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use self::claim::{claim_due_with_targets, release, Claim, ClaimError};
+use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
@@ -37,6 +37,9 @@ use crate::state::AppState;
 
 /// Most deliveries claimed in one statement.
 const MAX_CLAIM_BATCH: usize = 64;
+/// How often each worker sweeps every endpoint for due work that nothing woke (a backstop:
+/// wake-ups are written with the work itself).
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// A delivery worker for one process.
 pub struct Worker {
@@ -92,7 +95,12 @@ impl Worker {
         tracing::info!(concurrency = this.concurrency, "delivery worker started");
         // Whether the last claim took all it asked for: more is due than there are slots.
         let mut backlog = false;
+        let mut last_sweep: Option<tokio::time::Instant> = None;
         loop {
+            if last_sweep.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+                last_sweep = Some(tokio::time::Instant::now());
+                this.sweep().await;
+            }
             while let Some(joined) = in_flight.try_join_next() {
                 if let Err(err) = joined {
                     tracing::error!(error = %err, "a delivery task failed; its delivery will be reclaimed after its lease");
@@ -120,9 +128,24 @@ impl Worker {
             }
             backlog = false;
             match this.claim(free).await {
-                Ok((claims, targets)) => {
-                    backlog = claims.len() == free;
-                    this.start(claims, targets, &mut in_flight, &results).await;
+                Ok((claimed, targets)) => {
+                    // A ready endpoint whose rows someone else holds is no backlog: wait for a hint.
+                    backlog = claimed.claims.len() == free
+                        || (claimed.more && !claimed.claims.is_empty());
+                    let follow_up = claimed.follow_up();
+                    this.start(claimed.claims, targets, &mut in_flight, &results)
+                        .await;
+                    if !follow_up.is_empty() {
+                        let state = this.state.clone();
+                        tokio::spawn(async move {
+                            match follow_up.run(&state.db, &state.events).await {
+                                Ok(0) => {}
+                                Ok(_) => state.wakeup.hint(),
+                                Err(err) => tracing::warn!(error = %error_chain(&err),
+                                    "looking again at endpoints a claim put to sleep failed; the sweep will"),
+                            }
+                        });
+                    }
                 }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")
@@ -147,35 +170,53 @@ impl Worker {
         (self.concurrency / 4).clamp(1, MAX_CLAIM_BATCH)
     }
 
+    /// Wakes every endpoint with due work that nothing woke (see [`claim::sweep`]).
+    async fn sweep(&self) {
+        let db = &self.state.db;
+        let default_cap = self.state.config.endpoint_max_in_flight;
+        match db.within_deadline(claim::sweep(db, default_cap)).await {
+            Ok(0) => {}
+            Ok(woken) => tracing::debug!(woken, "the sweep woke endpoints with due work"),
+            Err(err) => tracing::warn!(error = %error_chain(&err), "sweeping endpoints failed"),
+        }
+    }
+
     /// Claims up to `limit` due deliveries with what to send for each. A claim the database
     /// does not confirm within the deadline is given up; if it did happen, its rows are
     /// reclaimed after their lease. Claims whose targets could not be read are released.
-    async fn claim(&self, limit: usize) -> Result<(Vec<Claim>, HashMap<Uuid, Target>), DbErr> {
+    async fn claim(&self, limit: usize) -> Result<(Claimed, HashMap<Uuid, Target>), DbErr> {
         let db = &self.state.db;
         let keys = self.state.config.secret_keys();
+        let request = ClaimRequest {
+            limit: limit as u32,
+            lease: self.state.config.lease(),
+            default_max_in_flight: self.state.config.endpoint_max_in_flight,
+        };
         let claimed = db
             .within_deadline(claim_due_with_targets(
                 db,
                 &self.state.events,
                 &keys,
-                limit as u32,
-                self.state.config.lease(),
+                request,
             ))
             .await;
         match claimed {
-            Ok((claims, targets)) => {
-                self.state.metrics.claims.inc_by(claims.len() as u64);
-                Ok((claims, targets))
+            Ok((claimed, targets)) => {
+                self.state
+                    .metrics
+                    .claims
+                    .inc_by(claimed.claims.len() as u64);
+                Ok((claimed, targets))
             }
             Err(ClaimError::Claim(err)) => Err(err),
-            Err(ClaimError::Load(claims, err)) => {
+            Err(ClaimError::Load(claimed, err)) => {
                 tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed; releasing them");
-                let released = db.within_deadline(release(db, &self.state.events, &claims));
+                let released = db.within_deadline(release(db, &self.state.events, &claimed.claims));
                 if let Err(err) = released.await {
                     // They stay `processing` and are reclaimed after their lease.
                     tracing::error!(error = %error_chain(&err), "releasing claims failed");
                 }
-                Ok((Vec::new(), HashMap::new()))
+                Ok((Claimed::default(), HashMap::new()))
             }
         }
     }

@@ -2,8 +2,7 @@
 //! transition is fenced by its own claim token, and every attempt is kept, numbered for
 //! its delivery's lifetime under the delivery's row lock.
 
-use std::collections::HashMap;
-
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,6 +16,7 @@ use super::health::{self, HealthPolicy, Settled};
 use super::schedule::NextStep;
 use crate::db::Db;
 use crate::events::{Events, Staged, StateChange};
+use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN};
 use crate::service::parking::with_parking;
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
@@ -340,6 +340,26 @@ async fn record_in(
         })
         .collect();
     let disabled = health::settle(txn, backend, policy, &settled, crate::db::now()).await?;
+    // A `Retry-After` on 429 or 503 pauses the whole endpoint, on every process.
+    let mut pauses: BTreeMap<Uuid, Duration> = BTreeMap::new();
+    for (index, ..) in &fresh {
+        let attempt = &attempts[*index];
+        if let Some(wait) = attempt.outcome.retry_after.filter(|wait| !wait.is_zero()) {
+            let pause = pauses.entry(attempt.claim.endpoint_id).or_default();
+            *pause = (*pause).max(wait.min(MAX_PAUSE));
+        }
+    }
+    for (endpoint_id, wait) in pauses {
+        pause(txn, db, endpoint_id, wait).await?;
+    }
+    // Each settled claim freed a slot of its endpoint, and a retry is due again later: the
+    // endpoints are woken (after the pauses, so a paused one wakes when its pause ends).
+    let freed: Vec<Uuid> = fresh
+        .iter()
+        .filter(|(index, ..)| holds(&attempts[*index].claim).is_some())
+        .map(|(index, ..)| attempts[*index].claim.endpoint_id)
+        .collect();
+    wake_endpoints(txn, backend, &freed).await?;
     let staged = events.stage(txn, changes).await?;
     Ok((finish(attempts, results, &already, &due)?, staged, disabled))
 }
@@ -374,4 +394,31 @@ fn finish(
             }
         })
         .collect()
+}
+
+/// Pauses `endpoint_id` for `wait` from now (database clock) unless a longer pause stands,
+/// and holds its turn back until then.
+async fn pause(
+    txn: &DatabaseTransaction,
+    db: &Db,
+    endpoint_id: Uuid,
+    wait: Duration,
+) -> Result<(), DbErr> {
+    let clock = db.clock();
+    let paused = txn
+        .query_one_raw(clock.statement(PAUSE_ENDPOINT, [endpoint_id.into(), clock.after(wait)]))
+        .await?;
+    let Some(row) = paused else {
+        return Ok(());
+    };
+    let until: Option<DateTime<Utc>> = row.try_get("", "paused_until")?;
+    txn.execute_raw(Statement::from_sql_and_values(
+        db.backend(),
+        PAUSE_TURN,
+        [endpoint_id.into(), until.into()],
+    ))
+    .await?;
+    tracing::warn!(%endpoint_id, paused_until = ?until, wait_ms = wait.as_millis(),
+        "endpoint paused: it asked to be left alone (Retry-After); its deliveries wait in place");
+    Ok(())
 }

@@ -18,6 +18,7 @@ mod exact_numbers;
 mod failures;
 mod fanout;
 mod first_run;
+mod flow_control;
 mod graphiql;
 mod group_commit;
 mod hostile_documents;

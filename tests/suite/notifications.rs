@@ -25,6 +25,18 @@ async fn submitted(app: &TestApp, count: usize) -> Vec<Uuid> {
         .create_endpoint(&token, "https://example.com/hook")
         .await;
     let endpoint_id = Uuid::parse_str(&endpoint).expect("uuid");
+    // Room for every delivery in one claim (the default cap is 32 in flight).
+    let raised = app
+        .graphql(
+            &token,
+            "mutation($id: ID!) { updateEndpoint(id: $id, input: {maxInFlight: 100}) { endpoint { maxInFlight } } }",
+            serde_json::json!({ "id": endpoint }),
+        )
+        .await;
+    assert_eq!(
+        raised["data"]["updateEndpoint"]["endpoint"]["maxInFlight"], 100,
+        "{raised}"
+    );
     let mut ids = Vec::with_capacity(count);
     for n in 0..count {
         let input = NewSubmission {

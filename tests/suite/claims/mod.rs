@@ -22,21 +22,34 @@ use crate::support::{TestApp, TestDb};
 
 pub const LONG_LEASE: Duration = Duration::from_secs(60);
 
-/// An API-only app with `count` pending deliveries; returns their ids.
+/// An API-only app with `count` pending deliveries to one endpoint; returns their ids.
 pub async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
+    seed_spread(db, 1, count).await
+}
+
+/// An API-only app with `per_endpoint` pending deliveries to each of `endpoints` endpoints,
+/// submitted round robin; returns their ids in submission order.
+pub async fn seed_spread(
+    db: &TestDb,
+    endpoints: usize,
+    per_endpoint: usize,
+) -> (TestApp, Vec<Uuid>) {
     let app = TestApp::spawn(db).await;
     let token = app.admin_token().await;
     let caller: Identity = auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
         .await
         .expect("caller");
-    let (endpoint, _) = app
-        .create_endpoint(&token, "https://example.com/hook")
-        .await;
-    let endpoint = Uuid::parse_str(&endpoint).expect("uuid");
+    let mut targets = Vec::with_capacity(endpoints);
+    for _ in 0..endpoints {
+        let (endpoint, _) = app
+            .create_endpoint(&token, "https://example.com/hook")
+            .await;
+        targets.push(Uuid::parse_str(&endpoint).expect("uuid"));
+    }
     let mut ids = Vec::new();
-    for n in 0..count {
+    for n in 0..endpoints * per_endpoint {
         let input = courier::service::submissions::NewSubmission {
-            endpoint_id: endpoint,
+            endpoint_id: targets[n % endpoints],
             payload: serde_json::json!({ "n": n }),
             idempotency_key: None,
             event_type: None,
@@ -75,6 +88,11 @@ pub async fn expire_leases(pool: &Db) {
         row.next_attempt_at = Set(due);
         row.update(pool.conn()).await.expect("expire the lease");
     }
+    // A lease that ran out is due at its expiry, which the endpoint's turn already waits
+    // for; moved into the past by hand, the backstop sweep finds it.
+    courier::worker::claim::sweep(pool, courier::worker::claim::DEFAULT_MAX_IN_FLIGHT)
+        .await
+        .expect("sweep");
 }
 
 /// A publisher for changes made through `pool` (nobody subscribes in these tests).

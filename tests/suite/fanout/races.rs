@@ -91,6 +91,8 @@ async fn publish_to_300_endpoints_writes_every_row_at_once() {
             name: format!("e{n}"),
             url: format!("https://example.com/{n}"),
             event_types: Some(vec!["bulk".into()]),
+            max_in_flight: None,
+            rate_limit: None,
         };
         app.state
             .endpoints

@@ -85,6 +85,36 @@ struct Shared {
     secrets: Mutex<HashMap<String, String>>,
     received: Mutex<Vec<Received>>,
     arrived: Notify,
+    /// Per path: requests being answered now, and the most there ever were at once.
+    in_flight: Mutex<HashMap<String, (usize, usize)>>,
+}
+
+/// Counts a request in flight to its path until dropped.
+struct InFlight {
+    shared: Arc<Shared>,
+    path: String,
+}
+
+impl InFlight {
+    fn start(shared: &Arc<Shared>, path: &str) -> InFlight {
+        let mut flights = shared.in_flight.lock().expect("lock");
+        let (now, most) = flights.entry(path.to_owned()).or_default();
+        *now += 1;
+        *most = (*most).max(*now);
+        InFlight {
+            shared: shared.clone(),
+            path: path.to_owned(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut flights = self.shared.in_flight.lock().expect("lock");
+        if let Some((now, _)) = flights.get_mut(&self.path) {
+            *now -= 1;
+        }
+    }
 }
 
 /// A running receiver.
@@ -139,6 +169,18 @@ impl Receiver {
             .insert(path.to_owned(), secret.to_owned());
     }
 
+    /// Requests to `path` being answered now.
+    pub fn in_flight(&self, path: &str) -> usize {
+        let flights = self.shared.in_flight.lock().expect("lock");
+        flights.get(path).map_or(0, |(now, _)| *now)
+    }
+
+    /// The most requests to `path` that were being answered at once.
+    pub fn most_in_flight(&self, path: &str) -> usize {
+        let flights = self.shared.in_flight.lock().expect("lock");
+        flights.get(path).map_or(0, |(_, most)| *most)
+    }
+
     /// Everything received so far.
     pub fn received(&self) -> Vec<Received> {
         self.shared.received.lock().expect("lock").clone()
@@ -190,6 +232,7 @@ async fn receive(
             .unwrap_or_default()
             .to_owned()
     };
+    let _in_flight = InFlight::start(&shared, &path);
     let nth = {
         let mut received = shared.received.lock().expect("lock");
         received.push(Received {

@@ -1,0 +1,84 @@
+//! Fair share and flow control per endpoint: the claim's arithmetic on both backends (caps,
+//! shares, rate limits, pauses, bad settings), then real receivers behind several app
+//! instances on PostgreSQL (the cap, the rate limit and a pause held across processes, a
+//! settings change felt by another process, and neighbours that are slow or hang).
+
+mod across_instances;
+mod claiming;
+mod neighbours;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{Receiver, TestApp};
+
+/// Creates an endpoint on `receiver` at `path` with extra `settings` (such as
+/// `{"maxInFlight": 4}`), teaches the receiver its secret, and returns its id.
+pub async fn endpoint_with(
+    app: &TestApp,
+    admin: &str,
+    receiver: &Receiver,
+    path: &str,
+    settings: Value,
+) -> String {
+    let mut input = json!({ "name": path, "url": receiver.url(path) });
+    if let (Some(input), Some(settings)) = (input.as_object_mut(), settings.as_object()) {
+        input.extend(settings.clone());
+    }
+    let body = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } secret } }",
+            json!({ "input": input }),
+        )
+        .await;
+    let created = &body["data"]["createEndpoint"];
+    let id = created["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"));
+    receiver.set_secret(path, created["secret"].as_str().expect("a secret"));
+    id.to_owned()
+}
+
+/// Submits `count` payloads to `endpoint`, each tagged with its number.
+pub async fn submit_many(app: &TestApp, admin: &str, endpoint: &str, count: usize) {
+    for n in 0..count {
+        let body = crate::submissions::submit(app, admin, endpoint, json!({ "n": n }), None).await;
+        assert!(body["errors"].is_null(), "{body}");
+    }
+}
+
+/// The most of `arrivals` (sorted or not) that fall in any window `[t, t + window)`.
+pub fn most_in_any_window(arrivals: &[Instant], window: Duration) -> usize {
+    let mut sorted = arrivals.to_vec();
+    sorted.sort();
+    let mut most = 0;
+    let mut first = 0;
+    for (last, at) in sorted.iter().enumerate() {
+        while *at - sorted[first] >= window {
+            first += 1;
+        }
+        most = most.max(last - first + 1);
+    }
+    most
+}
+
+/// Asserts each of `count` deliveries arrived exactly once at `path` (by `webhook-id`),
+/// every one signed for the receiver's secret.
+pub fn each_once(receiver: &Receiver, path: &str, count: usize) {
+    let received: Vec<_> = receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.path == path)
+        .collect();
+    let mut ids: Vec<&str> = received.iter().map(|r| r.webhook_id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), count, "distinct webhooks at {path}");
+    assert_eq!(received.len(), count, "nothing at {path} was sent twice");
+    assert!(
+        received.iter().all(|r| r.verified),
+        "every webhook verifies"
+    );
+}

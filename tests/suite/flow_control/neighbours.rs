@@ -1,0 +1,139 @@
+//! Fair share on PostgreSQL: one endpoint's slow or hanging receiver and its backlog never
+//! become another endpoint's delay.
+
+use std::time::{Duration, Instant};
+
+use courier::config::ServeArgs;
+use serde_json::json;
+
+use super::{each_once, endpoint_with, submit_many};
+use crate::delivery::quick_worker;
+use crate::lifecycle::eventually;
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+
+/// Submits `count` payloads to `endpoint` `gap` apart and returns, for each, how long it
+/// took from the submit to its arrival at `path`.
+async fn latencies(
+    app: &TestApp,
+    admin: &str,
+    receiver: &Receiver,
+    endpoint: &str,
+    path: &str,
+    count: usize,
+) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(count);
+    for n in 0..count {
+        let arrived_before = receiver
+            .received()
+            .iter()
+            .filter(|r| r.path == path)
+            .count();
+        let sent = Instant::now();
+        let body = crate::submissions::submit(app, admin, endpoint, json!({ "n": n }), None).await;
+        assert!(body["errors"].is_null(), "{body}");
+        loop {
+            let arrived: Vec<_> = receiver
+                .received()
+                .into_iter()
+                .filter(|r| r.path == path)
+                .collect();
+            if arrived.len() > arrived_before {
+                latencies.push(arrived[arrived_before].at.saturating_duration_since(sent));
+                break;
+            }
+            assert!(
+                sent.elapsed() < Duration::from_secs(20),
+                "delivery {n} never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    latencies
+}
+
+/// The slow endpoint's receiver answers after a second, and there are only four slots,
+/// all of which it could fill (its cap is the default 32): still, the fast endpoint's
+/// deliveries go out as soon as any slot frees, never behind the slow one's backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_neighbour_waits_its_turn() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(|_| Reply {
+        status: 200,
+        headers: Vec::new(),
+        delay: Duration::from_secs(1),
+    })
+    .await;
+    let fast = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = 4;
+        config.request_timeout_ms = 5_000;
+        config.lease_secs = 30;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let slow = endpoint_with(&app, &admin, &receiver, "slow", json!({})).await;
+    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    submit_many(&app, &admin, &slow, 40).await;
+    eventually(
+        "the slow endpoint fills every slot",
+        Duration::from_secs(5),
+        || async { receiver.in_flight("slow") == 4 },
+    )
+    .await;
+    let waited = latencies(&app, &admin, &fast, &quick, "quick", 6).await;
+    // Without fair share they would wait behind 40 one-second requests on four slots (10 s).
+    let worst = waited.iter().max().expect("latencies");
+    assert!(
+        *worst < Duration::from_millis(1_600),
+        "a fast delivery waited {worst:?} behind a slow backlog: {waited:?}"
+    );
+    assert!(
+        receiver.received().len() < 40,
+        "the slow backlog was still waiting while the fast endpoint was served"
+    );
+    drop(receiver);
+    app.stop().await;
+}
+
+/// A receiver that hangs past the request timeout holds only its endpoint's cap of slots;
+/// every other endpoint's deliveries arrive at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hanging_neighbour_holds_only_its_cap() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = Receiver::start(|_| Reply {
+        status: 200,
+        headers: Vec::new(),
+        delay: Duration::from_secs(30),
+    })
+    .await;
+    let fast = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = 16;
+        config.request_timeout_ms = 1_000;
+        config.retry_base_ms = 10_000;
+        config.lease_secs = 30;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let stuck = endpoint_with(&app, &admin, &hanging, "stuck", json!({ "maxInFlight": 4 })).await;
+    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    submit_many(&app, &admin, &stuck, 30).await;
+    eventually(
+        "the hanging endpoint holds its cap",
+        Duration::from_secs(5),
+        || async { hanging.in_flight("stuck") == 4 },
+    )
+    .await;
+    let waited = latencies(&app, &admin, &fast, &quick, "quick", 8).await;
+    let worst = waited.iter().max().expect("latencies");
+    assert!(
+        *worst < Duration::from_millis(500),
+        "a fast delivery waited {worst:?} beside a hanging endpoint: {waited:?}"
+    );
+    assert!(hanging.most_in_flight("stuck") <= 4);
+    each_once(&fast, "quick", 8);
+    app.stop().await;
+}
