@@ -26,6 +26,8 @@ pub struct Fill {
 
 pub struct Drain {
     pub backlog: usize,
+    /// The endpoints the backlog is spread over (round robin).
+    pub endpoints: usize,
     pub fill: Fill,
     pub elapsed: Duration,
     pub per_second: f64,
@@ -42,14 +44,27 @@ pub struct Drain {
     pub cpu_receiver: f64,
 }
 
-/// Builds a backlog of `backlog` pending deliveries through the API, then drains it with
-/// one default `courier serve` (only `COURIER_ALLOW_PRIVATE_DESTINATIONS=true`, which
-/// any user of a local receiver sets too).
-pub async fn drain(server_url: &str, backlog: usize, connections: usize) -> Drain {
+/// Builds a backlog of `backlog` pending deliveries spread over `endpoints` endpoints
+/// through the API, then drains it with one default `courier serve` (only
+/// `COURIER_ALLOW_PRIVATE_DESTINATIONS=true`, which any user of a local receiver sets too).
+pub async fn drain(
+    server_url: &str,
+    backlog: usize,
+    connections: usize,
+    endpoints: usize,
+) -> Drain {
     let scratch = Scratch::create(server_url, "drain").await;
     let token = admin_token(&scratch.url);
     let (receiver_url, arrivals) = receiver::start().await;
-    let fill = fill(&scratch.url, &token, &receiver_url, backlog, connections).await;
+    let fill = fill(
+        &scratch.url,
+        &token,
+        &receiver_url,
+        backlog,
+        connections,
+        endpoints,
+    )
+    .await;
     assert_eq!(
         arrivals.count(),
         0,
@@ -102,6 +117,7 @@ pub async fn drain(server_url: &str, backlog: usize, connections: usize) -> Drai
         .collect();
     Drain {
         backlog,
+        endpoints,
         fill,
         elapsed,
         per_second: backlog as f64 / elapsed.as_secs_f64(),
@@ -115,14 +131,16 @@ pub async fn drain(server_url: &str, backlog: usize, connections: usize) -> Drai
     }
 }
 
-/// `count` submissions to one endpoint at `receiver_url`, over `connections` concurrent
-/// HTTP connections to an API-only `courier serve`. Every one must be created.
-async fn fill(
+/// `count` submissions, round robin over `endpoints` endpoints at `receiver_url`, over
+/// `connections` concurrent HTTP connections to an API-only `courier serve`. Every one must
+/// be created.
+pub async fn fill(
     database_url: &str,
     token: &str,
     receiver_url: &str,
     count: usize,
     connections: usize,
+    endpoints: usize,
 ) -> Fill {
     let server = Server::start(
         database_url,
@@ -135,7 +153,11 @@ async fn fill(
         .pool_max_idle_per_host(connections)
         .build()
         .expect("client");
-    let endpoint = create_endpoint(&client, &server, token, receiver_url).await;
+    let mut targets = Vec::with_capacity(endpoints);
+    for _ in 0..endpoints.max(1) {
+        targets.push(create_endpoint(&client, &server, token, receiver_url).await);
+    }
+    let targets = Arc::new(targets);
     let next = Arc::new(AtomicUsize::new(0));
     let retried = Arc::new(AtomicU64::new(0));
     let url = format!("{}/graphql", server.base_url);
@@ -144,7 +166,7 @@ async fn fill(
     let mut tasks = Vec::new();
     for _ in 0..connections {
         let (client, next, retried) = (client.clone(), next.clone(), retried.clone());
-        let (url, query, endpoint) = (url.clone(), query.clone(), endpoint.clone());
+        let (url, query, targets) = (url.clone(), query.clone(), targets.clone());
         let authorization = format!("Bearer {token}");
         tasks.push(tokio::spawn(async move {
             loop {
@@ -152,6 +174,7 @@ async fn fill(
                 if n >= count {
                     break;
                 }
+                let endpoint = &targets[n % targets.len()];
                 let body = format!(
                     r#"{{"query":{query},"variables":{{"input":{{"endpointId":"{endpoint}","payload":{{"n":{n},"event":"order.paid","amount":"12.50"}}}}}}}}"#
                 );

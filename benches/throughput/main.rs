@@ -3,14 +3,16 @@
 //! submit throughput through the real HTTP/GraphQL stack; the drain of backlogs built
 //! through the API (never seeded by SQL) by one `courier serve` with default settings,
 //! start-up included, with per-10k-slice rates and peak RSS; submit-to-arrival latency
-//! from the first request after the process reports ready; and `publish` fan-out.
+//! from the first request after the process reports ready; a fast endpoint's latency beside a
+//! slow or hanging neighbour with a backlog; and `publish` fan-out.
 //!
 //! Run: `cargo bench --bench throughput` (PostgreSQL at `TEST_DATABASE_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/postgres`). Tunables: `BENCH_SECONDS` (10, for
 //! pgbench and submit), `BENCH_CONNECTIONS` (32, for submit and for building backlogs),
-//! `BENCH_BACKLOGS` (`10000,100000`: the drains measured), `BENCH_LATENCY_SAMPLES` (300),
-//! `BENCH_ONLY` (a comma-separated subset of `submit,drain,latency,publish`; pgbench
-//! always runs). `courier serve` processes inherit the environment, so `COURIER_*`
+//! `BENCH_BACKLOGS` (`10000,100000`: the drains measured, each to one endpoint),
+//! `BENCH_SPREAD` (50: the largest backlog is drained again spread over this many
+//! endpoints; 1 skips it), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
+//! subset of `submit,drain,latency,neighbours,publish`; pgbench always runs). `courier serve` processes inherit the environment, so `COURIER_*`
 //! variables set for a run change their settings (the figures in the README use none).
 //! `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
 //! Results are printed and written to `target/courier-bench.json`.
@@ -18,6 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod drain;
+mod neighbours;
 mod pgbench;
 mod process;
 mod receiver;
@@ -54,6 +57,7 @@ async fn main() {
         .split(',')
         .filter_map(|n| n.trim().parse().ok())
         .collect();
+    let spread = env_or("BENCH_SPREAD", 50usize);
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let runs = |part: &str| only.is_empty() || only.split(',').any(|p| p.trim() == part);
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -82,8 +86,15 @@ async fn main() {
 
     if runs("drain") {
         let mut drains = Vec::new();
-        for &backlog in &backlogs {
-            let drain = drain::drain(&server, backlog, connections).await;
+        // Every backlog to one endpoint, then the largest spread over `spread` endpoints.
+        let mut runs: Vec<(usize, usize)> = backlogs.iter().map(|&b| (b, 1)).collect();
+        if let Some(&largest) = backlogs.iter().max() {
+            if spread > 1 {
+                runs.push((largest, spread));
+            }
+        }
+        for (backlog, endpoints) in runs {
+            let drain = drain::drain(&server, backlog, connections, endpoints).await;
             let fill = &drain.fill;
             println!(
                 "backlog of {} built through the API over {connections} connections in {:.1} s \
@@ -95,9 +106,10 @@ async fn main() {
             );
             let slices: Vec<String> = drain.slices.iter().map(|r| format!("{r:.0}")).collect();
             println!(
-                "drain of {}: {:.2} s from spawn = {:.0}/s ({:.2}x pgbench), per {}-slice: [{}] /s, \
-                 peak RSS {:.1} MB, {} updates ({} HOT)",
+                "drain of {} over {} endpoint(s): {:.2} s from spawn = {:.0}/s ({:.2}x pgbench), \
+                 per {}-slice: [{}] /s, peak RSS {:.1} MB, {} updates ({} HOT)",
                 drain.backlog,
+                drain.endpoints,
                 drain.elapsed.as_secs_f64(),
                 drain.per_second,
                 drain.per_second / pgbench_tps,
@@ -113,6 +125,7 @@ async fn main() {
             );
             drains.push(json!({
                 "backlog": drain.backlog,
+                "endpoints": drain.endpoints,
                 "fill_seconds": fill.elapsed.as_secs_f64(),
                 "fill_per_second": fill.per_second,
                 "seconds": drain.elapsed.as_secs_f64(),
@@ -151,6 +164,32 @@ async fn main() {
         results["latency_answered_p50_ms"] = json!(latency.answered_p50_ms);
         results["latency_answered_p99_ms"] = json!(latency.answered_p99_ms);
         results["latency_first_ms"] = json!(latency.first_ms);
+    }
+
+    if runs("neighbours") {
+        let mut scenarios = Vec::new();
+        for hang in [false, true] {
+            let n = neighbours::slow_neighbour(&server, hang).await;
+            println!(
+                "{} neighbour (A: {} backlog, receiver {}; B: {} submissions 100 ms apart): \
+                 B submit-to-arrival p50 {:.1} ms, max {:.1} ms; A's receiver held at most {} at once",
+                if hang { "hanging" } else { "slow" },
+                n.backlog,
+                if hang { "hangs past the request timeout" } else { "answers after 1 s" },
+                n.samples,
+                n.p50_ms,
+                n.max_ms,
+                n.most_in_flight
+            );
+            scenarios.push(json!({
+                "hanging": hang,
+                "backlog": n.backlog,
+                "b_p50_ms": n.p50_ms,
+                "b_max_ms": n.max_ms,
+                "a_most_in_flight": n.most_in_flight,
+            }));
+        }
+        results["neighbours"] = json!(scenarios);
     }
 
     if runs("publish") {

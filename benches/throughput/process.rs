@@ -117,6 +117,13 @@ impl Server {
         cpu_seconds(self.child.id())
     }
 
+    /// SIGKILL, then wait: for a process whose in-flight requests would hold a graceful
+    /// stop for its whole grace period.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then wait.
     pub fn stop(mut self) {
         let _ = Command::new("kill")

@@ -32,7 +32,7 @@ pub struct Latency {
     pub first_ms: Vec<f64>,
 }
 
-async fn graphql(
+pub async fn graphql(
     client: &reqwest::Client,
     server: &Server,
     token: &str,
@@ -217,7 +217,7 @@ pub async fn latency(server_url: &str, samples: usize) -> Latency {
 }
 
 /// The `q` quantile of sorted `values` (nearest rank).
-fn percentile(values: &[f64], q: f64) -> f64 {
+pub fn percentile(values: &[f64], q: f64) -> f64 {
     values[((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1]
 }
 

@@ -10,11 +10,13 @@
 
 pub mod claim;
 pub mod dispatch;
+pub mod ended;
 pub mod health;
 pub mod record;
 mod recorder;
 pub mod schedule;
 pub mod targets;
+pub mod turns;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use uuid::Uuid;
 
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
+use self::ended::EndedRequests;
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
 use self::schedule::{NextStep, RetryPolicy};
@@ -49,6 +52,7 @@ pub struct Worker {
     slots: Arc<Semaphore>,
     recording: Arc<Semaphore>,
     concurrency: usize,
+    ended: EndedRequests,
 }
 
 impl Worker {
@@ -78,6 +82,7 @@ impl Worker {
             slots: Arc::new(Semaphore::new(concurrency)),
             recording: Arc::new(Semaphore::new(2 * concurrency)),
             concurrency,
+            ended: EndedRequests::default(),
             state,
         })
     }
@@ -128,7 +133,7 @@ impl Worker {
             }
             backlog = false;
             match this.claim(free).await {
-                Ok((claimed, targets)) => {
+                Ok((mut claimed, targets)) => {
                     // A ready endpoint whose rows someone else holds is no backlog: wait for a hint.
                     backlog = claimed.claims.len() == free
                         || (claimed.more && !claimed.claims.is_empty());
@@ -170,11 +175,11 @@ impl Worker {
         (self.concurrency / 4).clamp(1, MAX_CLAIM_BATCH)
     }
 
-    /// Wakes every endpoint with due work that nothing woke (see [`claim::sweep`]).
+    /// Wakes every endpoint with due work that nothing woke (see [`turns::sweep`]).
     async fn sweep(&self) {
         let db = &self.state.db;
         let default_cap = self.state.config.endpoint_max_in_flight;
-        match db.within_deadline(claim::sweep(db, default_cap)).await {
+        match db.within_deadline(turns::sweep(db, default_cap)).await {
             Ok(0) => {}
             Ok(woken) => tracing::debug!(woken, "the sweep woke endpoints with due work"),
             Err(err) => tracing::warn!(error = %error_chain(&err), "sweeping endpoints failed"),
@@ -191,6 +196,7 @@ impl Worker {
             limit: limit as u32,
             lease: self.state.config.lease(),
             default_max_in_flight: self.state.config.endpoint_max_in_flight,
+            ended: self.ended.snapshot(),
         };
         let claimed = db
             .within_deadline(claim_due_with_targets(
@@ -202,6 +208,7 @@ impl Worker {
             .await;
         match claimed {
             Ok((claimed, targets)) => {
+                self.ended.visited(claimed.visited.iter().copied());
                 self.state
                     .metrics
                     .claims
@@ -237,7 +244,14 @@ impl Worker {
             let target = targets.remove(&claim.delivery_id);
             let (worker, results) = (Arc::clone(self), results.clone());
             in_flight.spawn(async move {
+                let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
                 let attempt = worker.deliver(claim, target).await;
+                // No longer in flight at the receiver: this process's claims stop counting
+                // it, and come back at once for an endpoint that was full.
+                let (ended, was_full) = worker.ended.ended(delivery_id, endpoint_id);
+                if was_full {
+                    worker.state.wakeup.hint();
+                }
                 // The semaphore is never closed; were it, the outcome would be retried
                 // after its lease like any unrecorded one.
                 let Ok(permit) = worker.recording.clone().acquire_owned().await else {
@@ -251,6 +265,7 @@ impl Worker {
                     .send(Finished {
                         attempt,
                         _permit: permit,
+                        _ended: ended,
                     })
                     .await;
             });

@@ -8,6 +8,7 @@ use sea_orm::{DbBackend, DbErr};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 
+use super::ended::EndedGuard;
 use super::health::HealthPolicy;
 use super::record::{record_batch_with, FinishedAttempt, Recorded};
 use super::schedule::NextStep;
@@ -41,6 +42,8 @@ pub struct Finished {
     pub attempt: FinishedAttempt,
     /// Held until the outcome is recorded (or given up on), and released as this drops.
     pub _permit: OwnedSemaphorePermit,
+    /// Keeps the ended request out of this process's in-flight counts until then.
+    pub _ended: EndedGuard,
 }
 
 /// Writes outcomes as they arrive: one at a time when the worker is quiet, many per

@@ -32,7 +32,7 @@ const DETAIL = `query Detail($id: ID!) {
 }`;
 const REPLAY = `mutation Replay($id: ID!) { replayDelivery(id: $id) { id state } }`;
 /** Endpoint fields that newer Courier versions add; read only when the schema has them. */
-const OPTIONAL_FIELDS = ["disabledReason", "eventTypes"];
+const OPTIONAL_FIELDS = ["disabledReason", "eventTypes", "maxInFlight", "rateLimit", "pausedUntil"];
 
 const $ = (id) => document.getElementById(id);
 const timeFormat = new Intl.DateTimeFormat(undefined, {
@@ -261,6 +261,10 @@ function renderEndpoints() {
       : "Enabled";
     const types = endpoint.eventTypes && endpoint.eventTypes.length
       ? endpoint.eventTypes.join(", ") : "every type";
+    const flow = [];
+    if (endpoint.maxInFlight != null) flow.push(`${endpoint.maxInFlight} in flight`);
+    if (endpoint.rateLimit != null) flow.push(`${endpoint.rateLimit}/s`);
+    const paused = endpoint.pausedUntil ? new Date(endpoint.pausedUntil) : null;
     const counts = endpoint.deliveryCounts;
     rows.push(el("tr", { "data-endpoint-id": endpoint.id },
       el("th", { scope: "row" },
@@ -271,12 +275,19 @@ function renderEndpoints() {
       el("td", { class: "url", text: endpoint.url, title: endpoint.url }),
       el("td", { class: endpoint.disabled ? "disabled" : "enabled", text: status }),
       page.optional.has("eventTypes") ? el("td", { text: types }) : null,
+      page.optional.has("maxInFlight") ? el("td", { class: "flow", "data-flow": endpoint.id },
+        el("span", { text: flow.join(" · ") || "default" }),
+        paused ? el("span", {
+          class: "paused", "data-paused-until": endpoint.pausedUntil,
+          text: ` · paused until ${timeFormat.format(paused)}`,
+          title: "It answered 429 or 503 with Retry-After: nothing is sent until then",
+        }) : null) : null,
       ...STATES.map((state) => el("td", {
         class: "num", "data-count": state, text: String(counts[state.toLowerCase()]),
       }))));
   }
   if (!rows.length) {
-    rows.push(el("tr", {}, el("td", { colSpan: 8, class: "note", text: "No endpoints this key may see." })));
+    rows.push(el("tr", {}, el("td", { colSpan: 9, class: "note", text: "No endpoints this key may see." })));
   }
   body.replaceChildren(...rows);
   const select = $("filter-endpoint");
@@ -394,6 +405,10 @@ function receive(change) {
   else if (change.previousState === "PROCESSING") page.chart.record("failed");
   const endpoint = page.endpoints.get(change.endpointId);
   if (endpoint) {
+    const flow = [];
+    if (endpoint.maxInFlight != null) flow.push(`${endpoint.maxInFlight} in flight`);
+    if (endpoint.rateLimit != null) flow.push(`${endpoint.rateLimit}/s`);
+    const paused = endpoint.pausedUntil ? new Date(endpoint.pausedUntil) : null;
     const counts = endpoint.deliveryCounts;
     if (change.previousState) counts[change.previousState.toLowerCase()] -= 1;
     else counts.total += 1;

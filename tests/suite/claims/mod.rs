@@ -90,7 +90,7 @@ pub async fn expire_leases(pool: &Db) {
     }
     // A lease that ran out is due at its expiry, which the endpoint's turn already waits
     // for; moved into the past by hand, the backstop sweep finds it.
-    courier::worker::claim::sweep(pool, courier::worker::claim::DEFAULT_MAX_IN_FLIGHT)
+    courier::worker::turns::sweep(pool, courier::worker::claim::DEFAULT_MAX_IN_FLIGHT)
         .await
         .expect("sweep");
 }

@@ -107,6 +107,46 @@ async fn a_claim_shares_its_slots_and_holds_each_cap(backend: Backend) {
     );
 }
 
+/// A request that has ended is no longer in flight at its receiver though its outcome is
+/// not recorded yet: the claimer that knows it (its own process) leaves it out of the count
+/// and fills the slot, while another claimer still counts it.
+async fn an_ended_request_frees_its_slot_for_its_own_process(backend: Backend) {
+    use courier::worker::claim::{claim as claim_with, ClaimRequest};
+    use courier::worker::ended::Snapshot;
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let capped = endpoint_with_backlog(&app, &admin, json!({ "maxInFlight": 2 }), 5).await;
+    let pool = &app.state.db;
+    let held = claim(pool, 10).await;
+    assert_eq!(held.len(), 2);
+    assert!(
+        claim(pool, 10).await.is_empty(),
+        "full while both are in flight"
+    );
+    let request = |ended: Vec<Uuid>| ClaimRequest {
+        limit: 10,
+        lease: LONG_LEASE,
+        default_max_in_flight: 32,
+        ended: Snapshot {
+            ended,
+            revisit: vec![capped],
+        },
+    };
+    let events = events_for(pool);
+    let refilled = claim_with(pool, &events, request(vec![held[0].delivery_id]))
+        .await
+        .expect("claim");
+    assert_eq!(refilled.claims.len(), 1, "one slot is free again");
+    let other = claim_with(pool, &events, request(Vec::new()))
+        .await
+        .expect("claim");
+    assert!(
+        other.claims.is_empty(),
+        "a claimer that does not know counts it still"
+    );
+}
+
 /// A rate limit of one a second starts one delivery, then none until the limiter's interval
 /// has passed (moved into the past here rather than waited for).
 async fn a_rate_limit_spaces_the_starts(backend: Backend) {
@@ -300,6 +340,7 @@ async fn bad_flow_settings_are_refused_and_change_nothing(backend: Backend) {
 
 on_every_backend!(
     a_claim_shares_its_slots_and_holds_each_cap,
+    an_ended_request_frees_its_slot_for_its_own_process,
     a_rate_limit_spaces_the_starts,
     a_retry_after_pauses_the_whole_endpoint,
     bad_flow_settings_are_refused_and_change_nothing,

@@ -1,0 +1,344 @@
+//! The claim's per-endpoint bookkeeping (see [`crate::service::flow`] for the rules): lock
+//! the turns of the ready endpoints, read what a claim left for each (what is due, what is
+//! in flight), write their next turns; and the claim's follow-up once committed (look again
+//! at endpoints it put to sleep, park what a disabled endpoint still had due), and the
+//! backstop sweep.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use entity::webhook_delivery::DeliveryState;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Value};
+use uuid::Uuid;
+
+use crate::db::{Clock, Db};
+use crate::events::{Events, StateChange};
+use crate::service::flow::{self, Facts, Rate, Standing, Turn};
+use crate::service::parking::with_parking;
+
+/// The ready endpoints' turns, longest waiting first, locked (PostgreSQL: skipping turns
+/// another claim holds, never waiting), with what limits them. `$1`: the most to take;
+/// `{revisit}`: full endpoints this process has since freed a slot of, whatever their turn.
+const LOCK_TURNS: &str = "\
+SELECT f.endpoint_id, f.rate_tat, f.served_at, e.paused_until, e.max_in_flight, e.rate_limit,
+       e.disabled, {now} AS now
+FROM endpoint_flow f JOIN endpoints e ON e.id = f.endpoint_id
+WHERE f.turn_at <= {now} {revisit}
+ORDER BY f.turn_at, f.endpoint_id
+LIMIT $1 {lock}";
+
+/// What the claim left for each endpoint, this transaction's claims included: the
+/// earliest due time of its waiting and in-flight rows, and its requests in flight (less
+/// `{not_ended}`: this process's requests that have ended) with the earliest of their
+/// leases. Each an index lookup.
+const FACTS: &str = "\
+WITH t(endpoint_id) AS ({endpoints})
+SELECT t.endpoint_id,
+       (SELECT d.next_attempt_at FROM webhook_deliveries d
+        WHERE d.endpoint_id = t.endpoint_id AND d.state IN ('pending', 'processing')
+          AND d.next_attempt_at IS NOT NULL
+        ORDER BY d.next_attempt_at LIMIT 1) AS due_at,
+       (SELECT COUNT(*) FROM webhook_deliveries p
+        WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
+          AND p.next_attempt_at > {now} {not_ended}) AS in_flight,
+       (SELECT MIN(p.next_attempt_at) FROM webhook_deliveries p
+        WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
+          AND p.next_attempt_at > {now} {not_ended}) AS lease_min
+FROM t";
+
+/// Every endpoint's next turn in one statement on PostgreSQL (times as text, '' for none:
+/// arrays cannot hold NULL timestamps here).
+const SET_TURNS_POSTGRES: &str = "\
+UPDATE endpoint_flow AS f
+SET turn_at = NULLIF(v.turn_at, '')::timestamptz,
+    rate_tat = NULLIF(v.rate_tat, '')::timestamptz,
+    blocked_until = NULLIF(v.blocked_until, '')::timestamptz,
+    served_at = NULLIF(v.served_at, '')::timestamptz
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+     AS v(endpoint_id, turn_at, rate_tat, blocked_until, served_at)
+WHERE f.endpoint_id = v.endpoint_id";
+
+/// One endpoint's next turn on SQLite.
+const SET_TURN_SQLITE: &str = "UPDATE endpoint_flow \
+     SET turn_at = $2, rate_tat = $3, blocked_until = $4, served_at = $5 WHERE endpoint_id = $1";
+
+/// An expired lease of a disabled endpoint goes back to `pending`, parked (or due, if a
+/// re-enable committed meanwhile), so nothing of it stays `processing` while it is off.
+const PARK_EXPIRED: &str = "\
+UPDATE webhook_deliveries
+SET state = 'pending', claim_token = NULL, claim_expires_at = NULL, updated_at = {now},
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
+WHERE endpoint_id = $1 AND state = 'processing' AND next_attempt_at <= {now}
+RETURNING id, updated_at";
+
+/// A due `pending` row of a disabled endpoint (disabled by a path that did not park it)
+/// leaves the due index the same way.
+const PARK_DUE: &str = "\
+UPDATE webhook_deliveries
+SET next_attempt_at = NULL, updated_at = {now}
+WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at <= {now}
+  AND {parked(webhook_deliveries.endpoint_id)}";
+
+/// SQL testing that a column is (or, `negated`, is not) one of `ids`, bound from parameter
+/// `first` on: one array on PostgreSQL, one parameter each on SQLite.
+pub fn id_list(
+    backend: DbBackend,
+    first: usize,
+    ids: &[Uuid],
+    negated: bool,
+) -> (String, Vec<Value>) {
+    match backend {
+        DbBackend::Postgres => {
+            let op = if negated { "<> ALL" } else { "= ANY" };
+            (
+                format!("{op}(${first}::uuid[])"),
+                vec![Value::from(ids.to_vec())],
+            )
+        }
+        _ => {
+            let op = if negated { "NOT IN" } else { "IN" };
+            let list = Db::placeholders(first, ids.len());
+            (
+                format!("{op} ({list})"),
+                ids.iter().map(|id| Value::from(*id)).collect(),
+            )
+        }
+    }
+}
+
+/// Locks the turns of up to `limit` ready endpoints (and of `revisit`), and returns their
+/// standings with the database's time.
+pub async fn lock_turns(
+    txn: &DatabaseTransaction,
+    db: &Db,
+    limit: u32,
+    revisit: &[Uuid],
+    default_max_in_flight: u32,
+) -> Result<(Vec<Standing>, DateTime<Utc>), DbErr> {
+    let backend = db.backend();
+    let lock = match backend {
+        DbBackend::Postgres => "FOR UPDATE OF f SKIP LOCKED",
+        _ => "",
+    };
+    let mut values = vec![Value::from(i64::from(limit))];
+    let revisit_sql = if revisit.is_empty() {
+        String::new()
+    } else {
+        let (list, ids) = id_list(backend, 2, revisit, false);
+        values.extend(ids);
+        format!("OR f.endpoint_id {list}")
+    };
+    let sql = LOCK_TURNS
+        .replace("{lock}", lock)
+        .replace("{revisit}", &revisit_sql);
+    let rows = txn
+        .query_all_raw(db.clock().statement(&sql, values))
+        .await?;
+    let mut now = crate::db::now();
+    let mut standings = Vec::with_capacity(rows.len());
+    for row in &rows {
+        now = row.try_get("", "now")?;
+        standings.push(standing(row, default_max_in_flight)?);
+    }
+    Ok((standings, now))
+}
+
+/// An endpoint's standing from a [`LOCK_TURNS`] row.
+fn standing(row: &QueryResult, default_max_in_flight: u32) -> Result<Standing, DbErr> {
+    let cap: Option<i32> = row.try_get("", "max_in_flight")?;
+    let rate: Option<i32> = row.try_get("", "rate_limit")?;
+    Ok(Standing {
+        endpoint_id: row.try_get("", "endpoint_id")?,
+        disabled: row.try_get("", "disabled")?,
+        max_in_flight: cap
+            .and_then(|cap| u32::try_from(cap).ok())
+            .unwrap_or(default_max_in_flight)
+            .max(1),
+        rate: rate
+            .and_then(|rate| u32::try_from(rate).ok())
+            .map(Rate::new),
+        rate_tat: row.try_get("", "rate_tat")?,
+        paused_until: row.try_get("", "paused_until")?,
+        served_at: row.try_get("", "served_at")?,
+    })
+}
+
+/// [`FACTS`] for `endpoints`, with how many deliveries each got (`taken`), leaving out the
+/// `ended` requests.
+pub async fn facts(
+    txn: &DatabaseTransaction,
+    db: &Db,
+    endpoints: &[Uuid],
+    taken: &HashMap<Uuid, u32>,
+    ended: &[Uuid],
+) -> Result<HashMap<Uuid, Facts>, DbErr> {
+    let backend = db.backend();
+    let (list, mut values) = match backend {
+        DbBackend::Postgres => (
+            "SELECT unnest($1::uuid[])".to_owned(),
+            vec![Value::from(endpoints.to_vec())],
+        ),
+        _ => (
+            format!(
+                "VALUES {}",
+                (1..=endpoints.len())
+                    .map(|n| format!("(${n})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            endpoints.iter().map(|id| Value::from(*id)).collect(),
+        ),
+    };
+    let (not_ended, ended_values) = id_list(backend, values.len() + 1, ended, true);
+    values.extend(ended_values);
+    let sql = FACTS
+        .replace("{endpoints}", &list)
+        .replace("{not_ended}", &format!("AND p.id {not_ended}"));
+    let mut facts = HashMap::with_capacity(endpoints.len());
+    for row in txn
+        .query_all_raw(db.clock().statement(&sql, values))
+        .await?
+    {
+        let endpoint_id: Uuid = row.try_get("", "endpoint_id")?;
+        facts.insert(
+            endpoint_id,
+            Facts {
+                taken: taken.get(&endpoint_id).copied().unwrap_or(0),
+                due_at: row.try_get("", "due_at")?,
+                in_flight: row.try_get("", "in_flight")?,
+                lease_min: row.try_get("", "lease_min")?,
+            },
+        );
+    }
+    Ok(facts)
+}
+
+/// Writes the endpoints' next turns.
+pub async fn set_turns(
+    txn: &DatabaseTransaction,
+    db: &Db,
+    turns: &[(Uuid, Turn)],
+) -> Result<(), DbErr> {
+    if turns.is_empty() {
+        return Ok(());
+    }
+    match db.backend() {
+        DbBackend::Postgres => {
+            let text = |at: Option<DateTime<Utc>>| {
+                at.map_or_else(String::new, |at| {
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+                })
+            };
+            let column = |pick: fn(&Turn) -> Option<DateTime<Utc>>| {
+                Value::from(turns.iter().map(|(_, t)| text(pick(t))).collect::<Vec<_>>())
+            };
+            let values = [
+                Value::from(turns.iter().map(|(id, _)| *id).collect::<Vec<_>>()),
+                column(|t| t.turn_at),
+                column(|t| t.rate_tat),
+                column(|t| t.blocked_until),
+                column(|t| t.served_at),
+            ];
+            txn.execute_raw(Clock::new(DbBackend::Postgres).statement(SET_TURNS_POSTGRES, values))
+                .await?;
+        }
+        backend => {
+            for (endpoint_id, turn) in turns {
+                let values = [
+                    Value::from(*endpoint_id),
+                    Value::from(turn.turn_at),
+                    Value::from(turn.rate_tat),
+                    Value::from(turn.blocked_until),
+                    Value::from(turn.served_at),
+                ];
+                txn.execute_raw(Clock::new(backend).statement(SET_TURN_SQLITE, values))
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What is left to do once a claim has committed, which must not delay its requests: wake
+/// any endpoint it put to sleep that meanwhile got due work or a free slot (a submission
+/// that committed between the claim's snapshot and its commit saw the endpoint still ready
+/// and did not wake it), and park what disabled endpoints still had due.
+#[derive(Debug, Default)]
+pub struct FollowUp {
+    /// Endpoints the claim put to sleep.
+    pub slept: Vec<Uuid>,
+    /// Disabled endpoints whose turn came.
+    pub disabled: Vec<Uuid>,
+    /// The default cap the claim used.
+    pub default_max_in_flight: u32,
+}
+
+impl FollowUp {
+    /// Whether there is anything to do.
+    pub fn is_empty(&self) -> bool {
+        self.slept.is_empty() && self.disabled.is_empty()
+    }
+
+    /// Does it; returns how many endpoints it woke.
+    pub async fn run(self, db: &Db, events: &Events) -> Result<u64, DbErr> {
+        for endpoint_id in &self.disabled {
+            park_disabled(db, events, *endpoint_id).await?;
+        }
+        if self.slept.is_empty() {
+            return Ok(0);
+        }
+        wake_ready(db, Some(&self.slept), self.default_max_in_flight).await
+    }
+}
+
+/// Wakes every sleeping endpoint with due work and a free slot: the backstop sweep.
+/// Returns how many it woke.
+pub async fn sweep(db: &Db, default_max_in_flight: u32) -> Result<u64, DbErr> {
+    wake_ready(db, None, default_max_in_flight).await
+}
+
+/// [`flow::sweep`] over `only` those endpoints, or all.
+async fn wake_ready(
+    db: &Db,
+    only: Option<&[Uuid]>,
+    default_max_in_flight: u32,
+) -> Result<u64, DbErr> {
+    let mut values = vec![Value::from(i64::from(default_max_in_flight))];
+    let list = only.map(|ids| {
+        let (list, ids) = id_list(db.backend(), 2, ids, false);
+        values.extend(ids);
+        list
+    });
+    let sql = flow::sweep(db.backend(), list.as_deref());
+    let statement = db.clock().statement(&sql, values);
+    Ok(db.conn().execute_raw(statement).await?.rows_affected())
+}
+
+/// Parks the due rows and expired leases of a disabled endpoint (see [`PARK_DUE`] and
+/// [`PARK_EXPIRED`]) and publishes the leases' return to `PENDING`.
+async fn park_disabled(db: &Db, events: &Events, endpoint_id: Uuid) -> Result<(), DbErr> {
+    let staged = db
+        .transaction(|txn| async move {
+            let sql = with_parking(db.backend(), PARK_EXPIRED);
+            let parked = txn
+                .query_all_raw(db.clock().statement(&sql, [endpoint_id.into()]))
+                .await?;
+            let sql = with_parking(db.backend(), PARK_DUE);
+            txn.execute_raw(db.clock().statement(&sql, [endpoint_id.into()]))
+                .await?;
+            let mut changes = Vec::with_capacity(parked.len());
+            for row in parked {
+                changes.push(StateChange {
+                    delivery_id: row.try_get("", "id")?,
+                    endpoint_id,
+                    previous_state: Some(DeliveryState::Processing),
+                    state: DeliveryState::Pending,
+                    at: row.try_get("", "updated_at")?,
+                });
+            }
+            events.stage(&*txn, changes).await
+        })
+        .await?;
+    staged.committed();
+    Ok(())
+}
