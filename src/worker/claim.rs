@@ -148,8 +148,11 @@ pub struct Claimed {
     /// Whether some endpoint is ready for another claim at once (more is due than this
     /// claim could take).
     pub more: bool,
-    /// The endpoints whose turn this claim took, and whether it left each full.
-    pub visited: Vec<(Uuid, bool)>,
+    /// Whether an endpoint it was asked to revisit was held by another transaction.
+    pub missed_revisit: bool,
+    /// The endpoints whose turn this claim took, and for each it left full, its cap and
+    /// how many requests this claim started for it.
+    pub visited: Vec<(Uuid, Option<(u32, u32)>)>,
     /// What is left to do once it has committed.
     follow_up: FollowUp,
     /// The PostgreSQL rows of the claims (with what to send).
@@ -254,6 +257,10 @@ async fn claim_in(
         turns::lock_turns(txn, db, most, &ended.revisit, request.default_max_in_flight).await?;
     let mut claimed = Claimed::default();
     claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
+    claimed.missed_revisit = ended
+        .revisit
+        .iter()
+        .any(|id| !standings.iter().any(|s| s.endpoint_id == *id));
     if standings.is_empty() {
         return Ok((claimed, Vec::new()));
     }
@@ -293,13 +300,18 @@ async fn claim_in(
             lease_min: None,
         });
         let turn = flow::next_turn(standing, &facts, now);
+        let full = facts.in_flight >= i64::from(standing.max_in_flight);
+        // A full endpoint this claim started requests for is looked at again when enough
+        // of them end (see `super::ended`); any other that sleeps, once this commits.
         if standing.disabled {
             claimed.follow_up.disabled.push(standing.endpoint_id);
-        } else if turn.asleep(now) {
+        } else if turn.asleep(now) && !(full && facts.taken > 0) {
             claimed.follow_up.slept.push(standing.endpoint_id);
         }
-        let full = facts.in_flight >= i64::from(standing.max_in_flight);
-        claimed.visited.push((standing.endpoint_id, full));
+        claimed.visited.push((
+            standing.endpoint_id,
+            full.then_some((standing.max_in_flight, facts.taken)),
+        ));
         claimed.more |= turn.ready(now);
         next.push((standing.endpoint_id, turn));
     }

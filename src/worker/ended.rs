@@ -2,10 +2,11 @@
 //! flight at the receiver, though their deliveries stay `processing` until recorded: this
 //! process's claims leave them out of its endpoints' in-flight counts (by id, so a row
 //! recorded meanwhile is never subtracted twice), and come back for an endpoint that was
-//! full as soon as one of its requests ends, rather than when its outcome is recorded.
+//! full once a quarter of its slots have ended (one, for a cap under 8), rather than when
+//! the outcomes are recorded: claims stay large enough to be cheap, and the slots busy.
 //! Other processes count them until they are recorded, which only errs on the safe side.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use uuid::Uuid;
@@ -20,8 +21,15 @@ pub struct EndedRequests {
 struct Inner {
     /// Delivery -> endpoint, for each request that ended and is not yet recorded.
     awaiting: HashMap<Uuid, Uuid>,
-    /// Endpoints a claim left with no free slot.
-    full: HashSet<Uuid>,
+    /// Endpoints a claim left with no free slot: how many requests to each must end before
+    /// it is worth a claim, and how many have.
+    full: HashMap<Uuid, Gather>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Gather {
+    wanted: u32,
+    ended: u32,
 }
 
 /// What a claim needs to know: the deliveries to leave out of in-flight counts, and the
@@ -40,12 +48,18 @@ impl EndedRequests {
     }
 
     /// Notes that the request of `delivery_id` (to `endpoint_id`) ended; the returned guard
-    /// forgets it once dropped, after its outcome is recorded. Also says whether the
-    /// endpoint had been left full, so a claim is worth making now.
+    /// forgets it once dropped, after its outcome is recorded. Also says whether a claim is
+    /// worth making now: the endpoint had been left full and enough of its slots are free.
     pub fn ended(&self, delivery_id: Uuid, endpoint_id: Uuid) -> (EndedGuard, bool) {
         let mut inner = self.lock();
         inner.awaiting.insert(delivery_id, endpoint_id);
-        let was_full = inner.full.contains(&endpoint_id);
+        let was_full = match inner.full.get_mut(&endpoint_id) {
+            Some(gather) => {
+                gather.ended += 1;
+                gather.ended >= gather.wanted
+            }
+            None => false,
+        };
         let guard = EndedGuard {
             requests: self.clone(),
             delivery_id,
@@ -59,7 +73,7 @@ impl EndedRequests {
         let mut revisit: Vec<Uuid> = inner
             .awaiting
             .values()
-            .filter(|endpoint| inner.full.contains(endpoint))
+            .filter(|endpoint| inner.full.contains_key(endpoint))
             .copied()
             .collect();
         revisit.sort();
@@ -70,14 +84,20 @@ impl EndedRequests {
         }
     }
 
-    /// Records which endpoints a claim visited and whether it left each full.
-    pub fn visited(&self, endpoints: impl IntoIterator<Item = (Uuid, bool)>) {
+    /// Records which endpoints a claim visited, and for each it left full, its cap and how
+    /// many requests the claim started for it (a quarter of the cap is awaited, but never
+    /// more than this process has started).
+    pub fn visited(&self, endpoints: impl IntoIterator<Item = (Uuid, Option<(u32, u32)>)>) {
         let mut inner = self.lock();
         for (endpoint_id, full) in endpoints {
-            if full {
-                inner.full.insert(endpoint_id);
-            } else {
-                inner.full.remove(&endpoint_id);
+            match full {
+                Some((cap, started)) => {
+                    let wanted = (cap / 4).min(started).max(1);
+                    inner.full.insert(endpoint_id, Gather { wanted, ended: 0 });
+                }
+                None => {
+                    inner.full.remove(&endpoint_id);
+                }
             }
         }
     }
@@ -104,9 +124,9 @@ mod tests {
     fn an_ended_request_is_left_out_until_its_outcome_is_recorded() {
         let requests = EndedRequests::default();
         let (endpoint, other) = (Uuid::now_v7(), Uuid::now_v7());
-        requests.visited([(endpoint, true), (other, false)]);
+        requests.visited([(endpoint, Some((2, 2))), (other, None)]);
         let (first, was_full) = requests.ended(Uuid::now_v7(), endpoint);
-        assert!(was_full);
+        assert!(was_full, "a cap of 2: one free slot is worth a claim");
         let (second, was_full) = requests.ended(Uuid::now_v7(), other);
         assert!(!was_full);
         let snapshot = requests.snapshot();
@@ -119,8 +139,34 @@ mod tests {
         drop(first);
         drop(second);
         assert!(requests.snapshot().ended.is_empty());
-        requests.visited([(endpoint, false)]);
+        requests.visited([(endpoint, None)]);
         let (_third, was_full) = requests.ended(Uuid::now_v7(), endpoint);
         assert!(!was_full);
+    }
+
+    #[test]
+    fn a_full_endpoint_is_worth_a_claim_once_a_quarter_of_its_slots_ended() {
+        let requests = EndedRequests::default();
+        let endpoint = Uuid::now_v7();
+        requests.visited([(endpoint, Some((32, 32)))]);
+        let hints: Vec<bool> = (0..10)
+            .map(|_| requests.ended(Uuid::now_v7(), endpoint).1)
+            .collect();
+        assert_eq!(
+            hints.iter().position(|h| *h),
+            Some(7),
+            "the eighth of 32 asks: {hints:?}"
+        );
+        assert!(
+            hints[8..].iter().all(|h| *h),
+            "and every one after, until a claim looks"
+        );
+        requests.visited([(endpoint, Some((32, 3)))]);
+        assert!(!requests.ended(Uuid::now_v7(), endpoint).1);
+        assert!(!requests.ended(Uuid::now_v7(), endpoint).1);
+        assert!(
+            requests.ended(Uuid::now_v7(), endpoint).1,
+            "all it started ended"
+        );
     }
 }

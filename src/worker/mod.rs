@@ -40,6 +40,8 @@ use crate::state::AppState;
 
 /// Most deliveries claimed in one statement.
 const MAX_CLAIM_BATCH: usize = 64;
+/// How long to wait before asking again for an endpoint another transaction held.
+const REVISIT_PAUSE: Duration = Duration::from_millis(2);
 /// How often each worker sweeps every endpoint for due work that nothing woke (a backstop:
 /// wake-ups are written with the work itself).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -137,6 +139,12 @@ impl Worker {
                     // A ready endpoint whose rows someone else holds is no backlog: wait for a hint.
                     backlog = claimed.claims.len() == free
                         || (claimed.more && !claimed.claims.is_empty());
+                    if claimed.missed_revisit && claimed.claims.is_empty() {
+                        // A full endpoint with free slots was held by another transaction
+                        // for a moment: look again shortly rather than at the next poll.
+                        tokio::time::sleep(REVISIT_PAUSE).await;
+                        backlog = true;
+                    }
                     let follow_up = claimed.follow_up();
                     this.start(claimed.claims, targets, &mut in_flight, &results)
                         .await;

@@ -169,6 +169,21 @@ async fn record_unique(
         .await?;
     staged.committed();
     health::log_disabled(&disabled);
+    // Each settled claim freed a slot of its endpoint, and a retry is due again later: the
+    // endpoints are woken once this has committed (a waker that looks after its commit
+    // cannot miss a claim putting the endpoint to sleep meanwhile), in a statement of its
+    // own, so no claim finds their turns locked for the length of the recording. The
+    // sweep makes up for a wake-up lost here.
+    let freed: Vec<Uuid> = attempts
+        .iter()
+        .zip(&results)
+        .filter(|(_, recorded)| recorded.new_state.is_some())
+        .map(|(attempt, _)| attempt.claim.endpoint_id)
+        .collect();
+    if let Err(err) = wake_endpoints(db.conn(), db.backend(), &freed).await {
+        tracing::warn!(error = %crate::error::error_chain(&err),
+            "waking endpoints after recording failed; the sweep will");
+    }
     Ok(results)
 }
 
@@ -352,14 +367,6 @@ async fn record_in(
     for (endpoint_id, wait) in pauses {
         pause(txn, db, endpoint_id, wait).await?;
     }
-    // Each settled claim freed a slot of its endpoint, and a retry is due again later: the
-    // endpoints are woken (after the pauses, so a paused one wakes when its pause ends).
-    let freed: Vec<Uuid> = fresh
-        .iter()
-        .filter(|(index, ..)| holds(&attempts[*index].claim).is_some())
-        .map(|(index, ..)| attempts[*index].claim.endpoint_id)
-        .collect();
-    wake_endpoints(txn, backend, &freed).await?;
     let staged = events.stage(txn, changes).await?;
     Ok((finish(attempts, results, &already, &due)?, staged, disabled))
 }

@@ -116,10 +116,6 @@ impl Recorder {
     async fn write_isolating(&self, attempts: &[FinishedAttempt]) {
         match self.write_retrying(attempts).await {
             Ok(recorded) => {
-                // Each settled claim freed a slot of its endpoint: claim again.
-                if recorded.iter().any(|r| r.new_state.is_some()) {
-                    self.state.wakeup.hint();
-                }
                 for (attempt, recorded) in attempts.iter().zip(recorded) {
                     self.report(attempt, &recorded);
                 }
