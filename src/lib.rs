@@ -17,10 +17,12 @@
 //!   PostgreSQL and SQLite differ.
 //! - [`error`]: the service error type and its mapping to GraphQL error codes; [`fatal`]:
 //!   errors that stop the process, told once on one line.
-//! - [`worker`]: claims due deliveries, signs and sends them (with both secrets during a
-//!   rotation's grace period), records each attempt under its claim's fence and, in the same
-//!   transaction, its endpoint's health (410 Gone, failure runs); [`wake`]: hints that wake
-//!   the worker.
+//! - [`worker`]: claims due deliveries, round robin across endpoints within each endpoint's
+//!   cap, rate limit and pause (the rules in `service::flow`; claims take turns on a row per
+//!   endpoint, so they hold across processes), signs and sends them (with both secrets during
+//!   a rotation's grace period), records each attempt under its claim's fence and, in the same
+//!   transaction, its endpoint's health (410 Gone, failure runs, `Retry-After` pauses);
+//!   [`wake`]: hints that wake the worker.
 //! - [`events`]: delivery state changes, staged in the transaction that makes them and
 //!   published on commit; [`listener`]: the `LISTEN` connection that brings every
 //!   process's changes to this process's subscribers (PostgreSQL).
@@ -35,9 +37,11 @@
 //!
 //! # How a delivery flows
 //! `submit` commits a submission, its `pending` delivery and the creation event together
-//! (on PostgreSQL, concurrent submissions share one statement and one commit), which wakes
-//! the workers of every process. A [`worker`] claims due rows (`FOR UPDATE SKIP LOCKED` plus a guarded UPDATE
-//! that sets a fresh claim token and lease), sends each webhook signed per Standard
+//! (on PostgreSQL, concurrent submissions share one statement and one commit), and wakes
+//! its endpoint's turn and the workers of every process. A [`worker`] locks the turns of the
+//! ready endpoints, least recently served first, and claims each one's due rows up to its
+//! free slots (`FOR UPDATE SKIP LOCKED` plus a guarded UPDATE that sets a fresh claim token
+//! and lease), sends each webhook signed per Standard
 //! Webhooks with no transaction open, and records the attempt and the transition
 //! (`delivered`, a retry back to `pending`, or `failed`) only while its token still holds,
 //! many outcomes per transaction. Each state change reaches subscribers after its commit.

@@ -249,7 +249,8 @@ fn asleep(row: &str) -> String {
 }
 
 /// The statement that wakes the endpoints listed by the SQL `endpoints` (a subquery or a
-/// list of ids): each that sleeps becomes ready (see [`WOKEN_TURN`]). It writes nothing for an
+/// list of ids): each that sleeps becomes ready, taking its turn by when it was last
+/// served. It writes nothing for an
 /// endpoint already ready, so the common case costs no row lock. On PostgreSQL the rows it
 /// writes are locked in id order, so concurrent wakers cannot deadlock; it waits for a claim
 /// holding the row, then decides on what that claim wrote. Usable as a data-modifying CTE.
@@ -290,7 +291,8 @@ WHERE endpoint_id IN (
              AND p.next_attempt_at > {now}) < COALESCE(e.max_in_flight, $1)
     ORDER BY f.endpoint_id {lock})";
 
-/// [`SWEEP`] for `backend`, over every endpoint or (`only`: the SQL of a list of ids, such
+/// The sweep statement for `backend` (wake the sleeping endpoints with due work and a
+/// free slot), over every endpoint or (`only`: the SQL of a list of ids, such
 /// as `= ANY($2::uuid[])` or `IN ($2, $3)`) some.
 pub fn sweep(backend: DbBackend, only: Option<&str>) -> String {
     let lock = match backend {

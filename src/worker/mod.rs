@@ -1,5 +1,6 @@
-//! The delivery worker: claims due deliveries in batches, sends each (at most
-//! `COURIER_WORKER_CONCURRENCY` in flight), hands the outcomes to a recorder that writes
+//! The delivery worker: claims due deliveries in batches, shared round robin across
+//! endpoints within each endpoint's flow control (see [`claim`] and [`turns`]), sends each (at
+//! most `COURIER_WORKER_CONCURRENCY` in flight), hands the outcomes to a recorder that writes
 //! them in batches under each claim's fence, and on shutdown stops claiming and lets
 //! in-flight requests finish within a grace period.
 //!

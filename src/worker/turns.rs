@@ -163,7 +163,8 @@ fn standing(row: &QueryResult, default_max_in_flight: u32) -> Result<Standing, D
     })
 }
 
-/// [`FACTS`] for `endpoints`, with how many deliveries each got (`taken`), leaving out the
+/// What the claim left for `endpoints` (see the `FACTS` statement), with how many
+/// deliveries each got (`taken`), leaving out the
 /// `ended` requests.
 pub async fn facts(
     txn: &DatabaseTransaction,

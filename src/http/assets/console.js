@@ -262,8 +262,12 @@ function renderEndpoints() {
     const types = endpoint.eventTypes && endpoint.eventTypes.length
       ? endpoint.eventTypes.join(", ") : "every type";
     const flow = [];
-    if (endpoint.maxInFlight != null) flow.push(`${endpoint.maxInFlight} in flight`);
+    if (endpoint.maxInFlight != null) flow.push(String(endpoint.maxInFlight));
     if (endpoint.rateLimit != null) flow.push(`${endpoint.rateLimit}/s`);
+    const flowTitle = [
+      endpoint.maxInFlight != null ? `at most ${endpoint.maxInFlight} requests in flight` : null,
+      endpoint.rateLimit != null ? `at most ${endpoint.rateLimit} starts a second` : "no rate limit",
+    ].filter(Boolean).join(", ");
     const paused = endpoint.pausedUntil ? new Date(endpoint.pausedUntil) : null;
     const counts = endpoint.deliveryCounts;
     rows.push(el("tr", { "data-endpoint-id": endpoint.id },
@@ -276,10 +280,10 @@ function renderEndpoints() {
       el("td", { class: endpoint.disabled ? "disabled" : "enabled", text: status }),
       page.optional.has("eventTypes") ? el("td", { text: types }) : null,
       page.optional.has("maxInFlight") ? el("td", { class: "flow", "data-flow": endpoint.id },
-        el("span", { text: flow.join(" · ") || "default" }),
+        el("span", { text: flow.join(" · "), title: flowTitle }),
         paused ? el("span", {
           class: "paused", "data-paused-until": endpoint.pausedUntil,
-          text: ` · paused until ${timeFormat.format(paused)}`,
+          text: ` · paused to ${timeFormat.format(paused)}`,
           title: "It answered 429 or 503 with Retry-After: nothing is sent until then",
         }) : null) : null,
       ...STATES.map((state) => el("td", {
@@ -406,8 +410,12 @@ function receive(change) {
   const endpoint = page.endpoints.get(change.endpointId);
   if (endpoint) {
     const flow = [];
-    if (endpoint.maxInFlight != null) flow.push(`${endpoint.maxInFlight} in flight`);
+    if (endpoint.maxInFlight != null) flow.push(String(endpoint.maxInFlight));
     if (endpoint.rateLimit != null) flow.push(`${endpoint.rateLimit}/s`);
+    const flowTitle = [
+      endpoint.maxInFlight != null ? `at most ${endpoint.maxInFlight} requests in flight` : null,
+      endpoint.rateLimit != null ? `at most ${endpoint.rateLimit} starts a second` : "no rate limit",
+    ].filter(Boolean).join(", ");
     const paused = endpoint.pausedUntil ? new Date(endpoint.pausedUntil) : null;
     const counts = endpoint.deliveryCounts;
     if (change.previousState) counts[change.previousState.toLowerCase()] -= 1;

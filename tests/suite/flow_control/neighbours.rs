@@ -137,4 +137,3 @@ async fn a_hanging_neighbour_holds_only_its_cap() {
     each_once(&fast, "quick", 8);
     app.stop().await;
 }
-
