@@ -103,16 +103,7 @@ pub async fn slow_neighbour(server_url: &str, hang: bool) -> Neighbours {
             .as_str()
             .unwrap_or_else(|| panic!("no delivery id in {body}"))
             .to_owned();
-        let arrived = loop {
-            if let Some(at) = arrivals.at(&id) {
-                break at;
-            }
-            assert!(
-                sent.elapsed() < Duration::from_secs(120),
-                "B's delivery never arrived"
-            );
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        };
+        let arrived = arrivals.wait_for(&id, sent, Duration::from_secs(120)).await;
         waited.push(arrived.saturating_duration_since(sent).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -24,6 +24,21 @@ impl Arrivals {
 
     pub fn at(&self, webhook_id: &str) -> Option<Instant> {
         self.0.lock().unwrap().get(webhook_id).copied()
+    }
+
+    /// Waits for `webhook_id` to arrive (panics after `limit` from `since`) and returns
+    /// when it did.
+    pub async fn wait_for(&self, webhook_id: &str, since: Instant, limit: Duration) -> Instant {
+        loop {
+            if let Some(at) = self.at(webhook_id) {
+                return at;
+            }
+            assert!(
+                since.elapsed() < limit,
+                "delivery {webhook_id} never arrived"
+            );
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
     }
 }
 

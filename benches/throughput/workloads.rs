@@ -187,16 +187,9 @@ pub async fn latency(server_url: &str, samples: usize) -> Latency {
             .as_str()
             .unwrap_or_else(|| panic!("no delivery id in answer {n}"))
             .to_owned();
-        let arrived = loop {
-            if let Some(at) = arrivals.at(&id) {
-                break at;
-            }
-            assert!(
-                answered.elapsed() < Duration::from_secs(30),
-                "delivery {id} never arrived"
-            );
-            tokio::time::sleep(Duration::from_micros(100)).await;
-        };
+        let arrived = arrivals
+            .wait_for(&id, answered, Duration::from_secs(30))
+            .await;
         from_sent.push(arrived.saturating_duration_since(sent).as_secs_f64() * 1000.0);
         from_answered.push(arrived.saturating_duration_since(answered).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(20)).await;

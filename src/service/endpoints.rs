@@ -404,28 +404,37 @@ impl Endpoints {
 
 /// `maxInFlight`: 1 to 1000, or none (the default).
 fn validate_max_in_flight(value: Option<i32>) -> Result<Option<i32>> {
-    match value {
-        Some(cap) if !(flow::MIN_MAX_IN_FLIGHT..=flow::MAX_MAX_IN_FLIGHT).contains(&cap) => {
-            Err(Error::bad_input(format!(
-                "maxInFlight must be {} to {}",
-                flow::MIN_MAX_IN_FLIGHT,
-                flow::MAX_MAX_IN_FLIGHT
-            )))
-        }
-        value => Ok(value),
-    }
+    within(
+        value,
+        flow::MIN_MAX_IN_FLIGHT..=flow::MAX_MAX_IN_FLIGHT,
+        "maxInFlight",
+        "",
+    )
 }
 
 /// `rateLimit`: 1 to 100000 requests per second, or none (unlimited).
 fn validate_rate_limit(value: Option<i32>) -> Result<Option<i32>> {
+    within(
+        value,
+        flow::MIN_RATE_LIMIT..=flow::MAX_RATE_LIMIT,
+        "rateLimit",
+        " requests per second",
+    )
+}
+
+/// An optional setting within `range`, or `BAD_USER_INPUT` naming `field`.
+fn within(
+    value: Option<i32>,
+    range: std::ops::RangeInclusive<i32>,
+    field: &str,
+    unit: &str,
+) -> Result<Option<i32>> {
     match value {
-        Some(rate) if !(flow::MIN_RATE_LIMIT..=flow::MAX_RATE_LIMIT).contains(&rate) => {
-            Err(Error::bad_input(format!(
-                "rateLimit must be {} to {} requests per second",
-                flow::MIN_RATE_LIMIT,
-                flow::MAX_RATE_LIMIT
-            )))
-        }
+        Some(n) if !range.contains(&n) => Err(Error::bad_input(format!(
+            "{field} must be {} to {}{unit}",
+            range.start(),
+            range.end()
+        ))),
         value => Ok(value),
     }
 }

@@ -520,10 +520,7 @@ async fn the_console_shows_each_endpoints_flow_control() {
     let cell = |id: &str| format!("document.querySelector('[data-flow=\"{id}\"]')");
     page.wait_for(&cell(&limited), "the flow cell", WAIT).await;
     let shown: String = page.eval(&format!("{}.textContent", cell(&limited))).await;
-    assert!(
-        shown.starts_with("4 · 5/s · paused to "),
-        "{shown}"
-    );
+    assert!(shown.starts_with("4 · 5/s · paused to "), "{shown}");
     let paused: bool = page
         .eval(&format!(
             "!!{}.querySelector('[data-paused-until]')",

@@ -409,14 +409,6 @@ function receive(change) {
   else if (change.previousState === "PROCESSING") page.chart.record("failed");
   const endpoint = page.endpoints.get(change.endpointId);
   if (endpoint) {
-    const flow = [];
-    if (endpoint.maxInFlight != null) flow.push(String(endpoint.maxInFlight));
-    if (endpoint.rateLimit != null) flow.push(`${endpoint.rateLimit}/s`);
-    const flowTitle = [
-      endpoint.maxInFlight != null ? `at most ${endpoint.maxInFlight} requests in flight` : null,
-      endpoint.rateLimit != null ? `at most ${endpoint.rateLimit} starts a second` : "no rate limit",
-    ].filter(Boolean).join(", ");
-    const paused = endpoint.pausedUntil ? new Date(endpoint.pausedUntil) : null;
     const counts = endpoint.deliveryCounts;
     if (change.previousState) counts[change.previousState.toLowerCase()] -= 1;
     else counts.total += 1;

@@ -26,10 +26,7 @@ async fn endpoint_with_backlog(
     settings: serde_json::Value,
     due: usize,
 ) -> Uuid {
-    let mut input = json!({ "name": "flow", "url": "https://example.com/hook" });
-    if let (Some(input), Some(settings)) = (input.as_object_mut(), settings.as_object()) {
-        input.extend(settings.clone());
-    }
+    let input = super::endpoint_input("flow", "https://example.com/hook", settings);
     let body = app
         .graphql(
             admin,
@@ -262,11 +259,7 @@ async fn bad_flow_settings_are_refused_and_change_nothing(backend: Backend) {
         json!({ "rateLimit": 100_001 }),
         json!({ "maxInFlight": -5 }),
     ] {
-        let mut input = json!({ "name": "bad", "url": "https://example.com/hook" });
-        input
-            .as_object_mut()
-            .expect("object")
-            .extend(bad.as_object().expect("object").clone());
+        let input = super::endpoint_input("bad", "https://example.com/hook", bad.clone());
         let body = app.graphql(&admin, create, json!({ "input": input })).await;
         assert_eq!(
             gql_error_code(&body),

@@ -13,6 +13,15 @@ use serde_json::{json, Value};
 
 use crate::support::{Receiver, TestApp};
 
+/// A `CreateEndpointInput` named `name` for `url`, with extra `settings` merged in.
+pub fn endpoint_input(name: &str, url: &str, settings: Value) -> Value {
+    let mut input = json!({ "name": name, "url": url });
+    if let (Some(input), Some(settings)) = (input.as_object_mut(), settings.as_object()) {
+        input.extend(settings.clone());
+    }
+    input
+}
+
 /// Creates an endpoint on `receiver` at `path` with extra `settings` (such as
 /// `{"maxInFlight": 4}`), teaches the receiver its secret, and returns its id.
 pub async fn endpoint_with(
@@ -22,10 +31,7 @@ pub async fn endpoint_with(
     path: &str,
     settings: Value,
 ) -> String {
-    let mut input = json!({ "name": path, "url": receiver.url(path) });
-    if let (Some(input), Some(settings)) = (input.as_object_mut(), settings.as_object()) {
-        input.extend(settings.clone());
-    }
+    let input = endpoint_input(path, &receiver.url(path), settings);
     let body = app
         .graphql(
             admin,
