@@ -72,8 +72,9 @@ async fn the_cap_holds_across_instances() {
     each_once(&receiver, "capped", 48);
 }
 
-/// Two instances together never start more than `rateLimit` requests in any second at the
-/// receiver.
+/// Instances together never start more than `rateLimit` requests in any second at the
+/// receiver: not while several run, nor when some stop and another carries on from the
+/// limiter's state in the database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_rate_limit_holds_across_two_instances() {
     let db = TestDb::new(Backend::Postgres).await;
@@ -90,6 +91,13 @@ async fn the_rate_limit_holds_across_two_instances() {
     )
     .await;
     submit_many(&second, &admin, &endpoint, 16).await;
+    // Both deliver while they run; then one stops halfway and the other carries on from
+    // the limiter's state in the database, with no burst at the handover.
+    let third = TestApp::spawn_with(&db, roomy_worker).await;
+    receiver.wait_for(8, Duration::from_secs(30)).await;
+    let before = [&first, &second, &third].map(|app| app.state.metrics.claims.get());
+    first.stop().await;
+    second.stop().await;
     let received = receiver.wait_for(16, Duration::from_secs(30)).await;
     let arrivals: Vec<_> = received.iter().map(|r| r.at).collect();
     let most = most_in_any_window(&arrivals, Duration::from_secs(1));
@@ -100,12 +108,12 @@ async fn the_rate_limit_holds_across_two_instances() {
         span >= Duration::from_millis(2_800),
         "16 starts at 5 a second take 3 s: {span:?}"
     );
-    let claims = [&first, &second].map(|app| app.state.metrics.claims.get());
     assert!(
-        claims.iter().all(|n| *n > 0),
-        "both instances delivered: {claims:?}"
+        before.iter().filter(|n| **n > 0).count() >= 1 && third.state.metrics.claims.get() > 0,
+        "the remaining instance took over: {before:?} then {}",
+        third.state.metrics.claims.get()
     );
-    settle([first, second]).await;
+    settle([third]).await;
     each_once(&receiver, "limited", 16);
 }
 
@@ -118,7 +126,11 @@ async fn a_pause_is_felt_by_every_instance() {
     let refuse_once = refused.clone();
     let receiver = Receiver::start(move |_| {
         if refuse_once.swap(true, Ordering::SeqCst) {
-            Reply::status(200)
+            Reply {
+                status: 200,
+                headers: Vec::new(),
+                delay: Duration::from_millis(100),
+            }
         } else {
             Reply {
                 status: 429,
@@ -128,8 +140,13 @@ async fn a_pause_is_felt_by_every_instance() {
         }
     })
     .await;
-    let first = TestApp::spawn_with(&db, roomy_worker).await;
-    let second = TestApp::spawn_with(&db, roomy_worker).await;
+    // One slot each: once the pause ends, both instances are needed to deliver.
+    let one_slot = |config: &mut ServeArgs| {
+        roomy_worker(config);
+        config.worker_concurrency = 1;
+    };
+    let first = TestApp::spawn_with(&db, one_slot).await;
+    let second = TestApp::spawn_with(&db, one_slot).await;
     let admin = first.admin_token().await;
     let endpoint = endpoint_with(&first, &admin, &receiver, "busy", json!({})).await;
     submit_many(&first, &admin, &endpoint, 1).await;
