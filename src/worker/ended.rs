@@ -70,11 +70,20 @@ impl EndedRequests {
     /// What the next claim should know.
     pub fn snapshot(&self) -> Snapshot {
         let inner = self.lock();
+        // A full endpoint with an ended request, or one whose gathered slots were recorded
+        // meanwhile: either way it has room this process knows of, until a claim looks.
         let mut revisit: Vec<Uuid> = inner
             .awaiting
             .values()
             .filter(|endpoint| inner.full.contains_key(endpoint))
             .copied()
+            .chain(
+                inner
+                    .full
+                    .iter()
+                    .filter(|(_, gather)| gather.ended >= gather.wanted)
+                    .map(|(endpoint, _)| *endpoint),
+            )
             .collect();
         revisit.sort();
         revisit.dedup();
@@ -149,9 +158,15 @@ mod tests {
         let requests = EndedRequests::default();
         let endpoint = Uuid::now_v7();
         requests.visited([(endpoint, Some((32, 32)))]);
-        let hints: Vec<bool> = (0..10)
-            .map(|_| requests.ended(Uuid::now_v7(), endpoint).1)
-            .collect();
+        let (guards, hints): (Vec<EndedGuard>, Vec<bool>) = (0..10)
+            .map(|_| requests.ended(Uuid::now_v7(), endpoint))
+            .unzip();
+        drop(guards);
+        assert_eq!(
+            requests.snapshot().revisit,
+            vec![endpoint],
+            "recorded meanwhile, its room is still known until a claim looks"
+        );
         assert_eq!(
             hints.iter().position(|h| *h),
             Some(7),
