@@ -12,12 +12,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use serde_json::json;
 
 use crate::drain::fill;
 use crate::process::{admin_token, Scratch, Server};
 use crate::receiver;
-use crate::workloads::{create_endpoint, graphql, percentile, SUBMIT};
+use crate::workloads::{create_endpoint, percentile, submit_one};
 
 /// A's backlog.
 const BACKLOG: usize = 3_000;
@@ -91,18 +90,7 @@ pub async fn slow_neighbour(server_url: &str, hang: bool) -> Neighbours {
     let mut waited = Vec::with_capacity(SAMPLES);
     for n in 0..SAMPLES {
         let sent = Instant::now();
-        let body = graphql(
-            &client,
-            &server,
-            &token,
-            SUBMIT,
-            json!({ "input": { "endpointId": fast, "payload": { "n": n } } }),
-        )
-        .await;
-        let id = body["data"]["submit"]["delivery"]["id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no delivery id in {body}"))
-            .to_owned();
+        let id = submit_one(&client, &server, &token, &fast, n).await;
         let arrived = arrivals.wait_for(&id, sent, Duration::from_secs(120)).await;
         waited.push(arrived.saturating_duration_since(sent).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -32,6 +32,28 @@ pub struct Latency {
     pub first_ms: Vec<f64>,
 }
 
+/// Submits `{"n": n}` to `endpoint` and returns its delivery's id.
+pub async fn submit_one(
+    client: &reqwest::Client,
+    server: &Server,
+    token: &str,
+    endpoint: &str,
+    n: usize,
+) -> String {
+    let body = graphql(
+        client,
+        server,
+        token,
+        SUBMIT,
+        json!({ "input": { "endpointId": endpoint, "payload": { "n": n } } }),
+    )
+    .await;
+    body["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no delivery id in {body}"))
+        .to_owned()
+}
+
 pub async fn graphql(
     client: &reqwest::Client,
     server: &Server,
@@ -174,19 +196,8 @@ pub async fn latency(server_url: &str, samples: usize) -> Latency {
     let mut from_answered = Vec::with_capacity(samples);
     for n in 0..samples {
         let sent = Instant::now();
-        let body = graphql(
-            &client,
-            &server,
-            &token,
-            SUBMIT,
-            json!({ "input": { "endpointId": endpoint, "payload": { "n": n } } }),
-        )
-        .await;
+        let id = submit_one(&client, &server, &token, &endpoint, n).await;
         let answered = Instant::now();
-        let id = body["data"]["submit"]["delivery"]["id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no delivery id in answer {n}"))
-            .to_owned();
         let arrived = arrivals
             .wait_for(&id, answered, Duration::from_secs(30))
             .await;
