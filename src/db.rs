@@ -210,6 +210,35 @@ impl Db {
             .join(", ")
     }
 
+    /// SQL testing that a column is (or, `negated`, is not) one of `ids`, bound from
+    /// parameter `first` on: one array on PostgreSQL (`= ANY($n::uuid[])`, so the statement
+    /// text is the same for every number of ids and prepares once), one parameter each on
+    /// SQLite (`IN ($n, ...)`). Put it after the column: `format!("id {list}")`.
+    pub fn id_list(
+        backend: DbBackend,
+        first: usize,
+        ids: &[uuid::Uuid],
+        negated: bool,
+    ) -> (String, Vec<sea_orm::Value>) {
+        match backend {
+            DbBackend::Postgres => {
+                let op = if negated { "<> ALL" } else { "= ANY" };
+                (
+                    format!("{op}(${first}::uuid[])"),
+                    vec![sea_orm::Value::from(ids.to_vec())],
+                )
+            }
+            _ => {
+                let op = if negated { "NOT IN" } else { "IN" };
+                let list = Self::placeholders(first, ids.len());
+                (
+                    format!("{op} ({list})"),
+                    ids.iter().map(|id| sea_orm::Value::from(*id)).collect(),
+                )
+            }
+        }
+    }
+
     /// `SELECT 1`, for readiness checks.
     pub async fn ping(&self) -> Result<(), DbErr> {
         self.conn.ping().await

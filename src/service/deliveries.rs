@@ -31,10 +31,10 @@ SET state = 'pending', cycle_attempts = 0, updated_at = {now},
 WHERE id = $1 AND state = 'failed'
 RETURNING *";
 
-/// Deliveries per state for a set of endpoints.
+/// Deliveries per state for a set of endpoints (`{ids}`: a [`Db::id_list`]).
 const COUNTS: &str = "\
 SELECT endpoint_id, state, COUNT(*) AS n FROM webhook_deliveries
-WHERE endpoint_id IN ({ids}) GROUP BY endpoint_id, state";
+WHERE endpoint_id {ids} GROUP BY endpoint_id, state";
 
 /// How many deliveries of an endpoint are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -191,14 +191,15 @@ impl Deliveries {
         if endpoint_ids.is_empty() {
             return Ok(counts);
         }
-        let sql = COUNTS.replace("{ids}", &Db::placeholders(1, endpoint_ids.len()));
+        let (list, values) = Db::id_list(self.db.backend(), 1, endpoint_ids, false);
+        let sql = COUNTS.replace("{ids}", &list);
         let rows = self
             .db
             .conn()
             .query_all_raw(Statement::from_sql_and_values(
                 self.db.backend(),
                 &sql,
-                endpoint_ids.iter().map(|id| (*id).into()),
+                values,
             ))
             .await?;
         for row in rows {

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::ended::Snapshot;
 use super::targets::{self, load_targets, Target};
-use super::turns::{self, id_list, FollowUp};
+use super::turns::{self, FollowUp};
 use crate::db::Db;
 use crate::events::{Events, StateChange};
 use crate::secrets::SecretKeys;
@@ -374,7 +374,7 @@ async fn claim_sqlite(
     ended: &[Uuid],
 ) -> Result<Vec<Taken>, DbErr> {
     let mut previous: Vec<(Uuid, String)> = Vec::new();
-    let (not_ended, ended_values) = id_list(db.backend(), 2, ended, true);
+    let (not_ended, ended_values) = Db::id_list(db.backend(), 2, ended, true);
     let in_flight_sql = IN_FLIGHT_SQLITE.replace("{not_ended}", &not_ended);
     for (standing, want) in standings.iter().zip(wants) {
         if *want == 0 {

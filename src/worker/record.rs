@@ -20,9 +20,10 @@ use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN
 use crate::service::parking::with_parking;
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
-/// of one delivery take turns, and lifetime numbers are read under the lock.
+/// of one delivery take turns, and lifetime numbers are read under the lock. `{ids}` is a
+/// [`Db::id_list`].
 const LOCK_DELIVERIES: &str =
-    "SELECT id, next_attempt_at FROM webhook_deliveries WHERE id IN ({ids}) ORDER BY id";
+    "SELECT id, next_attempt_at FROM webhook_deliveries WHERE id {ids} ORDER BY id";
 
 /// Every attempt already recorded for the deliveries: the highest lifetime numbers, and
 /// which claims have recorded already (a claim makes one attempt, so a retried batch,
@@ -201,6 +202,7 @@ async fn record_in(
     ids.dedup();
     let id_values = || ids.iter().map(|id| Value::from(*id)).collect::<Vec<_>>();
     let id_list = Db::placeholders(1, ids.len());
+    let (locked_ids, locked_values) = Db::id_list(backend, 1, &ids, false);
 
     let mut due: HashMap<Uuid, Option<DateTime<Utc>>> = HashMap::new();
     for row in txn
@@ -208,10 +210,10 @@ async fn record_in(
             backend,
             format!(
                 "{}{}",
-                LOCK_DELIVERIES.replace("{ids}", &id_list),
+                LOCK_DELIVERIES.replace("{ids}", &locked_ids),
                 db.lock_rows()
             ),
-            id_values(),
+            locked_values,
         ))
         .await?
     {

@@ -79,33 +79,6 @@ SET next_attempt_at = NULL, updated_at = {now}
 WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at <= {now}
   AND {parked(webhook_deliveries.endpoint_id)}";
 
-/// SQL testing that a column is (or, `negated`, is not) one of `ids`, bound from parameter
-/// `first` on: one array on PostgreSQL, one parameter each on SQLite.
-pub fn id_list(
-    backend: DbBackend,
-    first: usize,
-    ids: &[Uuid],
-    negated: bool,
-) -> (String, Vec<Value>) {
-    match backend {
-        DbBackend::Postgres => {
-            let op = if negated { "<> ALL" } else { "= ANY" };
-            (
-                format!("{op}(${first}::uuid[])"),
-                vec![Value::from(ids.to_vec())],
-            )
-        }
-        _ => {
-            let op = if negated { "NOT IN" } else { "IN" };
-            let list = Db::placeholders(first, ids.len());
-            (
-                format!("{op} ({list})"),
-                ids.iter().map(|id| Value::from(*id)).collect(),
-            )
-        }
-    }
-}
-
 /// Locks the turns of up to `limit` ready endpoints (and of `revisit`), and returns their
 /// standings with the database's time.
 pub async fn lock_turns(
@@ -124,7 +97,7 @@ pub async fn lock_turns(
     let revisit_sql = if revisit.is_empty() {
         String::new()
     } else {
-        let (list, ids) = id_list(backend, 2, revisit, false);
+        let (list, ids) = Db::id_list(backend, 2, revisit, false);
         values.extend(ids);
         format!("OR f.endpoint_id {list}")
     };
@@ -190,7 +163,7 @@ pub async fn facts(
             endpoints.iter().map(|id| Value::from(*id)).collect(),
         ),
     };
-    let (not_ended, ended_values) = id_list(backend, values.len() + 1, ended, true);
+    let (not_ended, ended_values) = Db::id_list(backend, values.len() + 1, ended, true);
     values.extend(ended_values);
     let sql = FACTS
         .replace("{endpoints}", &list)
@@ -306,7 +279,7 @@ async fn wake_ready(
 ) -> Result<u64, DbErr> {
     let mut values = vec![Value::from(i64::from(default_max_in_flight))];
     let list = only.map(|ids| {
-        let (list, ids) = id_list(db.backend(), 2, ids, false);
+        let (list, ids) = Db::id_list(db.backend(), 2, ids, false);
         values.extend(ids);
         list
     });
