@@ -6,27 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use courier::config::ServeArgs;
-use sea_orm::ConnectionTrait as _;
 use serde_json::{json, Value};
 
 use crate::on_both_backends;
 use crate::submissions::submit;
+pub use crate::support::fixtures::{quick_worker, settle};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 const ATTEMPT_FIELDS: &str = "number statusCode error superseded startedAt finishedAt durationMs";
-
-/// Worker settings that make tests quick: fast polling, short backoff, three attempts.
-pub fn quick_worker(config: &mut ServeArgs) {
-    config.worker_concurrency = 8;
-    config.poll_interval_ms = 50;
-    config.retry_base_ms = 50;
-    config.retry_max_ms = 2_000;
-    config.max_attempts = 3;
-    config.request_timeout_ms = 2_000;
-    config.lease_secs = 10;
-    config.shutdown_grace_secs = 5;
-}
 
 /// Creates an endpoint on `receiver` at `path` and teaches the receiver its secret.
 pub async fn endpoint_on(app: &TestApp, admin: &str, receiver: &Receiver, path: &str) -> String {
@@ -58,46 +45,6 @@ pub async fn wait_for_state(
             "delivery never reached {state}: {body}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// For "never sent twice" checks, before counting what a receiver got: waits until no
-/// delivery is due or held by a claim, gives the workers a few more polls (anything they
-/// should not claim, they would claim now), then stops them, which lets every request
-/// already on its way arrive. A duplicate can only come later than this from a lease
-/// retaken after it expired, and a delivery that is settled holds no lease.
-pub async fn settle(apps: impl IntoIterator<Item = TestApp>) {
-    let apps: Vec<TestApp> = apps.into_iter().collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let open = apps[0]
-            .state
-            .db
-            .conn()
-            .query_one_raw(sea_orm::Statement::from_string(
-                apps[0].state.db.backend(),
-                "SELECT COUNT(*) AS n FROM webhook_deliveries \
-                 WHERE state = 'processing' OR (state = 'pending' AND next_attempt_at IS NOT NULL)",
-            ))
-            .await
-            .expect("count open deliveries")
-            .expect("a row")
-            .try_get::<i64>("", "n")
-            .expect("n");
-        if open == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{open} deliveries never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let polls = apps
-        .iter()
-        .map(|app| app.state.config.poll_interval_ms)
-        .max()
-        .unwrap_or_default();
-    tokio::time::sleep(Duration::from_millis(polls * 10)).await;
-    for app in apps {
-        app.stop().await;
     }
 }
 

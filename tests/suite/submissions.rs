@@ -10,21 +10,8 @@ use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
 use crate::on_every_backend;
+pub use crate::support::fixtures::{submit, SUBMIT};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
-
-pub const SUBMIT: &str = "mutation($input: SubmitInput!) { submit(input: $input) { created submission { id idempotencyKey payload endpoint { id } delivery { id } } delivery { id state cycleAttempts nextAttemptAt } } }";
-
-/// Submits and returns the whole response body.
-pub async fn submit(
-    app: &TestApp,
-    token: &str,
-    endpoint_id: &str,
-    payload: Value,
-    key: Option<&str>,
-) -> Value {
-    let input = json!({ "endpointId": endpoint_id, "payload": payload, "idempotencyKey": key });
-    app.graphql(token, SUBMIT, json!({ "input": input })).await
-}
 
 /// `(submissions, deliveries)` stored.
 pub async fn row_counts(app: &TestApp) -> (u64, u64) {

@@ -6,21 +6,13 @@ mod claiming;
 mod parked;
 mod recording;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use courier::auth::{self, Identity};
 use courier::db::Db;
-use courier::worker::claim::Claim;
-use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
-use courier::worker::record::{record, FinishedAttempt};
-use courier::worker::schedule::NextStep;
 use sea_orm::{EntityTrait, QueryOrder};
 use uuid::Uuid;
 
+pub use crate::support::fixtures::{events_for, outcome, record_result, LONG_LEASE};
 use crate::support::{TestApp, TestDb};
-
-pub const LONG_LEASE: Duration = Duration::from_secs(60);
 
 /// An API-only app with `count` pending deliveries to one endpoint; returns their ids.
 pub async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
@@ -93,55 +85,6 @@ pub async fn expire_leases(pool: &Db) {
     courier::worker::turns::sweep(pool, courier::worker::claim::DEFAULT_MAX_IN_FLIGHT)
         .await
         .expect("sweep");
-}
-
-/// A publisher for changes made through `pool` (nobody subscribes in these tests).
-pub fn events_for(pool: &Db) -> courier::events::Events {
-    courier::events::Events::new(
-        pool.backend(),
-        Arc::new(courier::metrics::Metrics::default()),
-    )
-}
-
-pub fn outcome(succeeded: bool) -> AttemptOutcome {
-    AttemptOutcome {
-        status: Some(if succeeded { 200 } else { 500 }),
-        error: (!succeeded).then(|| "HTTP 500".to_owned()),
-        retry_after: None,
-        duration: Duration::from_millis(3),
-        kind: if succeeded {
-            OutcomeKind::Success
-        } else {
-            OutcomeKind::HttpStatus
-        },
-    }
-}
-
-pub async fn record_result(
-    pool: &Db,
-    claim: &Claim,
-    succeeded: bool,
-) -> courier::worker::record::Recorded {
-    let outcome = outcome(succeeded);
-    let step = if succeeded {
-        NextStep::Delivered
-    } else {
-        NextStep::RetryAfter(Duration::from_secs(1))
-    };
-    let now = courier::db::now();
-    record(
-        pool,
-        &events_for(pool),
-        &FinishedAttempt {
-            claim: claim.clone(),
-            outcome,
-            step,
-            started_at: now,
-            finished_at: now,
-        },
-    )
-    .await
-    .expect("record")
 }
 
 pub async fn delivery(pool: &Db, id: Uuid) -> entity::webhook_delivery::Model {

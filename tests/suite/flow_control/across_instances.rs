@@ -10,8 +10,7 @@ use courier::config::ServeArgs;
 use serde_json::json;
 
 use super::{each_once, endpoint_with, most_in_any_window, submit_many};
-use crate::delivery::{quick_worker, settle};
-use crate::lifecycle::eventually;
+use crate::support::fixtures::{count, eventually, quick_worker, settle};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// A worker with room for more requests than any endpoint here may take.
@@ -168,6 +167,16 @@ async fn a_pause_is_felt_by_every_instance() {
             later.at - told
         );
     }
+    // The workers were watching: what waited went out as soon as the pause ended.
+    let resumed = received[1..]
+        .iter()
+        .map(|r| r.at - told)
+        .min()
+        .expect("arrivals");
+    assert!(
+        resumed < Duration::from_millis(3_500),
+        "nothing went out until {resumed:?} after a two-second pause"
+    );
     let claims = [&first, &second].map(|app| app.state.metrics.claims.get());
     assert!(
         claims.iter().all(|n| *n > 0),
@@ -179,7 +188,7 @@ async fn a_pause_is_felt_by_every_instance() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 11);
-    let attempts = crate::lifecycle::count(
+    let attempts = count(
         &db.connect(1).await,
         "SELECT COUNT(*) AS n FROM delivery_attempts",
         Vec::new(),

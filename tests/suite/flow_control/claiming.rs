@@ -15,8 +15,8 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::claims::{events_for, record_result, LONG_LEASE};
 use crate::on_every_backend;
+use crate::support::fixtures::{events_for, record_result, LONG_LEASE};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 /// An endpoint at `https://example.com/...` with `settings`, and `due` deliveries to it.

@@ -50,7 +50,8 @@ pub async fn endpoint_with(
 /// Submits `count` payloads to `endpoint`, each tagged with its number.
 pub async fn submit_many(app: &TestApp, admin: &str, endpoint: &str, count: usize) {
     for n in 0..count {
-        let body = crate::submissions::submit(app, admin, endpoint, json!({ "n": n }), None).await;
+        let body =
+            crate::support::fixtures::submit(app, admin, endpoint, json!({ "n": n }), None).await;
         assert!(body["errors"].is_null(), "{body}");
     }
 }

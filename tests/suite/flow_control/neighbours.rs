@@ -7,8 +7,7 @@ use courier::config::ServeArgs;
 use serde_json::json;
 
 use super::{each_once, endpoint_with, submit_many};
-use crate::delivery::quick_worker;
-use crate::lifecycle::eventually;
+use crate::support::fixtures::{eventually, quick_worker, submit};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// Submits `count` payloads to `endpoint` `gap` apart and returns, for each, how long it
@@ -29,7 +28,7 @@ async fn latencies(
             .filter(|r| r.path == path)
             .count();
         let sent = Instant::now();
-        let body = crate::submissions::submit(app, admin, endpoint, json!({ "n": n }), None).await;
+        let body = submit(app, admin, endpoint, json!({ "n": n }), None).await;
         assert!(body["errors"].is_null(), "{body}");
         loop {
             let arrived: Vec<_> = receiver

@@ -8,14 +8,9 @@ mod health;
 mod retention;
 mod rotation;
 
-use std::future::Future;
-use std::time::Duration;
-
-use courier::db::Db;
-use sea_orm::{ConnectionTrait, QueryResult, Statement, Value as SqlValue};
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
+pub use crate::support::fixtures::{count, eventually, rows};
 use crate::support::TestApp;
 
 /// Endpoint fields the lifecycle tests read.
@@ -46,32 +41,4 @@ pub async fn set_disabled(app: &TestApp, admin: &str, id: &str, disabled: bool) 
         .graphql(admin, &query, json!({ "id": id, "disabled": disabled }))
         .await;
     body["data"]["updateEndpoint"]["endpoint"].clone()
-}
-
-/// Runs one SQL statement and returns its rows.
-pub async fn rows(db: &Db, sql: &str, values: Vec<SqlValue>) -> Vec<QueryResult> {
-    db.conn()
-        .query_all_raw(Statement::from_sql_and_values(db.backend(), sql, values))
-        .await
-        .expect("query")
-}
-
-/// A `COUNT(*) AS n` query's count.
-pub async fn count(db: &Db, sql: &str, values: Vec<SqlValue>) -> i64 {
-    rows(db, sql, values).await[0]
-        .try_get::<i64>("", "n")
-        .expect("a count")
-}
-
-/// Waits until `check` holds, or panics naming `what` after `timeout`.
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod browser;
 pub mod database;
+pub mod fixtures;
 pub mod partition;
 pub mod postgres_server;
 pub mod receiver;

@@ -1,6 +1,8 @@
 //! The operator console in a real browser: served by Courier alone, live, replaying, scoped
 //! to the key, responsive under a stream of events.
 
+mod flow_column;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -482,53 +484,3 @@ async fn a_revoked_key_signs_the_console_out() {
 }
 
 on_both_backends!(deliveries_appear_live_and_reach_delivered);
-
-/// Each endpoint's row shows its flow control: the cap on requests in flight, the rate
-/// limit, and a `Retry-After` pause while it lasts.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_console_shows_each_endpoints_flow_control() {
-    use sea_orm::ConnectionTrait;
-    let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&db).await;
-    let admin = app.admin_token().await;
-    let body = app
-        .graphql(
-            &admin,
-            "mutation { createEndpoint(input: {name: \"limited\", url: \"https://example.com/a\", maxInFlight: 4, rateLimit: 5}) { endpoint { id } } }",
-            json!({}),
-        )
-        .await;
-    let limited = body["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned();
-    let (plain, _) = app.create_endpoint(&admin, "https://example.com/b").await;
-    let until = chrono::Utc::now() + chrono::Duration::minutes(10);
-    app.state
-        .db
-        .conn()
-        .execute_raw(sea_orm::Statement::from_sql_and_values(
-            app.state.db.backend(),
-            "UPDATE endpoints SET paused_until = $1 WHERE id = $2",
-            [until.into(), Uuid::parse_str(&limited).unwrap().into()],
-        ))
-        .await
-        .expect("pause the endpoint");
-
-    let browser = TestBrowser::launch().await;
-    let page = open_console(&browser, &app, &admin, "").await;
-    let cell = |id: &str| format!("document.querySelector('[data-flow=\"{id}\"]')");
-    page.wait_for(&cell(&limited), "the flow cell", WAIT).await;
-    let shown: String = page.eval(&format!("{}.textContent", cell(&limited))).await;
-    assert!(shown.starts_with("4 · 5/s · paused to "), "{shown}");
-    let paused: bool = page
-        .eval(&format!(
-            "!!{}.querySelector('[data-paused-until]')",
-            cell(&limited)
-        ))
-        .await;
-    assert!(paused, "the pause is marked");
-    let plain_shown: String = page.eval(&format!("{}.textContent", cell(&plain))).await;
-    assert_eq!(plain_shown, "32", "the default cap");
-    browser.close().await;
-}
