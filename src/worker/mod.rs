@@ -107,7 +107,8 @@ impl Worker {
         loop {
             if last_sweep.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
                 last_sweep = Some(tokio::time::Instant::now());
-                this.sweep().await;
+                // Off the claiming path: it may look at every endpoint.
+                tokio::spawn(Arc::clone(&this).sweep());
             }
             while let Some(joined) = in_flight.try_join_next() {
                 if let Err(err) = joined {
@@ -184,13 +185,17 @@ impl Worker {
         (self.concurrency / 4).clamp(1, MAX_CLAIM_BATCH)
     }
 
-    /// Wakes every endpoint with due work that nothing woke (see [`turns::sweep`]).
-    async fn sweep(&self) {
+    /// Wakes every endpoint with due work that nothing woke (see [`turns::sweep`]), and the
+    /// claiming loop when it did.
+    async fn sweep(self: Arc<Self>) {
         let db = &self.state.db;
         let default_cap = self.state.config.endpoint_max_in_flight;
         match db.within_deadline(turns::sweep(db, default_cap)).await {
             Ok(0) => {}
-            Ok(woken) => tracing::debug!(woken, "the sweep woke endpoints with due work"),
+            Ok(woken) => {
+                tracing::debug!(woken, "the sweep woke endpoints with due work");
+                self.state.wakeup.hint();
+            }
             Err(err) => tracing::warn!(error = %error_chain(&err), "sweeping endpoints failed"),
         }
     }

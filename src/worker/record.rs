@@ -165,11 +165,16 @@ async fn record_unique(
     if attempts.is_empty() {
         return Ok(Vec::new());
     }
-    let (results, staged, disabled) = db
+    let (results, staged, disabled, paused) = db
         .transaction(|txn| async move { record_in(&txn, db, events, policy, attempts).await })
         .await?;
     staged.committed();
     health::log_disabled(&disabled);
+    for pause in paused {
+        tracing::warn!(endpoint_id = %pause.endpoint_id, paused_until = ?pause.until,
+            wait_ms = pause.wait.as_millis(),
+            "endpoint paused: it asked to be left alone (Retry-After); its deliveries wait in place");
+    }
     // Each settled claim freed a slot of its endpoint, and a retry is due again later: the
     // endpoints are woken once this has committed (a waker that looks after its commit
     // cannot miss a claim putting the endpoint to sleep meanwhile), in a statement of its
@@ -195,7 +200,7 @@ async fn record_in(
     events: &Events,
     policy: HealthPolicy,
     attempts: &[FinishedAttempt],
-) -> Result<(Vec<Recorded>, Staged, Vec<health::Disabled>), DbErr> {
+) -> Result<(Vec<Recorded>, Staged, Vec<health::Disabled>, Vec<Paused>), DbErr> {
     let backend = db.backend();
     let mut ids: Vec<Uuid> = attempts.iter().map(|a| a.claim.delivery_id).collect();
     ids.sort();
@@ -261,6 +266,7 @@ async fn record_in(
         return Ok((
             finish(attempts, Vec::new(), &already, &due)?,
             staged,
+            Vec::new(),
             Vec::new(),
         ));
     }
@@ -366,11 +372,17 @@ async fn record_in(
             *pause = (*pause).max(wait.min(MAX_PAUSE));
         }
     }
+    let mut paused = Vec::with_capacity(pauses.len());
     for (endpoint_id, wait) in pauses {
-        pause(txn, db, endpoint_id, wait).await?;
+        paused.extend(pause(txn, db, endpoint_id, wait).await?);
     }
     let staged = events.stage(txn, changes).await?;
-    Ok((finish(attempts, results, &already, &due)?, staged, disabled))
+    Ok((
+        finish(attempts, results, &already, &due)?,
+        staged,
+        disabled,
+        paused,
+    ))
 }
 
 /// Fills in the results of attempts that an earlier try of this batch already recorded.
@@ -405,6 +417,14 @@ fn finish(
         .collect()
 }
 
+/// An endpoint a recording paused (logged once it commits).
+#[derive(Debug)]
+struct Paused {
+    endpoint_id: Uuid,
+    until: Option<DateTime<Utc>>,
+    wait: Duration,
+}
+
 /// Pauses `endpoint_id` for `wait` from now (database clock) unless a longer pause stands,
 /// and holds its turn back until then.
 async fn pause(
@@ -412,13 +432,13 @@ async fn pause(
     db: &Db,
     endpoint_id: Uuid,
     wait: Duration,
-) -> Result<(), DbErr> {
+) -> Result<Option<Paused>, DbErr> {
     let clock = db.clock();
     let paused = txn
         .query_one_raw(clock.statement(PAUSE_ENDPOINT, [endpoint_id.into(), clock.after(wait)]))
         .await?;
     let Some(row) = paused else {
-        return Ok(());
+        return Ok(None);
     };
     let until: Option<DateTime<Utc>> = row.try_get("", "paused_until")?;
     txn.execute_raw(Statement::from_sql_and_values(
@@ -427,7 +447,9 @@ async fn pause(
         [endpoint_id.into(), until.into()],
     ))
     .await?;
-    tracing::warn!(%endpoint_id, paused_until = ?until, wait_ms = wait.as_millis(),
-        "endpoint paused: it asked to be left alone (Retry-After); its deliveries wait in place");
-    Ok(())
+    Ok(Some(Paused {
+        endpoint_id,
+        until,
+        wait,
+    }))
 }
