@@ -44,22 +44,22 @@ impl App {
     /// first requests and deliveries do not pay for the start-up.
     pub async fn serve(self, listener: TcpListener) -> std::io::Result<()> {
         let shutdown = self.state.shutdown.clone();
-        let events_listener = tokio::spawn(crate::listener::run(
+        let events_listener = tokio::spawn(crate::bus::listener::run(
             self.state.db.clone(),
-            self.state.events.clone(),
+            self.state.bus.clone(),
             self.state.wakeup.clone(),
-            self.state.revocations.clone(),
+            self.state.revocations.hints(),
             shutdown.clone(),
         ));
         let limit = self.state.db.timeouts().acquire;
         let (_, live) = tokio::join!(
-            crate::warmup::warm_up(&self.state.db, limit),
-            self.state.events.wait_live(limit)
+            crate::db::warmup::warm_up(&self.state.db, limit),
+            self.state.bus.wait_live(limit)
         );
         if !live {
             tracing::warn!("not yet listening for changes from other processes; going on");
         }
-        let revocation_watcher = tokio::spawn(crate::revocation::watch(
+        let revocation_watcher = tokio::spawn(crate::auth::revocation::watch(
             self.state.db.clone(),
             self.state.keys.clone(),
             self.state.revocations.clone(),
@@ -78,7 +78,7 @@ impl App {
                 .clone()
                 .prune_until(shutdown.clone()),
         );
-        let retention = tokio::spawn(crate::retention::run(
+        let retention = tokio::spawn(crate::worker::retention::run(
             self.state.db.clone(),
             self.state.config.retention_days,
             std::time::Duration::from_secs(self.state.config.prune_interval_secs),

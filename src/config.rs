@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::crypto::sealing::SecretKeys;
 use crate::db::Timeouts;
-use crate::secrets::SecretKeys;
 
 /// Longest retry delay accepted: 30 days.
 pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
@@ -226,7 +226,7 @@ pub struct ServeArgs {
     /// Encrypt signing secrets at rest: base64 of 32 random bytes, or several separated by
     /// commas (the first encrypts, every one decrypts). Generate one with
     /// `head -c 32 /dev/urandom | base64`.
-    #[arg(long, env = "COURIER_ENCRYPTION_KEY", hide_env_values = true, value_parser = crate::secrets::parse_keys)]
+    #[arg(long, env = "COURIER_ENCRYPTION_KEY", hide_env_values = true, value_parser = crate::crypto::sealing::parse_keys)]
     pub encryption_key: Option<SecretKeys>,
 
     /// Delete deliveries settled (delivered or failed) longer ago than this many days, with

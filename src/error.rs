@@ -55,9 +55,9 @@ pub enum Error {
     /// A uniqueness constraint settled a race against this operation.
     #[error("unique constraint violated: {0}")]
     UniqueViolation(String),
-    /// A signing secret could not be sealed or opened (see [`crate::secrets`]).
+    /// A signing secret could not be sealed or opened (see [`crate::crypto::sealing`]).
     #[error("signing secret unavailable")]
-    Secret(#[source] crate::secrets::SecretError),
+    Secret(#[source] crate::crypto::sealing::SecretError),
     /// Anything the caller cannot fix: logged in full, reported generically.
     #[error("database error")]
     Database(#[source] DbErr),

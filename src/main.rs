@@ -1,8 +1,9 @@
 //! The `courier` binary: parse the command line, start logging, run the command.
 
 use clap::{CommandFactory as _, FromArgMatches as _};
+use courier::cli::{commands, fatal};
 use courier::config::Cli;
-use courier::{commands, fatal, telemetry};
+use courier::telemetry;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {

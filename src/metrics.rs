@@ -15,8 +15,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::state::AppState;
-
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Labels of HTTP request metrics: the matched route and the status code.
@@ -304,18 +302,22 @@ impl Metrics {
     }
 }
 
-/// async-graphql extension recording each executed operation in [`Metrics`].
-pub struct GraphqlMetrics;
+/// async-graphql extension recording each executed operation in [`Metrics`] (none: a
+/// schema built only to print its SDL).
+pub struct GraphqlMetrics(pub Option<Arc<Metrics>>);
 
 impl ExtensionFactory for GraphqlMetrics {
     fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(GraphqlMetricsExtension::default())
+        Arc::new(GraphqlMetricsExtension {
+            metrics: self.0.clone(),
+            operations: Mutex::default(),
+        })
     }
 }
 
 /// Per-request half of [`GraphqlMetrics`]: remembers the parsed operations until execution.
-#[derive(Default)]
 struct GraphqlMetricsExtension {
+    metrics: Option<Arc<Metrics>>,
     operations: Mutex<Vec<ParsedOperation>>,
 }
 
@@ -372,7 +374,7 @@ impl Extension for GraphqlMetricsExtension {
     ) -> async_graphql::Response {
         let started = Instant::now();
         let response = next.run(ctx, operation_name).await;
-        let Some(state) = ctx.data_opt::<AppState>() else {
+        let Some(metrics) = &self.metrics else {
             return response;
         };
         let (kind, operation) = match self.operations.lock() {
@@ -403,13 +405,8 @@ impl Extension for GraphqlMetricsExtension {
             operation,
             outcome,
         };
-        state
-            .metrics
-            .graphql_operations
-            .get_or_create(&labels)
-            .inc();
-        state
-            .metrics
+        metrics.graphql_operations.get_or_create(&labels).inc();
+        metrics
             .graphql_duration
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());

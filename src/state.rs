@@ -5,20 +5,20 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::cache::KeyCache;
+use crate::auth::revocation::Revocations;
+use crate::bus::ChangeBus;
+use crate::bus::Wakeup;
 use crate::config::ServeArgs;
 use crate::db::Db;
-use crate::events::Events;
-use crate::key_cache::KeyCache;
 use crate::metrics::Metrics;
-use crate::revocation::Revocations;
 use crate::service::api_keys::ApiKeys;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
-use crate::service::fanout::Fanout;
 use crate::service::rate_limit::RateLimiter;
+use crate::service::submissions::group_commit::SubmitBatcher;
+use crate::service::submissions::publish::Fanout;
 use crate::service::submissions::Submissions;
-use crate::service::submit_batcher::SubmitBatcher;
-use crate::wake::Wakeup;
 
 /// Everything a request or a background task needs, behind one reference count: a request
 /// clones it several times, and cloning each service's pools and counters instead (dozens
@@ -48,7 +48,7 @@ pub struct Services {
     /// Poked when new work is committed, so a waiting worker looks for it at once.
     pub wakeup: Wakeup,
     /// Delivery state changes, for subscribers.
-    pub events: Events,
+    pub bus: ChangeBus,
     /// Recently authenticated API keys.
     pub keys: Arc<KeyCache>,
     /// The keys open sessions and subscriptions hold, ended when found revoked.
@@ -72,7 +72,7 @@ impl AppState {
     pub fn new(db: Db, config: ServeArgs, shutdown: CancellationToken) -> Self {
         let metrics = Arc::new(Metrics::new(db.queries().clone()));
         let wakeup = Wakeup::default();
-        let events = Events::new(db.backend(), metrics.clone());
+        let bus = ChangeBus::new(db.backend(), metrics.clone());
         let submit_rate_limiter = RateLimiter::new(
             db.clone(),
             "submit",
@@ -94,24 +94,19 @@ impl AppState {
                 submit_rate_limiter.clone(),
                 config.max_payload_bytes,
                 wakeup.clone(),
-                SubmitBatcher::start(db.clone(), events.clone(), metrics.clone()),
+                SubmitBatcher::start(db.clone(), bus.clone(), metrics.clone()),
                 metrics.clone(),
             ),
-            deliveries: Deliveries::new(
-                db.clone(),
-                events.clone(),
-                wakeup.clone(),
-                metrics.clone(),
-            ),
+            deliveries: Deliveries::new(db.clone(), bus.clone(), wakeup.clone(), metrics.clone()),
             fanout: Fanout::new(
                 db.clone(),
-                events.clone(),
+                bus.clone(),
                 submit_rate_limiter.clone(),
                 config.max_payload_bytes,
                 wakeup.clone(),
                 metrics.clone(),
             ),
-            events,
+            bus,
             submit_rate_limiter,
             wakeup,
             db,

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::HttpState;
+use crate::auth::revocation::KeyInUse;
 use crate::error::Error;
-use crate::revocation::KeyInUse;
 use crate::schema::{ApiError, CodedExecutor};
 use crate::state::AppState;
 

@@ -7,9 +7,9 @@ use chrono::{DateTime, Utc};
 use entity::api_key;
 use uuid::Uuid;
 
+use super::context::{caller, parse_id, relay_page, state};
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
-use super::scalars::{caller, parse_id, relay_page, state};
 use crate::auth;
 use crate::service::pagination::PageRequest;
 

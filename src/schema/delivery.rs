@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 use entity::delivery_attempt;
 use entity::webhook_delivery::{self, DeliveryState as StoredState};
 
+use super::context::{caller, loaders, missing, parse_id, relay_page, state};
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::loaders::Selected;
-use super::scalars::{caller, loaders, missing, parse_id, relay_page, state};
 use super::submission::Submission;
 use crate::service::deliveries::DeliveryFilter as Filter;
 use crate::service::pagination::PageRequest;

@@ -5,9 +5,9 @@ use async_graphql::{Context, InputObject, MaybeUndefined, Object, SimpleObject, 
 use chrono::{DateTime, Utc};
 use entity::endpoint;
 
+use super::context::{caller, loaders, parse_id, relay_page, state};
 use super::error::ApiResult;
 use super::loaders::Selected;
-use super::scalars::{caller, loaders, parse_id, relay_page, state};
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
 use crate::service::event_types;
 use crate::service::pagination::PageRequest;

@@ -6,13 +6,13 @@ use axum::http::header::RETRY_AFTER;
 use chrono::{DateTime, Utc};
 use entity::event;
 
+use super::context::{caller, parse_id, state};
 use super::delivery::{delivery_page, Delivery};
 use super::error::ApiResult;
 use super::json::Json;
-use super::scalars::{caller, parse_id, state};
 use crate::error::Error;
 use crate::service::deliveries::DeliveryFilter;
-use crate::service::fanout::NewEvent;
+use crate::service::submissions::publish::NewEvent;
 
 /// A published event (wraps the stored row).
 pub struct Event(pub event::Model);

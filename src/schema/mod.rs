@@ -1,6 +1,7 @@
 //! The GraphQL schema: roots merged from one module per domain; resolvers call the service layer only.
 
 mod api_key;
+mod context;
 mod delivery;
 mod endpoint;
 mod error;
@@ -8,7 +9,6 @@ mod event;
 pub mod json;
 pub mod limits;
 pub mod loaders;
-mod scalars;
 mod submission;
 mod subscription;
 
@@ -64,7 +64,9 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     )
     .limit_directives(MAX_DIRECTIVES_PER_FIELD)
     .extension(limits::DocumentLimits)
-    .extension(crate::metrics::GraphqlMetrics);
+    .extension(crate::metrics::GraphqlMetrics(
+        state.as_ref().map(|state| state.metrics.clone()),
+    ));
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);
     }

@@ -5,12 +5,12 @@ use axum::http::header::RETRY_AFTER;
 use chrono::{DateTime, Utc};
 use entity::submission;
 
+use super::context::{caller, loaders, missing, parse_id, state};
 use super::delivery::Delivery;
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::event::Event;
 use super::json::Json;
-use super::scalars::{caller, loaders, missing, parse_id, state};
 use crate::error::Error;
 use crate::service::submissions::NewSubmission;
 

@@ -8,14 +8,14 @@ use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
+use super::context::{caller, missing, parse_id, state};
 use super::delivery::{Delivery, DeliveryState};
 use super::error::{ApiError, ApiResult};
-use super::scalars::{caller, missing, parse_id, state};
+use crate::auth::revocation::KeyInUse;
 use crate::auth::Identity;
+use crate::bus::{ChangeMessage, StateChange};
 use crate::error::Error;
-use crate::events::{EventMessage, StateChange};
 use crate::metrics::Metrics;
-use crate::revocation::KeyInUse;
 
 /// How long a new subscription waits for this process to be listening for changes.
 const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -83,8 +83,8 @@ impl DeliverySubscription {
         // Subscribe first, then check that this process hears every process's changes: a
         // listener lost in between leaves its gap marker in this receiver, where the other
         // order could check "live", miss the marker, and then silently miss events.
-        let receiver = app.events.subscribe();
-        if !app.events.wait_live(LIVE_WAIT).await {
+        let receiver = app.bus.subscribe();
+        if !app.bus.wait_live(LIVE_WAIT).await {
             return Err(ApiError::from(Error::Lagged));
         }
         let watch = Watch {
@@ -102,7 +102,7 @@ impl DeliverySubscription {
 
 /// One subscriber's position in the event broadcast.
 struct Watch {
-    receiver: tokio::sync::broadcast::Receiver<EventMessage>,
+    receiver: tokio::sync::broadcast::Receiver<ChangeMessage>,
     /// The caller's key, watched for revocation.
     key: KeyInUse,
     caller: Identity,
@@ -135,12 +135,12 @@ impl Watch {
                 return Some((Err(ApiError::from(Error::KeyRevoked)), self));
             };
             match received {
-                Ok(EventMessage::Change(change)) => {
+                Ok(ChangeMessage::Change(change)) => {
                     if self.wants(&change) {
                         return Some((Ok(DeliveryStateChange(change)), self));
                     }
                 }
-                Ok(EventMessage::Gap) | Err(RecvError::Lagged(_)) => {
+                Ok(ChangeMessage::Gap) | Err(RecvError::Lagged(_)) => {
                     self.finished = true;
                     self.metrics.lagged_subscribers.inc();
                     return Some((Err(ApiError::from(Error::Lagged)), self));

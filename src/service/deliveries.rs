@@ -12,14 +12,14 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
+use crate::bus::Wakeup;
+use crate::bus::{ChangeBus, StateChange};
+use crate::db::parking::with_parking;
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::events::{Events, StateChange};
 use crate::metrics::Metrics;
 use crate::service::flow;
 use crate::service::pagination::{Page, PageRequest};
-use crate::service::parking::with_parking;
-use crate::wake::Wakeup;
 
 /// Race 4: only a `failed` delivery may be replayed, and only once. Whoever's UPDATE
 /// matches wins; every other racer reads the state the database settled on.
@@ -66,17 +66,17 @@ pub struct DeliveryFilter {
 #[derive(Clone, Debug)]
 pub struct Deliveries {
     db: Db,
-    events: Events,
+    bus: ChangeBus,
     wakeup: Wakeup,
     metrics: Arc<Metrics>,
 }
 
 impl Deliveries {
     /// Delivery operations on `db`.
-    pub fn new(db: Db, events: Events, wakeup: Wakeup, metrics: Arc<Metrics>) -> Self {
+    pub fn new(db: Db, bus: ChangeBus, wakeup: Wakeup, metrics: Arc<Metrics>) -> Self {
         Deliveries {
             db,
-            events,
+            bus,
             wakeup,
             metrics,
         }
@@ -224,7 +224,7 @@ impl Deliveries {
     #[tracing::instrument(skip_all, fields(delivery_id = %id))]
     pub async fn replay(&self, caller: &Identity, id: Uuid) -> Result<webhook_delivery::Model> {
         caller.require_admin()?;
-        let (db, events) = (&self.db, &self.events);
+        let (db, bus) = (&self.db, &self.bus);
         let replayed = db
             .transaction(|txn| async move {
                 let sql = with_parking(db.backend(), REPLAY);
@@ -243,7 +243,7 @@ impl Deliveries {
                     state: DeliveryState::Pending,
                     at: replayed.updated_at,
                 };
-                let staged = events.stage(&*txn, vec![change]).await?;
+                let staged = bus.stage(&*txn, vec![change]).await?;
                 Ok(Some((replayed, staged)))
             })
             .await?;

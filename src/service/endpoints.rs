@@ -9,18 +9,18 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
+use crate::crypto::sealing::SecretKeys;
+use crate::crypto::signing;
 use crate::db::{self, Db};
 use crate::destination;
 use crate::error::{Error, Result};
-use crate::secrets::SecretKeys;
 use crate::service::pagination::{Page, PageRequest};
 use crate::service::{event_types, flow};
-use crate::signing;
 
 /// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
 /// claim index instead of being scanned past by every claim until the endpoint returns.
 /// Runs while the endpoint row is locked, so no submission can add a due row meanwhile
-/// (see [`crate::service::parking`]).
+/// (see [`crate::db::parking`]).
 pub const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending'";
 

@@ -1,17 +1,11 @@
 //! Domain operations and their transactions. No GraphQL types here: resolvers call in, errors come out as [`crate::error::Error`].
 
 pub mod api_keys;
-pub mod canonical;
-pub mod decimal;
 pub mod deliveries;
 pub mod endpoints;
 pub mod event_types;
-pub mod fanout;
 pub mod flow;
 pub mod pagination;
-pub mod parking;
 pub mod payload;
 pub mod rate_limit;
-pub mod submission_store;
 pub mod submissions;
-pub mod submit_batcher;

@@ -20,11 +20,11 @@ use uuid::Uuid;
 use super::ended::Snapshot;
 use super::targets::{self, load_targets, Target};
 use super::turns::{self, FollowUp};
+use crate::bus::{ChangeBus, StateChange};
+use crate::crypto::sealing::SecretKeys;
+use crate::db::parking::with_parking;
 use crate::db::Db;
-use crate::events::{Events, StateChange};
-use crate::secrets::SecretKeys;
 use crate::service::flow::{self, Facts, Standing};
-use crate::service::parking::with_parking;
 
 /// Most endpoints one claim takes turns from.
 const MAX_TURNS: u32 = 32;
@@ -172,7 +172,7 @@ impl Claimed {
 /// and runs the claim's follow-up.
 pub async fn claim_due(
     db: &Db,
-    events: &Events,
+    bus: &ChangeBus,
     limit: u32,
     lease: Duration,
 ) -> Result<Vec<Claim>, DbErr> {
@@ -182,8 +182,8 @@ pub async fn claim_due(
         default_max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         ended: Snapshot::default(),
     };
-    let mut claimed = claim(db, events, request).await?;
-    claimed.follow_up().run(db, events).await?;
+    let mut claimed = claim(db, bus, request).await?;
+    claimed.follow_up().run(db, bus).await?;
     Ok(claimed.claims)
 }
 
@@ -191,11 +191,11 @@ pub async fn claim_due(
 /// itself; on SQLite it is read right after. The follow-up is left to the caller.
 pub async fn claim_due_with_targets(
     db: &Db,
-    events: &Events,
+    bus: &ChangeBus,
     keys: &SecretKeys,
     request: ClaimRequest,
 ) -> Result<(Claimed, HashMap<Uuid, Target>), ClaimError> {
-    let mut claimed = claim(db, events, request).await?;
+    let mut claimed = claim(db, bus, request).await?;
     let rows = std::mem::take(&mut claimed.rows);
     let targets = match db.backend() {
         DbBackend::Postgres => targets::from_rows(keys, &claimed.claims, &rows),
@@ -225,7 +225,7 @@ impl From<DbErr> for ClaimError {
 
 /// Claims under `request` in one transaction (see the module docs) and publishes the
 /// state changes once it commits.
-pub async fn claim(db: &Db, events: &Events, request: ClaimRequest) -> Result<Claimed, DbErr> {
+pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Claimed, DbErr> {
     if request.limit == 0 {
         return Ok(Claimed::default());
     }
@@ -233,7 +233,7 @@ pub async fn claim(db: &Db, events: &Events, request: ClaimRequest) -> Result<Cl
     let (claimed, staged) = db
         .transaction(|txn| async move {
             let (claimed, changes) = claim_in(&txn, db, request).await?;
-            let staged = events.stage(&*txn, changes).await?;
+            let staged = bus.stage(&*txn, changes).await?;
             Ok((claimed, staged))
         })
         .await?;
@@ -450,7 +450,7 @@ fn claim_from(row: &QueryResult, previous: &str) -> Result<Taken, DbErr> {
 /// Returns claims to `pending`, due now, so any worker may take them again without
 /// waiting for their lease (parked instead if the endpoint was disabled meanwhile), and
 /// wakes their endpoints. Claims that were meanwhile superseded are left alone.
-pub async fn release(db: &Db, events: &Events, claims: &[Claim]) -> Result<(), DbErr> {
+pub async fn release(db: &Db, bus: &ChangeBus, claims: &[Claim]) -> Result<(), DbErr> {
     let staged = db
         .transaction(|txn| async move {
             let sql = with_parking(db.backend(), RELEASE);
@@ -475,7 +475,7 @@ pub async fn release(db: &Db, events: &Events, claims: &[Claim]) -> Result<(), D
                 }
             }
             flow::wake_endpoints(&*txn, db.backend(), &endpoints).await?;
-            events.stage(&*txn, changes).await
+            bus.stage(&*txn, changes).await
         })
         .await?;
     staged.committed();

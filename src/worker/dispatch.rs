@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn signatures_verify_with_the_official_library() {
-        let secret = crate::signing::mint_secret();
+        let secret = crate::crypto::signing::mint_secret();
         let webhook = Webhook {
             id: Uuid::now_v7(),
             url: "https://example.com",
@@ -430,7 +430,10 @@ mod tests {
 
     #[test]
     fn during_a_rotation_both_secrets_sign() {
-        let (new, old) = (crate::signing::mint_secret(), crate::signing::mint_secret());
+        let (new, old) = (
+            crate::crypto::signing::mint_secret(),
+            crate::crypto::signing::mint_secret(),
+        );
         let webhook = Webhook {
             id: Uuid::now_v7(),
             url: "https://example.com",
@@ -449,7 +452,8 @@ mod tests {
             let verifier = standardwebhooks::Webhook::new(secret).unwrap();
             assert!(verifier.verify(webhook.body, &headers).is_ok());
         }
-        let stranger = standardwebhooks::Webhook::new(&crate::signing::mint_secret()).unwrap();
+        let stranger =
+            standardwebhooks::Webhook::new(&crate::crypto::signing::mint_secret()).unwrap();
         assert!(stranger.verify(webhook.body, &headers).is_err());
     }
 }

@@ -15,6 +15,7 @@ pub mod ended;
 pub mod health;
 pub mod record;
 mod recorder;
+pub mod retention;
 pub mod schedule;
 pub mod targets;
 pub mod turns;
@@ -153,7 +154,7 @@ impl Worker {
                     if !follow_up.is_empty() {
                         let state = this.state.clone();
                         tokio::spawn(async move {
-                            match follow_up.run(&state.db, &state.events).await {
+                            match follow_up.run(&state.db, &state.bus).await {
                                 Ok(0) => {}
                                 Ok(_) => state.wakeup.hint(),
                                 Err(err) => tracing::warn!(error = %error_chain(&err),
@@ -213,12 +214,7 @@ impl Worker {
             ended: self.ended.snapshot(),
         };
         let claimed = db
-            .within_deadline(claim_due_with_targets(
-                db,
-                &self.state.events,
-                &keys,
-                request,
-            ))
+            .within_deadline(claim_due_with_targets(db, &self.state.bus, &keys, request))
             .await;
         match claimed {
             Ok((claimed, targets)) => {
@@ -232,7 +228,7 @@ impl Worker {
             Err(ClaimError::Claim(err)) => Err(err),
             Err(ClaimError::Load(claimed, err)) => {
                 tracing::error!(error = %error_chain(&err), "loading claimed deliveries failed; releasing them");
-                let released = db.within_deadline(release(db, &self.state.events, &claimed.claims));
+                let released = db.within_deadline(release(db, &self.state.bus, &claimed.claims));
                 if let Err(err) = released.await {
                     // They stay `processing` and are reclaimed after their lease.
                     tracing::error!(error = %error_chain(&err), "releasing claims failed");

@@ -14,10 +14,10 @@ use super::claim::Claim;
 use super::dispatch::AttemptOutcome;
 use super::health::{self, HealthPolicy, Settled};
 use super::schedule::NextStep;
+use crate::bus::{ChangeBus, Staged, StateChange};
+use crate::db::parking::with_parking;
 use crate::db::Db;
-use crate::events::{Events, Staged, StateChange};
 use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN};
-use crate::service::parking::with_parking;
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
 /// of one delivery take turns, and lifetime numbers are read under the lock. `{ids}` is a
@@ -111,10 +111,10 @@ pub struct Recorded {
 /// Records one attempt; see [`record_batch`].
 pub async fn record(
     db: &Db,
-    events: &Events,
+    bus: &ChangeBus,
     attempt: &FinishedAttempt,
 ) -> Result<Recorded, DbErr> {
-    record_batch(db, events, std::slice::from_ref(attempt))
+    record_batch(db, bus, std::slice::from_ref(attempt))
         .await?
         .pop()
         .ok_or_else(|| DbErr::Custom("no result for a recorded attempt".into()))
@@ -126,17 +126,17 @@ pub async fn record(
 /// `410 Gone`; see [`record_batch_with`] for a failure threshold.
 pub async fn record_batch(
     db: &Db,
-    events: &Events,
+    bus: &ChangeBus,
     attempts: &[FinishedAttempt],
 ) -> Result<Vec<Recorded>, DbErr> {
-    record_batch_with(db, events, HealthPolicy::default(), attempts).await
+    record_batch_with(db, bus, HealthPolicy::default(), attempts).await
 }
 
 /// [`record_batch`], applying the outcomes to their endpoints' health under `policy`
 /// in the same transaction (see [`super::health`]).
 pub async fn record_batch_with(
     db: &Db,
-    events: &Events,
+    bus: &ChangeBus,
     policy: HealthPolicy,
     attempts: &[FinishedAttempt],
 ) -> Result<Vec<Recorded>, DbErr> {
@@ -147,18 +147,17 @@ pub async fn record_batch_with(
         .iter()
         .position(|a| !seen.insert(a.claim.delivery_id))
     {
-        let mut results =
-            Box::pin(record_batch_with(db, events, policy, &attempts[..split])).await?;
-        results.extend(Box::pin(record_batch_with(db, events, policy, &attempts[split..])).await?);
+        let mut results = Box::pin(record_batch_with(db, bus, policy, &attempts[..split])).await?;
+        results.extend(Box::pin(record_batch_with(db, bus, policy, &attempts[split..])).await?);
         return Ok(results);
     }
-    record_unique(db, events, policy, attempts).await
+    record_unique(db, bus, policy, attempts).await
 }
 
 /// [`record_batch`] for attempts on distinct deliveries.
 async fn record_unique(
     db: &Db,
-    events: &Events,
+    bus: &ChangeBus,
     policy: HealthPolicy,
     attempts: &[FinishedAttempt],
 ) -> Result<Vec<Recorded>, DbErr> {
@@ -166,7 +165,7 @@ async fn record_unique(
         return Ok(Vec::new());
     }
     let (results, staged, disabled, paused) = db
-        .transaction(|txn| async move { record_in(&txn, db, events, policy, attempts).await })
+        .transaction(|txn| async move { record_in(&txn, db, bus, policy, attempts).await })
         .await?;
     staged.committed();
     health::log_disabled(&disabled);
@@ -197,7 +196,7 @@ async fn record_unique(
 async fn record_in(
     txn: &DatabaseTransaction,
     db: &Db,
-    events: &Events,
+    bus: &ChangeBus,
     policy: HealthPolicy,
     attempts: &[FinishedAttempt],
 ) -> Result<(Vec<Recorded>, Staged, Vec<health::Disabled>, Vec<Paused>), DbErr> {
@@ -262,7 +261,7 @@ async fn record_in(
         fresh.push((index, *top, state, delay));
     }
     if fresh.is_empty() {
-        let staged = events.stage(txn, Vec::new()).await?;
+        let staged = bus.stage(txn, Vec::new()).await?;
         return Ok((
             finish(attempts, Vec::new(), &already, &due)?,
             staged,
@@ -376,7 +375,7 @@ async fn record_in(
     for (endpoint_id, wait) in pauses {
         paused.extend(pause(txn, db, endpoint_id, wait).await?);
     }
-    let staged = events.stage(txn, changes).await?;
+    let staged = bus.stage(txn, changes).await?;
     Ok((
         finish(attempts, results, &already, &due)?,
         staged,

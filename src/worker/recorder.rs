@@ -162,7 +162,7 @@ impl Recorder {
             tries += 1;
             let db = &self.state.db;
             let err = match db
-                .within_deadline(record_batch_with(db, &self.state.events, policy, attempts))
+                .within_deadline(record_batch_with(db, &self.state.bus, policy, attempts))
                 .await
             {
                 Ok(recorded) => return Ok(recorded),

@@ -7,8 +7,8 @@ use sea_orm::{ConnectionTrait, DbErr, QueryResult};
 use uuid::Uuid;
 
 use super::claim::Claim;
+use crate::crypto::sealing::SecretKeys;
 use crate::db::Db;
-use crate::secrets::SecretKeys;
 
 /// Everything needed to send the claimed deliveries, in one query per batch. The previous
 /// secret comes only while its stored expiry is ahead of the database's clock, so every

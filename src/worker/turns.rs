@@ -11,10 +11,10 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Value};
 use uuid::Uuid;
 
+use crate::bus::{ChangeBus, StateChange};
+use crate::db::parking::with_parking;
 use crate::db::{Clock, Db};
-use crate::events::{Events, StateChange};
 use crate::service::flow::{self, Facts, Rate, Standing, Turn};
-use crate::service::parking::with_parking;
 
 /// The ready endpoints' turns, longest waiting first, locked (PostgreSQL: skipping turns
 /// another claim holds, never waiting), with what limits them. `$1`: the most to take;
@@ -254,9 +254,9 @@ impl FollowUp {
     }
 
     /// Does it; returns how many endpoints it woke.
-    pub async fn run(self, db: &Db, events: &Events) -> Result<u64, DbErr> {
+    pub async fn run(self, db: &Db, bus: &ChangeBus) -> Result<u64, DbErr> {
         for endpoint_id in &self.disabled {
-            park_disabled(db, events, *endpoint_id).await?;
+            park_disabled(db, bus, *endpoint_id).await?;
         }
         if self.slept.is_empty() {
             return Ok(0);
@@ -290,7 +290,7 @@ async fn wake_ready(
 
 /// Parks the due rows and expired leases of a disabled endpoint (see [`PARK_DUE`] and
 /// [`PARK_EXPIRED`]) and publishes the leases' return to `PENDING`.
-async fn park_disabled(db: &Db, events: &Events, endpoint_id: Uuid) -> Result<(), DbErr> {
+async fn park_disabled(db: &Db, bus: &ChangeBus, endpoint_id: Uuid) -> Result<(), DbErr> {
     let staged = db
         .transaction(|txn| async move {
             let sql = with_parking(db.backend(), PARK_EXPIRED);
@@ -310,7 +310,7 @@ async fn park_disabled(db: &Db, events: &Events, endpoint_id: Uuid) -> Result<()
                     at: row.try_get("", "updated_at")?,
                 });
             }
-            events.stage(&*txn, changes).await
+            bus.stage(&*txn, changes).await
         })
         .await?;
     staged.committed();

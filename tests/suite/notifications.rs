@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::auth::{self, Identity};
-use courier::events::{EventMessage, Events, StateChange, EVENTS_CHANNEL};
+use courier::bus::{ChangeBus, ChangeMessage, StateChange, CHANGES_CHANNEL};
 use courier::service::submissions::NewSubmission;
 use courier::worker::claim::claim_due;
 use entity::webhook_delivery::DeliveryState;
@@ -56,16 +56,16 @@ async fn a_claim_of_many_deliveries_is_one_notification_split_for_every_subscrib
     let db = TestDb::new(Backend::Postgres).await;
     let app = TestApp::spawn(&db).await;
     let ids = submitted(&app, 40).await;
-    assert!(app.state.events.wait_live(Duration::from_secs(5)).await);
-    let mut subscriber = app.state.events.subscribe();
+    assert!(app.state.bus.wait_live(Duration::from_secs(5)).await);
+    let mut subscriber = app.state.bus.subscribe();
     let mut raw = sqlx::postgres::PgListener::connect(&db.url)
         .await
         .expect("a listener of its own");
-    raw.listen(EVENTS_CHANNEL).await.expect("LISTEN");
+    raw.listen(CHANGES_CHANNEL).await.expect("LISTEN");
 
     // Another process's worker claims them all in one transaction.
     let pool = db.connect(2).await;
-    let events = Events::new(
+    let events = ChangeBus::new(
         pool.backend(),
         Arc::new(courier::metrics::Metrics::default()),
     );
@@ -100,7 +100,7 @@ async fn a_claim_of_many_deliveries_is_one_notification_split_for_every_subscrib
             .await
             .expect("the subscriber hears every change")
             .expect("no lag");
-        if let EventMessage::Change(change) = message {
+        if let ChangeMessage::Change(change) = message {
             if change.state == DeliveryState::Processing {
                 seen.push(change.delivery_id);
             }
@@ -128,7 +128,7 @@ async fn a_process_reports_ready_with_its_pool_open_and_listening() {
         .expect("answered");
     assert!(health.status().is_success());
     assert!(
-        app.state.events.wait_live(Duration::from_millis(1)).await,
+        app.state.bus.wait_live(Duration::from_millis(1)).await,
         "LISTEN holds before the first request is served"
     );
     let observer = db.connect(1).await;

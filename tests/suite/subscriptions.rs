@@ -218,7 +218,7 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
     assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
 
     for _ in 0..5_000 {
-        let change = courier::events::StateChange {
+        let change = courier::bus::StateChange {
             delivery_id: uuid::Uuid::now_v7(),
             endpoint_id: uuid::Uuid::now_v7(),
             previous_state: None,
@@ -226,8 +226,8 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
             at: courier::db::now(),
         };
         app.state
-            .events
-            .deliver(courier::events::EventMessage::Change(change.into()));
+            .bus
+            .deliver(courier::bus::ChangeMessage::Change(change.into()));
     }
     let response = tokio::time::timeout(Duration::from_secs(5), stream.next())
         .await
@@ -258,7 +258,7 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
 /// events instead of silently missing them. One thread, so nothing runs in between.
 #[tokio::test]
 async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() {
-    use courier::events::EventMessage;
+    use courier::bus::ChangeMessage;
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let token = app.admin_token().await;
@@ -269,7 +269,7 @@ async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() 
     let request =
         async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
             .data(caller);
-    let events = &app.state.events;
+    let events = &app.state.bus;
     events.set_live(false);
     let mut stream = schema.execute_stream(request);
     // The first poll starts the subscription, which waits for the listener.
@@ -280,7 +280,7 @@ async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() 
     );
     events.set_live(true);
     events.set_live(false);
-    events.deliver(EventMessage::Gap);
+    events.deliver(ChangeMessage::Gap);
     events.set_live(true);
 
     let response = tokio::time::timeout(Duration::from_secs(3), stream.next())

@@ -10,7 +10,7 @@ use super::*;
 /// Retention takes events with their deliveries: an event whose deliveries were all pruned,
 /// or that reached nobody, goes once it is older than the retention; a recent one stays.
 async fn events_left_without_deliveries_are_pruned(backend: Backend) {
-    use courier::retention::prune;
+    use courier::worker::retention::prune;
     use sea_orm::Value as SqlValue;
     use tokio_util::sync::CancellationToken;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use courier::secrets::{seal_at_rest, SecretKeys};
+use courier::crypto::sealing::{seal_at_rest, SecretKeys};
 use rand::RngCore as _;
 use serde_json::json;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use courier::retention::{prune, prune_batch};
+use courier::worker::retention::{prune, prune_batch};
 use sea_orm::Value as SqlValue;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -72,7 +72,7 @@ impl Connection {
         reply["result"].clone()
     }
 
-    /// Events of `session` named `method`, from the `from`th event on.
+    /// ChangeBus of `session` named `method`, from the `from`th event on.
     fn events(&self, session: &str, method: &str, from: usize) -> Vec<Value> {
         let events = self.events.lock().unwrap();
         events

@@ -114,8 +114,8 @@ pub async fn rows(db: &Db, sql: &str, values: Vec<SqlValue>) -> Vec<QueryResult>
 pub const LONG_LEASE: Duration = Duration::from_secs(60);
 
 /// A publisher for changes made through `pool` (nobody subscribes in these tests).
-pub fn events_for(pool: &Db) -> courier::events::Events {
-    courier::events::Events::new(
+pub fn events_for(pool: &Db) -> courier::bus::ChangeBus {
+    courier::bus::ChangeBus::new(
         pool.backend(),
         Arc::new(courier::metrics::Metrics::default()),
     )

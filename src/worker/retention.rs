@@ -52,7 +52,7 @@ const DELETE_SQLITE: [&str; 3] = [
      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.submission_id = submissions.id)",
 ];
 
-/// Events older than the retention with no submission left (their deliveries all pruned,
+/// ChangeBus older than the retention with no submission left (their deliveries all pruned,
 /// or published to no endpoint), a batch at a time. PostgreSQL judges age by its own clock.
 const PRUNE_EVENTS_POSTGRES: &str = "\
 DELETE FROM events WHERE id IN (

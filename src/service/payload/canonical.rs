@@ -4,7 +4,7 @@
 //! The hash is stored and decides idempotency for as long as a submission exists, so this
 //! form is frozen (the golden hashes below pin it). It is RFC 8785 (JCS) for object keys,
 //! strings, literals and whitespace, with one deliberate difference: a number is written
-//! as its exact decimal value in plain form ([`crate::service::decimal`]), not converted to
+//! as its exact decimal value in plain form ([`crate::service::payload::decimal`]), not converted to
 //! a double, which would make distinct large integers or long decimals the same content.
 
 use std::cmp::Ordering;
@@ -12,10 +12,10 @@ use std::cmp::Ordering;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::service::decimal::{Decimal, NumberError};
+use crate::service::payload::decimal::{Decimal, NumberError};
 
 /// SHA-256 (lowercase hex) of the value's canonical form. Fails only for a number whose
-/// plain form is too long to write (see [`crate::service::decimal::MAX_NUMBER_DIGITS`]).
+/// plain form is too long to write (see [`crate::service::payload::decimal::MAX_NUMBER_DIGITS`]).
 pub fn payload_hash(value: &Value) -> Result<String, NumberError> {
     let canonical = canonical(value)?;
     Ok(hex::encode(Sha256::digest(canonical.as_bytes())))

@@ -1,6 +1,6 @@
 //! A short-lived cache of authenticated API keys: a busy client costs one key lookup per
 //! `COURIER_AUTH_CACHE_MS`, not one per request. Only valid keys are cached, so a new key
-//! works at once; a revoked key is evicted by [`crate::revocation`] within a second on every
+//! works at once; a revoked key is evicted by [`crate::auth::revocation`] within a second on every
 //! process, and would in any case expire with the TTL.
 
 use std::collections::HashMap;
@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use crate::auth::usage::KeyUsage;
 use crate::auth::{self, Identity};
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::key_usage::KeyUsage;
 
 /// Entries kept at most; past this the cache starts over (keys are few in practice).
 const MAX_ENTRIES: usize = 10_000;

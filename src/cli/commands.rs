@@ -10,10 +10,10 @@ use crate::auth::{self, RevokeOutcome, Role};
 use crate::config::{
     ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, RoleArg, ServeArgs,
 };
+use crate::crypto::sealing;
 use crate::db::{self, Db};
 use crate::error::Error;
 use crate::schema;
-use crate::secrets;
 use crate::service::api_keys;
 use crate::service::pagination::{PageRequest, MAX_PAGE_SIZE};
 use uuid::Uuid;
@@ -96,7 +96,7 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
     let db = connect(database).await?;
     // Refuse to start rather than ever sign with a secret this process cannot open.
     let keys = config.secret_keys();
-    let resealed = secrets::seal_at_rest(&db, &keys).await?;
+    let resealed = sealing::seal_at_rest(&db, &keys).await?;
     if resealed.secrets > 0 {
         tracing::info!(
             secrets = resealed.secrets,

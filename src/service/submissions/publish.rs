@@ -12,16 +12,16 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
+use crate::bus::ChangeBus;
+use crate::bus::Wakeup;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
-use crate::events::Events;
 use crate::metrics::Metrics;
-use crate::service::canonical::payload_hash;
+use crate::service::payload::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
-use crate::service::submission_store::{prepare, NewRows, Prepared};
+use crate::service::submissions::store::{prepare, NewRows, Prepared};
 use crate::service::submissions::validate_key;
 use crate::service::{event_types, flow, payload};
-use crate::wake::Wakeup;
 
 /// Race 3 for events: the unique index decides who created the event. A loser waits for
 /// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
@@ -94,7 +94,7 @@ pub struct PublishOutcome {
 #[derive(Clone, Debug)]
 pub struct Fanout {
     db: Db,
-    events: Events,
+    bus: ChangeBus,
     rate_limiter: RateLimiter,
     max_payload_bytes: usize,
     wakeup: Wakeup,
@@ -106,7 +106,7 @@ impl Fanout {
     /// hinted after a fan-out commits.
     pub fn new(
         db: Db,
-        events: Events,
+        bus: ChangeBus,
         rate_limiter: RateLimiter,
         max_payload_bytes: usize,
         wakeup: Wakeup,
@@ -114,7 +114,7 @@ impl Fanout {
     ) -> Self {
         Fanout {
             db,
-            events,
+            bus,
             rate_limiter,
             max_payload_bytes,
             wakeup,
@@ -209,7 +209,7 @@ impl Fanout {
                 let rows = fan_out_rows(&event, targets);
                 self.insert_fan_out(&*txn, &event, &rows).await?;
                 let created = rows.iter().map(|row| row.created.clone()).collect();
-                let staged = self.events.stage(&*txn, created).await?;
+                let staged = self.bus.stage(&*txn, created).await?;
                 Ok(Some((event, rows.len(), staged)))
             })
             .await?;

@@ -267,7 +267,7 @@ mod tests {
         let (first, second) = (key(), key());
         let keys = SecretKeys::parse(&format!("{first}, {second}")).unwrap();
         let endpoint = Uuid::now_v7();
-        let secret = crate::signing::mint_secret();
+        let secret = crate::crypto::signing::mint_secret();
         let sealed = keys.seal(endpoint, &secret).unwrap();
         assert!(sealed.starts_with(SEALED_PREFIX));
         assert!(!sealed.contains(&secret));

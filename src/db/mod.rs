@@ -5,7 +5,9 @@
 mod clock;
 mod deadline;
 mod diagnose;
+pub mod parking;
 mod transaction;
+pub mod warmup;
 
 use std::str::FromStr;
 use std::sync::Arc;

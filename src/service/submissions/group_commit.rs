@@ -14,13 +14,13 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait, RuntimeErr, Statem
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::bus::{ChangeBus, CHANGES_CHANNEL};
+use crate::db::parking::with_parking;
 use crate::db::{is_unavailable, Db};
 use crate::error::{error_chain, Error};
-use crate::events::{Events, EVENTS_CHANNEL};
 use crate::metrics::Metrics;
 use crate::service::flow;
-use crate::service::parking::with_parking;
-use crate::service::submission_store::{prepare, stamp, store, NewRows, Prepared, Stored};
+use crate::service::submissions::store::{prepare, stamp, store, NewRows, Prepared, Stored};
 
 /// Most submissions written in one statement.
 const MAX_BATCH: usize = 64;
@@ -78,7 +78,7 @@ struct Job {
 #[derive(Clone, Debug)]
 pub struct SubmitBatcher {
     db: Db,
-    events: Events,
+    bus: ChangeBus,
     metrics: Arc<Metrics>,
     jobs: Option<mpsc::Sender<Job>>,
 }
@@ -91,12 +91,12 @@ impl std::fmt::Debug for Job {
 
 impl SubmitBatcher {
     /// On PostgreSQL, starts the group-commit task (it ends when the last handle is dropped).
-    pub fn start(db: Db, events: Events, metrics: Arc<Metrics>) -> Self {
+    pub fn start(db: Db, bus: ChangeBus, metrics: Arc<Metrics>) -> Self {
         let jobs = (db.backend() == DbBackend::Postgres).then(|| {
             let (jobs, inbox) = mpsc::channel(MAX_BATCH * 4);
             let writer = Writer {
                 db: db.clone(),
-                events: events.clone(),
+                bus: bus.clone(),
                 metrics: metrics.clone(),
             };
             tokio::spawn(writer.run(inbox));
@@ -104,7 +104,7 @@ impl SubmitBatcher {
         });
         SubmitBatcher {
             db,
-            events,
+            bus,
             metrics,
             jobs,
         }
@@ -114,12 +114,12 @@ impl SubmitBatcher {
     /// idempotency key is [`Error::UniqueViolation`].
     pub async fn store(&self, rows: NewRows) -> Result<Stored, Error> {
         let Some(jobs) = &self.jobs else {
-            return Ok(store(&self.db, &self.events, rows).await?);
+            return Ok(store(&self.db, &self.bus, rows).await?);
         };
         let (reply, answer) = oneshot::channel();
         let queued = Queued::new(&self.metrics);
         if let Err(mpsc::error::SendError(job)) = jobs.send(Job { rows, reply }).await {
-            return store_checked(&self.db, &self.events, job.rows).await;
+            return store_checked(&self.db, &self.bus, job.rows).await;
         }
         // The writer counts it out when it takes it.
         std::mem::forget(queued);
@@ -149,7 +149,7 @@ impl Drop for Queued<'_> {
 /// The group-commit task.
 struct Writer {
     db: Db,
-    events: Events,
+    bus: ChangeBus,
     metrics: Arc<Metrics>,
 }
 
@@ -161,7 +161,7 @@ impl Writer {
             self.metrics.submissions_queued.dec_by(jobs.len() as i64);
             if jobs.len() == 1 {
                 if let Some(job) = jobs.pop() {
-                    let stored = store_checked(&self.db, &self.events, job.rows).await;
+                    let stored = store_checked(&self.db, &self.bus, job.rows).await;
                     let _ = job.reply.send(stored);
                 }
                 continue;
@@ -232,7 +232,7 @@ impl Writer {
                 let _ = job.reply.send(Ok(Some((rows.submission, rows.delivery))));
             } else if !job.reply.is_closed() {
                 // Not written: each on its own, so each caller gets its own answer.
-                let stored = store_checked(db, &self.events, job.rows).await;
+                let stored = store_checked(db, &self.bus, job.rows).await;
                 let _ = job.reply.send(stored);
             }
         }
@@ -270,9 +270,9 @@ impl Writer {
 
 /// Stores one submission within the database deadline. If that fails, its delivery is
 /// looked up by its pre-minted id: found, the write committed and only its answer was lost.
-async fn store_checked(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, Error> {
+async fn store_checked(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, Error> {
     let (submission_id, delivery_id) = (rows.submission.id, rows.delivery_id);
-    let err = match db.within_deadline(store(db, events, rows)).await {
+    let err = match db.within_deadline(store(db, bus, rows)).await {
         Ok(stored) => return Ok(stored),
         Err(err) if !may_have_committed(&err) => return Err(Error::from(err)),
         Err(err) => err,
@@ -336,7 +336,7 @@ async fn store_many(
 ) -> Result<HashMap<Uuid, Option<DateTime<Utc>>>, DbErr> {
     const COLUMNS: usize = 9;
     let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * COLUMNS);
-    values.push(EVENTS_CHANNEL.into());
+    values.push(CHANGES_CHANNEL.into());
     let mut rows = Vec::with_capacity(prepared.len());
     for (n, p) in prepared.iter().enumerate() {
         let s = &p.submission;

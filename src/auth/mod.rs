@@ -1,5 +1,9 @@
 //! API keys: minting and hashing tokens, looking them up, and what each role and scope allows.
 
+pub mod cache;
+pub mod revocation;
+pub mod usage;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use entity::api_key;
@@ -12,9 +16,9 @@ use sea_orm::{
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::bus::{self, KEYS_CHANNEL};
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
-use crate::revocation::KEYS_CHANNEL;
 
 /// Every token starts with this, so leaked tokens are easy to recognise and scan for.
 const TOKEN_PREFIX: &str = "courier_";
@@ -169,7 +173,7 @@ impl RevokeOutcome {
 }
 
 /// Revokes an API key: it authenticates nothing from now on, and every process drops it
-/// from its cache and ends its sessions within a second (see [`crate::revocation`]).
+/// from its cache and ends its sessions within a second (see [`crate::auth::revocation`]).
 /// Two racing revocations are settled by the conditional UPDATE: one revokes, the other
 /// finds it revoked, and `revoked_at` keeps the first time.
 #[tracing::instrument(skip(db))]
@@ -188,8 +192,8 @@ pub async fn revoke_api_key(db: &Db, id: Uuid) -> Result<RevokeOutcome> {
                 // Sent on commit only; every process's listener hears it and checks at once.
                 txn.execute_raw(Statement::from_sql_and_values(
                     DbBackend::Postgres,
-                    "SELECT pg_notify($1, $2)",
-                    [KEYS_CHANNEL.into(), id.to_string().into()],
+                    format!("SELECT {}", bus::notify(KEYS_CHANNEL, "$1")),
+                    [id.to_string().into()],
                 ))
                 .await?;
             }

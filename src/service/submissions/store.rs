@@ -7,10 +7,10 @@ use sea_orm::{ActiveModelTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::bus::{ChangeBus, StateChange};
+use crate::db::parking::with_parking;
 use crate::db::Db;
-use crate::events::{Events, StateChange};
 use crate::service::flow;
-use crate::service::parking::with_parking;
 
 /// PostgreSQL: the submission, its delivery and the `NOTIFY` in one statement, in one
 /// transaction. Nothing is written unless the endpoint exists and is enabled, read under
@@ -97,7 +97,7 @@ pub fn prepare(rows: NewRows) -> Prepared {
 /// Stores the submission and its `pending` delivery, due now, and publishes the creation.
 /// `Ok(None)`: the endpoint does not exist or is disabled, and nothing was written. On
 /// PostgreSQL the rows come back with the database's time.
-pub async fn store(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, DbErr> {
+pub async fn store(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, DbErr> {
     let prepared = prepare(rows);
     match db.backend() {
         DbBackend::Postgres => store_postgres(db, prepared).await,
@@ -124,7 +124,7 @@ pub async fn store(db: &Db, events: &Events, rows: NewRows) -> Result<Stored, Db
                         .insert(&*txn)
                         .await?;
                     flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
-                    let staged = events.stage(&*txn, vec![prepared.created.clone()]).await?;
+                    let staged = bus.stage(&*txn, vec![prepared.created.clone()]).await?;
                     Ok(Some((submission, delivery, staged)))
                 })
                 .await?;
@@ -157,7 +157,7 @@ async fn store_postgres(db: &Db, prepared: Prepared) -> Result<Stored, DbErr> {
         submission.payload_hash.clone().into(),
         submission.submitted_by.into(),
         delivery.id.into(),
-        crate::events::EVENTS_CHANNEL.into(),
+        crate::bus::CHANGES_CHANNEL.into(),
         created.to_wire()?.into(),
         submission.event_type.clone().into(),
     ];

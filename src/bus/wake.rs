@@ -1,5 +1,5 @@
 //! Wake-up hints for this process's delivery worker. Other processes learn of new work from
-//! the `PENDING` state changes they receive (see [`crate::listener`]). Only ever a hint:
+//! the `PENDING` state changes they receive (see [`crate::bus::listener`]). Only ever a hint:
 //! workers also poll, so nothing depends on a wake-up arriving.
 
 use std::sync::Arc;

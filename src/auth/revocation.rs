@@ -3,24 +3,21 @@
 //!
 //! Whatever wrote `api_keys.revoked_at` (this process, another one, plain SQL), the watcher
 //! finds it on its next poll, every [`POLL_INTERVAL`]. On PostgreSQL a `NOTIFY` on
-//! [`KEYS_CHANNEL`] (sent by [`crate::auth::revoke_api_key`], heard by [`crate::listener`])
+//! [`crate::bus::KEYS_CHANNEL`] (sent by [`crate::auth::revoke_api_key`], heard by [`crate::bus::listener`])
 //! wakes it at once; that is only a hint, the poll is the guarantee.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use crate::bus::Hint;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use uuid::Uuid;
 
 use crate::auth;
+use crate::auth::cache::KeyCache;
 use crate::db::Db;
 use crate::error::error_chain;
-use crate::key_cache::KeyCache;
-
-/// The PostgreSQL channel on which a revocation is announced (payload: the key's id).
-pub const KEYS_CHANNEL: &str = "courier_keys";
 
 /// How often the keys in use are checked when no hint arrives.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -35,7 +32,7 @@ pub struct Revocations {
 #[derive(Debug, Default)]
 struct Inner {
     in_use: Mutex<HashMap<Uuid, InUse>>,
-    hint: Notify,
+    hint: Hint,
 }
 
 /// One key's users and the token they watch.
@@ -64,7 +61,12 @@ impl Revocations {
 
     /// Asks the watcher to check now instead of at its next poll (e.g. a `NOTIFY` arrived).
     pub fn hint(&self) {
-        self.inner.hint.notify_one();
+        self.inner.hint.give();
+    }
+
+    /// The hint [`Revocations::hint`] gives, for the listener to give when a `NOTIFY` arrives.
+    pub fn hints(&self) -> Hint {
+        self.inner.hint.clone()
     }
 
     /// Keys in use and not yet found revoked.
@@ -142,7 +144,7 @@ pub async fn watch(
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = poll.tick() => {}
-            () = revocations.inner.hint.notified() => {}
+            () = revocations.inner.hint.taken() => {}
         }
         let mut in_use = keys.key_ids();
         in_use.extend(revocations.live_keys());

@@ -1,11 +1,14 @@
 //! What a submitted payload must be to be stored, delivered and hashed alike on every
 //! backend: numbers in their exact plain form, no NUL characters, within the size limit.
 
+pub mod canonical;
+pub mod decimal;
+
 use serde_json::{Number, Value};
 
 use crate::error::{Error, Result};
-use crate::service::decimal::Decimal;
-use crate::service::submission_store::storable;
+use crate::service::payload::decimal::Decimal;
+use crate::service::submissions::store::storable;
 
 /// Accepts `payload` for storage, or says why it cannot be stored (`BAD_USER_INPUT`).
 ///

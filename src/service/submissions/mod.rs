@@ -1,5 +1,9 @@
 //! Submissions: the idempotent `submit` (race 3) and reading what was submitted.
 
+pub mod group_commit;
+pub mod publish;
+pub mod store;
+
 use std::sync::Arc;
 
 use entity::webhook_delivery;
@@ -9,16 +13,16 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::auth::Identity;
+use crate::bus::Wakeup;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::service::canonical::payload_hash;
 use crate::service::event_types;
 use crate::service::payload;
+use crate::service::payload::canonical::payload_hash;
 use crate::service::rate_limit::RateLimiter;
-use crate::service::submission_store::NewRows;
-use crate::service::submit_batcher::SubmitBatcher;
-use crate::wake::Wakeup;
+use crate::service::submissions::group_commit::SubmitBatcher;
+use crate::service::submissions::store::NewRows;
 
 /// Longest idempotency key, in characters.
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;

@@ -13,10 +13,7 @@ use uuid::Uuid;
 
 use crate::metrics::Metrics;
 
-/// The PostgreSQL channel state changes travel on.
-pub const EVENTS_CHANNEL: &str = "courier_events";
-
-/// Events a slow subscriber may fall behind by before it is told it missed some.
+/// ChangeBus a slow subscriber may fall behind by before it is told it missed some.
 const BUFFER: usize = 4096;
 
 /// One committed change of one delivery's state.
@@ -36,10 +33,10 @@ pub struct StateChange {
 
 /// What subscribers receive.
 #[derive(Debug, Clone)]
-pub enum EventMessage {
+pub enum ChangeMessage {
     /// A state change.
     Change(Arc<StateChange>),
-    /// Events may have been lost (the listener reconnected): subscribers must refetch.
+    /// ChangeBus may have been lost (the listener reconnected): subscribers must refetch.
     Gap,
 }
 
@@ -133,8 +130,8 @@ impl StateChange {
 
 /// The publisher and the in-process broadcast of state changes.
 #[derive(Clone, Debug)]
-pub struct Events {
-    sender: broadcast::Sender<EventMessage>,
+pub struct ChangeBus {
+    sender: broadcast::Sender<ChangeMessage>,
     backend: DbBackend,
     metrics: Arc<Metrics>,
     /// SQLite: held from staging until publishing, so this process publishes in commit order.
@@ -146,7 +143,7 @@ pub struct Events {
 /// Changes staged in a transaction; hand them back with [`Staged::committed`] after the commit.
 #[must_use = "call `committed()` after the transaction commits"]
 pub struct Staged {
-    events: Events,
+    bus: ChangeBus,
     changes: Vec<StateChange>,
     _in_order: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
@@ -155,20 +152,20 @@ impl Staged {
     /// The transaction committed: publish (on SQLite; PostgreSQL's `NOTIFY` already went
     /// with the commit). Dropping a `Staged` without this, after a rollback, publishes nothing.
     pub fn committed(self) {
-        if self.events.backend != DbBackend::Postgres {
+        if self.bus.backend != DbBackend::Postgres {
             for change in self.changes {
-                self.events.deliver(EventMessage::Change(Arc::new(change)));
+                self.bus.deliver(ChangeMessage::Change(Arc::new(change)));
             }
         }
     }
 }
 
-impl Events {
-    /// Events for a database of `backend`.
+impl ChangeBus {
+    /// ChangeBus for a database of `backend`.
     pub fn new(backend: DbBackend, metrics: Arc<Metrics>) -> Self {
         let (sender, _) = broadcast::channel(BUFFER);
         let (live, _) = tokio::sync::watch::channel(backend != DbBackend::Postgres);
-        Events {
+        ChangeBus {
             sender,
             backend,
             metrics,
@@ -178,7 +175,7 @@ impl Events {
     }
 
     /// A new subscriber's receiver.
-    pub fn subscribe(&self) -> broadcast::Receiver<EventMessage> {
+    pub fn subscribe(&self) -> broadcast::Receiver<ChangeMessage> {
         self.sender.subscribe()
     }
 
@@ -197,10 +194,14 @@ impl Events {
     ) -> Result<Staged, DbErr> {
         if self.backend == DbBackend::Postgres && !changes.is_empty() {
             let payloads = StateChange::to_wire_batches(&changes)?;
+            let sql = format!(
+                "SELECT {} FROM unnest($1::text[]) AS payload",
+                super::notify(super::CHANGES_CHANNEL, "payload")
+            );
             txn.execute_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
-                "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload",
-                [EVENTS_CHANNEL.into(), Value::from(payloads)],
+                sql,
+                [Value::from(payloads)],
             ))
             .await?;
         }
@@ -209,7 +210,7 @@ impl Events {
             _ => Some(self.order.clone().lock_owned().await),
         };
         Ok(Staged {
-            events: self.clone(),
+            bus: self.clone(),
             changes,
             _in_order: in_order,
         })
@@ -229,8 +230,8 @@ impl Events {
     }
 
     /// Hands a message to every subscriber of this process.
-    pub fn deliver(&self, message: EventMessage) {
-        if matches!(message, EventMessage::Change(_)) {
+    pub fn deliver(&self, message: ChangeMessage) {
+        if matches!(message, ChangeMessage::Change(_)) {
             self.metrics.events_published.inc();
         }
         // No receivers is fine: nobody is watching.

@@ -7,19 +7,17 @@ use std::time::Duration;
 use entity::webhook_delivery::DeliveryState;
 use tokio_util::sync::CancellationToken;
 
+use super::{ChangeBus, ChangeMessage, Hint, StateChange, Wakeup, CHANGES_CHANNEL, KEYS_CHANNEL};
 use crate::db::Db;
-use crate::events::{EventMessage, Events, StateChange, EVENTS_CHANNEL};
-use crate::revocation::{Revocations, KEYS_CHANNEL};
-use crate::wake::Wakeup;
 
 /// Listens until `shutdown`, reconnecting after a lost connection. After a reconnect,
 /// subscribers are told they may have missed events (a missed revocation needs no such
 /// notice: the revocation watcher polls anyway).
 pub async fn run(
     db: Db,
-    events: Events,
+    bus: ChangeBus,
     wakeup: Wakeup,
-    revocations: Revocations,
+    revocations: Hint,
     shutdown: CancellationToken,
 ) {
     let Some(pool) = db.pg_listen_pool().cloned() else {
@@ -31,14 +29,14 @@ pub async fn run(
             // Connecting is bounded by the pool's acquire timeout; `LISTEN` by the work deadline.
             match sqlx::postgres::PgListener::connect_with(&pool).await {
                 Ok(mut listener) => {
-                    let listening = listener.listen_all([EVENTS_CHANNEL, KEYS_CHANNEL]);
+                    let listening = listener.listen_all([CHANGES_CHANNEL, KEYS_CHANNEL]);
                     match tokio::time::timeout(deadline, listening).await {
                         Ok(Ok(())) => {
-                            events.set_live(true);
-                            receive(&mut listener, &events, &wakeup, &revocations, deadline).await;
+                            bus.set_live(true);
+                            receive(&mut listener, &bus, &wakeup, &revocations, deadline).await;
                             // Whatever was published while reconnecting is lost to this process.
-                            events.set_live(false);
-                            events.deliver(EventMessage::Gap);
+                            bus.set_live(false);
+                            bus.deliver(ChangeMessage::Gap);
                         }
                         Ok(Err(err)) => tracing::warn!(error = %err, "LISTEN failed; retrying"),
                         Err(_) => tracing::warn!("LISTEN got no answer; retrying"),
@@ -61,15 +59,15 @@ pub async fn run(
 /// network is noticed and replaced.
 async fn receive(
     listener: &mut sqlx::postgres::PgListener,
-    events: &Events,
+    bus: &ChangeBus,
     wakeup: &Wakeup,
-    revocations: &Revocations,
+    revocations: &Hint,
     deadline: Duration,
 ) {
     loop {
         match tokio::time::timeout(LIVENESS_CHECK, listener.try_recv()).await {
             Ok(Ok(Some(notification))) if notification.channel() == KEYS_CHANNEL => {
-                revocations.hint();
+                revocations.give();
             }
             Ok(Ok(Some(notification))) => match StateChange::from_wire(notification.payload()) {
                 Some(changes) => {
@@ -77,7 +75,7 @@ async fn receive(
                         wakeup.hint();
                     }
                     for change in changes {
-                        events.deliver(EventMessage::Change(change.into()));
+                        bus.deliver(ChangeMessage::Change(change.into()));
                     }
                 }
                 None => tracing::warn!(

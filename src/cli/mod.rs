@@ -1,0 +1,4 @@
+//! The command line: what each command does, and how a fatal error is told.
+
+pub mod commands;
+pub mod fatal;
