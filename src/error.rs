@@ -1,6 +1,6 @@
 //! The service-layer error type: database errors classified once, each variant given its client-facing code.
 
-use sea_orm::{DbErr, SqlErr};
+use sea_orm::DbErr;
 
 use crate::db;
 
@@ -52,9 +52,6 @@ pub enum Error {
     /// same idempotency key where there is one.
     #[error("the database did not answer in time; retry later")]
     Unavailable(#[source] DbErr),
-    /// A uniqueness constraint settled a race against this operation.
-    #[error("unique constraint violated: {0}")]
-    UniqueViolation(String),
     /// A signing secret could not be sealed or opened (see [`crate::crypto::sealing`]).
     #[error("signing secret unavailable")]
     Secret(#[source] crate::crypto::sealing::SecretError),
@@ -81,9 +78,7 @@ impl Error {
             Error::NotReplayable { .. } => "DELIVERY_NOT_REPLAYABLE",
             Error::Lagged => "SUBSCRIPTION_LAGGED",
             Error::Unavailable(_) => "SERVICE_UNAVAILABLE",
-            Error::UniqueViolation(_) | Error::Secret(_) | Error::Database(_) => {
-                "INTERNAL_SERVER_ERROR"
-            }
+            Error::Secret(_) | Error::Database(_) => "INTERNAL_SERVER_ERROR",
         }
     }
 
@@ -98,14 +93,14 @@ impl Error {
 }
 
 impl From<DbErr> for Error {
-    /// The one place database errors are classified: constraint races become
-    /// [`Error::UniqueViolation`] so callers can settle them; an unreachable or silent
-    /// database becomes [`Error::Unavailable`]; everything else is internal.
+    /// Database errors by [`db::classify`]: an unreachable or silent database becomes
+    /// [`Error::Unavailable`]; everything else is internal (races are settled by the SQL,
+    /// whose outcomes are values, never errors).
     fn from(err: DbErr) -> Self {
-        match err.sql_err() {
-            Some(SqlErr::UniqueConstraintViolation(detail)) => Error::UniqueViolation(detail),
-            _ if db::is_unavailable(&err) => Error::Unavailable(err),
-            _ => Error::Database(err),
+        if db::is_unavailable(&err) {
+            Error::Unavailable(err)
+        } else {
+            Error::Database(err)
         }
     }
 }

@@ -53,6 +53,39 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// What became of one `submit` or `publish`: the `submissions` metric's labels, listed
+/// once so the metric's help cannot drift from what is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmissionOutcome {
+    /// A submission was stored.
+    Created,
+    /// An event was published (and fanned out).
+    Published,
+    /// A repeat with the same idempotency key and content answered with the first.
+    Deduplicated,
+    /// A repeat with the same key and different content was refused.
+    Conflicted,
+    /// The caller's rate limit refused it.
+    RateLimited,
+}
+
+impl SubmissionOutcome {
+    /// The metric's help, naming every label.
+    const HELP: &'static str =
+        "Submissions and published events by outcome: created, published, deduplicated, conflicted, rate_limited";
+
+    /// The label counted.
+    pub fn label(self) -> &'static str {
+        match self {
+            SubmissionOutcome::Created => "created",
+            SubmissionOutcome::Published => "published",
+            SubmissionOutcome::Deduplicated => "deduplicated",
+            SubmissionOutcome::Conflicted => "conflicted",
+            SubmissionOutcome::RateLimited => "rate_limited",
+        }
+    }
+}
+
 /// Every metric Courier records.
 pub struct Metrics {
     registry: Registry,
@@ -145,11 +178,7 @@ impl Metrics {
         );
         let submissions = Family::<OutcomeLabels, Counter>::default();
         let rate_limit_errors = Counter::default();
-        registry.register(
-            "submissions",
-            "Submissions by outcome: created, deduplicated, conflicted, rate_limited",
-            submissions.clone(),
-        );
+        registry.register("submissions", SubmissionOutcome::HELP, submissions.clone());
         registry.register(
             "rate_limit_errors",
             "Rate-limit counter failures; each let a request through unchecked (alert on any)",
@@ -288,9 +317,11 @@ impl Metrics {
     }
 
     /// Counts one submission outcome.
-    pub fn submission(&self, outcome: &'static str) {
+    pub fn submission(&self, outcome: SubmissionOutcome) {
         self.submissions
-            .get_or_create(&OutcomeLabels { outcome })
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.label(),
+            })
             .inc();
     }
 

@@ -16,7 +16,8 @@ use crate::service::api_keys::ApiKeys;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
 use crate::service::rate_limit::RateLimiter;
-use crate::service::submissions::group_commit::SubmitBatcher;
+use crate::service::submissions::group_commit::GroupCommit;
+use crate::service::submissions::intake::Intake;
 use crate::service::submissions::publish::Fanout;
 use crate::service::submissions::Submissions;
 
@@ -80,6 +81,12 @@ impl AppState {
             Duration::from_secs(config.rate_limit_window_secs),
             metrics.clone(),
         );
+        let intake = Intake::new(
+            submit_rate_limiter.clone(),
+            config.max_payload_bytes,
+            wakeup.clone(),
+            metrics.clone(),
+        );
         AppState(Arc::new(Services {
             keys: Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms))),
             revocations: Revocations::default(),
@@ -91,21 +98,11 @@ impl AppState {
             ),
             submissions: Submissions::new(
                 db.clone(),
-                submit_rate_limiter.clone(),
-                config.max_payload_bytes,
-                wakeup.clone(),
-                SubmitBatcher::start(db.clone(), bus.clone(), metrics.clone()),
-                metrics.clone(),
+                intake.clone(),
+                GroupCommit::start(db.clone(), bus.clone(), metrics.clone()),
             ),
             deliveries: Deliveries::new(db.clone(), bus.clone(), wakeup.clone(), metrics.clone()),
-            fanout: Fanout::new(
-                db.clone(),
-                bus.clone(),
-                submit_rate_limiter.clone(),
-                config.max_payload_bytes,
-                wakeup.clone(),
-                metrics.clone(),
-            ),
+            fanout: Fanout::new(db.clone(), bus.clone(), intake),
             bus,
             submit_rate_limiter,
             wakeup,

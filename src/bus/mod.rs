@@ -27,13 +27,26 @@ pub fn notify(channel: &'static str, payload: &str) -> String {
     format!("pg_notify('{channel}', {payload})")
 }
 
-/// SQL that publishes a new delivery's creation from inside the statement that stores it:
-/// `wire` (an SQL expression) is the change's wire form, stamped here with `at`, the time
-/// the statement stored the delivery with, so the event tells the stored time.
-pub fn notify_created(wire: &str, at: &str) -> String {
-    notify(
-        CHANGES_CHANNEL,
-        &format!("jsonb_set({wire}::jsonb, '{{t}}', to_jsonb({at}))::text"),
+/// Most creation events one `NOTIFY` carries from [`notify_created`]: a change's wire form
+/// is at most about 200 bytes, so this many stay well under PostgreSQL's 8000-byte limit.
+pub const CREATED_PER_NOTIFY: usize = 24;
+
+/// SQL (a query, for a CTE of the statement that stores new deliveries) that publishes their
+/// creation: `stored` is a query of `wire` (a change's wire form, see
+/// [`StateChange::to_wire`]) and `at` (the time the statement stored it with, which the
+/// event is stamped with). The changes travel as JSON arrays of up to
+/// [`CREATED_PER_NOTIFY`], so a statement that stores many queues few notifications.
+pub fn notify_created(stored: &str) -> String {
+    let send = notify(CHANGES_CHANNEL, "jsonb_agg(change ORDER BY n)::text");
+    format!(
+        "SELECT count(*) AS notifications FROM (
+        SELECT {send} FROM (
+            SELECT jsonb_set(stored.wire::jsonb, '{{t}}', to_jsonb(stored.at)) AS change,
+                   row_number() OVER () AS n
+            FROM ({stored}) AS stored
+        ) AS changes
+        GROUP BY (n - 1) / {CREATED_PER_NOTIFY}
+    ) AS sent"
     )
 }
 
@@ -61,9 +74,8 @@ mod tests {
     #[test]
     fn notifications_name_their_channel_literally() {
         assert_eq!(notify(KEYS_CHANNEL, "$1"), "pg_notify('courier_keys', $1)");
-        assert_eq!(
-            notify_created("v.event", "d.created_at"),
-            "pg_notify('courier_events', jsonb_set(v.event::jsonb, '{t}', to_jsonb(d.created_at))::text)"
-        );
+        let created = notify_created("SELECT e AS wire, t AS at FROM x");
+        assert!(created.contains("pg_notify('courier_events', jsonb_agg(change ORDER BY n)::text)"));
+        assert!(created.contains(&format!("GROUP BY (n - 1) / {CREATED_PER_NOTIFY}")));
     }
 }

@@ -102,11 +102,6 @@ impl SecretKeys {
         Ok(SecretKeys { keys })
     }
 
-    /// Whether secrets are sealed.
-    pub fn enabled(&self) -> bool {
-        !self.keys.is_empty()
-    }
-
     /// The stored form of `endpoint_id`'s `secret`: sealed under the first key, or the
     /// secret itself when no key is configured.
     pub fn seal(&self, endpoint_id: Uuid, secret: &str) -> Result<String, SecretError> {

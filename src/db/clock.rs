@@ -101,45 +101,18 @@ impl Clock {
         } else {
             format!("${now_index}")
         };
-        let mut out = String::with_capacity(template.len() + 64);
-        let mut rest = template;
-        while let Some(open) = rest.find('{') {
-            out.push_str(&rest[..open]);
-            let token = &rest[open..];
-            if let Some(after) = token.strip_prefix("{now}") {
-                out.push_str(&now);
-                rest = after;
-            } else if let Some((arg, after)) = call(token, "{after(") {
-                if self.in_database() {
-                    out.push_str(&format!("({now} + make_interval(secs => {arg}))"));
-                } else {
-                    out.push_str(arg);
-                }
-                rest = after;
-            } else if let Some((arg, after)) = call(token, "{window_start(") {
-                if self.in_database() {
-                    out.push_str(&format!(
-                        "date_bin(make_interval(secs => {arg}), {now}, TIMESTAMPTZ 'epoch')"
-                    ));
-                } else {
-                    out.push_str(arg);
-                }
-                rest = after;
-            } else {
-                out.push('{');
-                rest = &token[1..];
+        super::sql::render(template, |name, arg| match (name, arg) {
+            ("now", None) => Some(now.clone()),
+            ("after", Some(arg)) if self.in_database() => {
+                Some(format!("({now} + make_interval(secs => {arg}))"))
             }
-        }
-        out.push_str(rest);
-        out
+            ("window_start", Some(arg)) if self.in_database() => Some(format!(
+                "date_bin(make_interval(secs => {arg}), {now}, TIMESTAMPTZ 'epoch')"
+            )),
+            ("after" | "window_start", Some(arg)) => Some(arg.to_owned()),
+            _ => None,
+        })
     }
-}
-
-/// `token` starts with `prefix`, an argument, then `)}`: the argument and what follows.
-fn call<'a>(token: &'a str, prefix: &str) -> Option<(&'a str, &'a str)> {
-    let inner = token.strip_prefix(prefix)?;
-    let close = inner.find(")}")?;
-    Some((&inner[..close], &inner[close + 2..]))
 }
 
 /// The start of the `secs`-long window containing `now`, aligned to the Unix epoch.

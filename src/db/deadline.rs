@@ -166,30 +166,6 @@ fn no_answer(limit: Duration) -> sqlx::Error {
     ))
 }
 
-/// Whether an error means the database could not be reached or did not answer in time
-/// (worth retrying shortly), rather than that it refused the work: no connection within
-/// the acquire timeout, a missed deadline, a broken connection, or PostgreSQL reporting a
-/// connection failure (`08xxx`), a shutdown (`57P01`-`57P03`) or too many connections (`53300`).
-pub fn is_unavailable(err: &DbErr) -> bool {
-    let (DbErr::Exec(RuntimeErr::SqlxError(sqlx_err))
-    | DbErr::Query(RuntimeErr::SqlxError(sqlx_err))
-    | DbErr::Conn(RuntimeErr::SqlxError(sqlx_err))) = err
-    else {
-        return matches!(err, DbErr::ConnectionAcquire(_));
-    };
-    match sqlx_err.as_ref() {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db_err) => db_err.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
-        }),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,18 +178,5 @@ mod tests {
         assert!(missed.recent());
         let later = missed.since.elapsed() + SUSPICIOUS_FOR * 2;
         assert!(!missed.recent_at(later), "a miss long ago is forgotten");
-    }
-
-    #[test]
-    fn unreachable_databases_are_told_from_refusals() {
-        assert!(is_unavailable(&deadline_missed(Duration::from_secs(5))));
-        assert!(is_unavailable(&DbErr::ConnectionAcquire(
-            sea_orm::ConnAcquireErr::Timeout
-        )));
-        let pool_timeout = DbErr::Conn(RuntimeErr::SqlxError(Arc::new(sqlx::Error::PoolTimedOut)));
-        assert!(is_unavailable(&pool_timeout));
-        assert!(!is_unavailable(&DbErr::RecordNotFound("x".into())));
-        let decode = DbErr::Query(RuntimeErr::SqlxError(Arc::new(sqlx::Error::RowNotFound)));
-        assert!(!is_unavailable(&decode));
     }
 }

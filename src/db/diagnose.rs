@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use sea_orm::{DbErr, RuntimeErr};
+use sea_orm::DbErr;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions as _, Connection as _};
 
-use super::{redact, Timeouts};
+use super::{redact, sqlx_cause, Timeouts};
 
 /// Longest the second look at an unreachable PostgreSQL may take, after the pool gave up.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -105,16 +105,6 @@ fn explain_sqlite(url: &str, err: &DbErr, cause: Option<&sqlx::Error>) -> String
         format!("check that the directory {directory} exists and is writable, and that DATABASE_URL has ?mode=rwc")
     };
     format!("cannot open the SQLite database {path}: {reason}; {hint}")
-}
-
-/// The driver error inside a SeaORM error, if there is one.
-pub fn sqlx_cause(err: &DbErr) -> Option<&sqlx::Error> {
-    match err {
-        DbErr::Conn(RuntimeErr::SqlxError(inner))
-        | DbErr::Exec(RuntimeErr::SqlxError(inner))
-        | DbErr::Query(RuntimeErr::SqlxError(inner)) => Some(inner.as_ref()),
-        _ => None,
-    }
 }
 
 /// A driver error as a person wants to read it: the database's own message (without the

@@ -2,10 +2,12 @@
 //! clock decides ([`Clock`]), the transaction policy of race paths ([`Db::transaction`]),
 //! and the few SQL spellings that differ.
 
+mod classify;
 mod clock;
 mod deadline;
 mod diagnose;
 pub mod parking;
+pub mod sql;
 mod transaction;
 pub mod warmup;
 
@@ -17,16 +19,18 @@ use chrono::{DateTime, SubsecRound, Utc};
 use migration::{Migrator, MigratorTrait};
 use prometheus_client::metrics::counter::Counter;
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    SqliteTransactionMode, SqlxPostgresConnector, SqlxSqliteConnector, Statement,
-    TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, SqlxPostgresConnector,
+    SqlxSqliteConnector, Statement,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
+pub use self::classify::{
+    classify, is_transient, is_unavailable, may_have_committed, sqlx_cause, Failure,
+};
 pub use self::clock::{fixed_window_start, Clock};
 use self::deadline::{check_on_release, MissedDeadlines};
-pub use self::deadline::{deadline_missed, is_unavailable, Timeouts};
+pub use self::deadline::{deadline_missed, Timeouts};
 pub use self::diagnose::{describe, explain_connect_error, location, sqlite_path, sqlx_message};
 pub use self::transaction::{Txn, MAX_TRIES};
 
@@ -174,20 +178,6 @@ impl Db {
         txn.commit().await
     }
 
-    /// Starts a transaction that will write. On SQLite it takes the write lock up
-    /// front (`BEGIN IMMEDIATE`), so it waits on the busy timeout instead of failing
-    /// when it later upgrades a read lock.
-    pub async fn begin_write(&self) -> Result<DatabaseTransaction, DbErr> {
-        let options = match self.backend() {
-            DbBackend::Sqlite => TransactionOptions {
-                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-                ..TransactionOptions::default()
-            },
-            _ => TransactionOptions::default(),
-        };
-        self.conn.begin_with_options(options).await
-    }
-
     /// The clock for one statement that decides by time (see [`Clock`]): the database's
     /// on PostgreSQL, this process's on SQLite.
     pub fn clock(&self) -> Clock {
@@ -260,26 +250,6 @@ impl Db {
 /// what no decision depends on (labels, measurements); decisions use [`Db::clock`].
 pub fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
-}
-
-/// Whether an error is a transient conflict worth retrying: a PostgreSQL
-/// serialization failure (`40001`) or deadlock (`40P01`), or a busy/locked SQLite database.
-pub fn is_transient(err: &DbErr) -> bool {
-    let (DbErr::Exec(sea_orm::RuntimeErr::SqlxError(sqlx_err))
-    | DbErr::Query(sea_orm::RuntimeErr::SqlxError(sqlx_err))
-    | DbErr::Conn(sea_orm::RuntimeErr::SqlxError(sqlx_err))) = err
-    else {
-        return false;
-    };
-    let sqlx::Error::Database(db_err) = sqlx_err.as_ref() else {
-        return false;
-    };
-    let code = db_err.code().unwrap_or_default();
-    // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
-    matches!(code.as_ref(), "40001" | "40P01")
-        || code
-            .parse::<i32>()
-            .is_ok_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
 /// Hides the password of a database URL for error messages and logs.

@@ -19,50 +19,31 @@ use sea_orm::DbBackend;
 /// flight and reads what it committed, so a claim never parks a row behind a re-enable. The
 /// common case then costs no row lock on the endpoint per claimed delivery (nor the
 /// multixacts of many workers share-locking one endpoint).
-pub fn with_parking(backend: DbBackend, template: &str) -> String {
-    let lock = match backend {
-        DbBackend::Postgres => " FOR SHARE",
-        _ => "",
-    };
-    let read = |lock: &'static str| {
-        move |endpoint: &str| {
-            format!(
-                "(SELECT parking.disabled FROM endpoints parking WHERE parking.id = {endpoint}{lock})"
-            )
-        }
-    };
-    let set_lock = match backend {
-        DbBackend::Postgres => "ORDER BY parking.id FOR SHARE OF parking",
-        _ => "",
-    };
-    let sql = render(template, "{parked(", read(lock));
-    let sql = render(&sql, "{disabled(", read(""));
-    let sql = render(&sql, "{enabled_join(", |endpoint| {
-        format!("JOIN endpoints parking ON parking.id = {endpoint} AND NOT parking.disabled")
-    });
-    sql.replace("{lock_enabled}", set_lock)
-}
-
+///
 /// The rule for a statement that writes many rows at once is spelled `{enabled_join(X)}`:
 /// each row joined to its endpoint when that endpoint is enabled; `{lock_enabled}` (at the
 /// end of that `SELECT`) share-locks every such endpoint once, in id order, instead of once
 /// per row as `{parked(X)}` would.
-///
-/// Replaces every `{token...X)}` in `template` (where `token` ends with `(`) by `expand(X)`.
-fn render(template: &str, token: &str, expand: impl Fn(&str) -> String) -> String {
-    let mut out = String::with_capacity(template.len() + 96);
-    let mut rest = template;
-    while let Some(at) = rest.find(token) {
-        out.push_str(&rest[..at]);
-        let inner = &rest[at + token.len()..];
-        let Some(close) = inner.find(")}") else {
-            break;
-        };
-        out.push_str(&expand(&inner[..close]));
-        rest = &inner[close + 2..];
-    }
-    out.push_str(rest);
-    out
+pub fn with_parking(backend: DbBackend, template: &str) -> String {
+    let postgres = backend == DbBackend::Postgres;
+    let read = |endpoint: &str, lock: bool| {
+        let lock = if lock && postgres { " FOR SHARE" } else { "" };
+        format!(
+            "(SELECT parking.disabled FROM endpoints parking WHERE parking.id = {endpoint}{lock})"
+        )
+    };
+    super::sql::render(template, |name, arg| match (name, arg) {
+        ("parked", Some(endpoint)) => Some(read(endpoint, true)),
+        ("disabled", Some(endpoint)) => Some(read(endpoint, false)),
+        ("enabled_join", Some(endpoint)) => Some(format!(
+            "JOIN endpoints parking ON parking.id = {endpoint} AND NOT parking.disabled"
+        )),
+        ("lock_enabled", None) if postgres => {
+            Some("ORDER BY parking.id FOR SHARE OF parking".into())
+        }
+        ("lock_enabled", None) => Some(String::new()),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

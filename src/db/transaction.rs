@@ -29,32 +29,25 @@ pub type Txn = Arc<DatabaseTransaction>;
 impl Db {
     /// Runs `work` in a transaction under the race policy (see the module docs) and commits
     /// it. A serialization failure, deadlock or busy SQLite database, whether raised by
-    /// `work` or by the commit, rolls back and runs `work` again, up to [`MAX_TRIES`] times
-    /// with a short jittered pause; any other error rolls back and is returned. `work` may
-    /// therefore run more than once and must keep its effects inside the transaction.
+    /// `work` or by the commit, rolls back and runs `work` again (see [`Retry`]); any
+    /// other error rolls back and is returned. `work` may therefore run more than once and
+    /// must keep its effects inside the transaction.
     pub async fn transaction<T, F, Fut>(&self, mut work: F) -> Result<T, DbErr>
     where
         F: FnMut(Txn) -> Fut,
         Fut: Future<Output = Result<T, DbErr>>,
     {
-        let mut tries = 0;
+        let mut retry = Retry::default();
         loop {
-            tries += 1;
-            let err = match self.try_once(&mut work).await {
+            match self.try_once(&mut work).await {
                 Ok(done) => return Ok(done),
-                Err(err) => err,
-            };
-            if tries >= MAX_TRIES || !is_transient(&err) {
-                return Err(err);
+                Err(err) => retry.again("transaction", err).await?,
             }
-            tracing::debug!(tries, error = %err, "transient conflict; retrying the transaction");
-            let pause = 5 * u64::from(tries) + rand::random_range(0..10);
-            tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     }
 
     /// Runs one statement on its own, committed by itself (one round trip: no `BEGIN`,
-    /// isolation setting or `COMMIT`), under the same retry policy as [`Db::transaction`].
+    /// isolation setting or `COMMIT`), under the same retry policy ([`Retry`]) as [`Db::transaction`].
     /// For a single statement that settles its race with its own locks and conditions: at
     /// any isolation level one statement sees one snapshot, and a serialization failure
     /// (possible at REPEATABLE READ when a row it locks changed) is retried afresh.
@@ -62,19 +55,12 @@ impl Db {
         &self,
         statement: impl Fn() -> Statement,
     ) -> Result<Vec<QueryResult>, DbErr> {
-        let mut tries = 0;
+        let mut retry = Retry::default();
         loop {
-            tries += 1;
-            let err = match self.conn.query_all_raw(statement()).await {
+            match self.conn.query_all_raw(statement()).await {
                 Ok(rows) => return Ok(rows),
-                Err(err) => err,
-            };
-            if tries >= MAX_TRIES || !is_transient(&err) {
-                return Err(err);
+                Err(err) => retry.again("statement", err).await?,
             }
-            tracing::debug!(tries, error = %err, "transient conflict; retrying the statement");
-            let pause = 5 * u64::from(tries) + rand::random_range(0..10);
-            tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     }
 
@@ -108,14 +94,48 @@ impl Db {
                     .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
                     .await
             }
-            _ => {
-                self.conn
-                    .begin_with_options(TransactionOptions {
-                        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
-                        ..TransactionOptions::default()
-                    })
-                    .await
-            }
+            _ => self.conn.begin_with_options(write_options()).await,
         }
+    }
+
+    /// Starts a transaction that will write, outside the race policy (migrations). On
+    /// SQLite it takes the write lock up front, like every write transaction here.
+    pub async fn begin_write(&self) -> Result<DatabaseTransaction, DbErr> {
+        match self.backend() {
+            DbBackend::Sqlite => self.conn.begin_with_options(write_options()).await,
+            _ => self.conn.begin().await,
+        }
+    }
+}
+
+/// SQLite's write transactions take the write lock up front (`BEGIN IMMEDIATE`), so they
+/// wait on the busy timeout instead of failing when they would later upgrade a read lock.
+fn write_options() -> TransactionOptions {
+    TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..TransactionOptions::default()
+    }
+}
+
+/// The retry policy, for a loop that tries some work until it succeeds: after a failed
+/// try, [`Retry::again`] says whether to try once more.
+#[derive(Debug, Default)]
+struct Retry {
+    tries: u32,
+}
+
+impl Retry {
+    /// After a try that failed with `err`: `Ok` (having paused a little, longer after each
+    /// conflict, jittered) when `err` is a transient conflict and fewer than [`MAX_TRIES`]
+    /// tries were made; otherwise `err`, to give up with. `what` names the work in the log.
+    async fn again(&mut self, what: &'static str, err: DbErr) -> Result<(), DbErr> {
+        self.tries += 1;
+        if self.tries >= MAX_TRIES || !is_transient(&err) {
+            return Err(err);
+        }
+        tracing::debug!(tries = self.tries, what, error = %err, "transient conflict; retrying");
+        let pause = 5 * u64::from(self.tries) + rand::random_range(0..10);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        Ok(())
     }
 }

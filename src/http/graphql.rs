@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::negotiate::{self, MediaType};
 use super::HttpState;
 use crate::auth::Identity;
-use crate::error::{error_chain, Error, UNAVAILABLE_RETRY_AFTER_SECS};
+use crate::error::{error_chain, Error};
 use crate::schema::ensure_codes;
 use crate::schema::json;
 use crate::schema::limits;
@@ -179,7 +179,7 @@ async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Re
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         }
     };
-    retry_later_if_unavailable(&mut http, &response.errors);
+    retry_later_if_asked(&mut http, &response.errors);
     http.headers_mut().extend(response.http_headers);
     http
 }
@@ -206,19 +206,27 @@ fn server_error(err: Error) -> ServerError {
     error
 }
 
-/// Makes a response that reports the database unavailable a 503 with `Retry-After`, for
-/// either media type: the request may not have run, and the same request may succeed later.
-fn retry_later_if_unavailable(http: &mut Response, errors: &[ServerError]) {
-    let retry_after = errors.iter().find_map(|error| {
+/// The HTTP side of an error that says when to come back (`extensions.retryAfter`), for
+/// either media type and the one place a response gets `Retry-After`: the header, and for
+/// an unavailable database a 503 as well (the request may not have run, and the same
+/// request may succeed later). A rate-limited request keeps its status.
+fn retry_later_if_asked(http: &mut Response, errors: &[ServerError]) {
+    let asked = errors.iter().find_map(|error| {
         let extensions = error.extensions.as_ref()?;
+        let secs = match extensions.get("retryAfter")? {
+            Value::Number(secs) => secs.as_u64()?,
+            _ => return None,
+        };
         let unavailable = matches!(extensions.get("code"), Some(Value::String(code)) if code == "SERVICE_UNAVAILABLE");
-        unavailable.then(|| match extensions.get("retryAfter") {
-            Some(Value::Number(secs)) => secs.as_u64().unwrap_or(UNAVAILABLE_RETRY_AFTER_SECS),
-            _ => UNAVAILABLE_RETRY_AFTER_SECS,
-        })
+        Some((unavailable, secs))
     });
-    if let Some(secs) = retry_after {
-        retry_later(http, secs);
+    match asked {
+        Some((true, secs)) => retry_later(http, secs),
+        Some((false, secs)) => {
+            http.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        None => {}
     }
 }
 
@@ -266,7 +274,7 @@ fn auth_error(media: MediaType, err: Error) -> Response {
                 body,
             )
                 .into_response();
-            retry_later_if_unavailable(&mut response, &errors);
+            retry_later_if_asked(&mut response, &errors);
             response
         }
         other => {

@@ -29,7 +29,7 @@ impl<E: Into<Error>> From<E> for ApiError {
 fn to_graphql(err: Error) -> async_graphql::Error {
     let code = err.code();
     match &err {
-        Error::UniqueViolation(_) | Error::Secret(_) | Error::Database(_) => {
+        Error::Secret(_) | Error::Database(_) => {
             tracing::error!(error = %error_chain(&err), "internal error");
             async_graphql::Error::new("internal error").extend_with(|_, e| e.set("code", code))
         }

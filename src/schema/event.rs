@@ -2,7 +2,6 @@
 
 use async_graphql::connection::Connection;
 use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
-use axum::http::header::RETRY_AFTER;
 use chrono::{DateTime, Utc};
 use entity::event;
 
@@ -10,7 +9,6 @@ use super::context::{caller, parse_id, state};
 use super::delivery::{delivery_page, Delivery};
 use super::error::ApiResult;
 use super::json::Json;
-use crate::error::Error;
 use crate::service::deliveries::DeliveryFilter;
 use crate::service::submissions::publish::NewEvent;
 
@@ -115,12 +113,7 @@ impl EventMutation {
                 created: outcome.created,
                 event: Event(outcome.event),
             }),
-            Err(err) => {
-                if let Error::RateLimited { retry_after_secs } = &err {
-                    ctx.insert_http_header(RETRY_AFTER, retry_after_secs.to_string());
-                }
-                Err(err.into())
-            }
+            Err(err) => Err(err.into()),
         }
     }
 }

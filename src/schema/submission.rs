@@ -1,7 +1,6 @@
 //! GraphQL for submissions: the `Submission` type, `submit`, and `submission(id)`.
 
 use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
-use axum::http::header::RETRY_AFTER;
 use chrono::{DateTime, Utc};
 use entity::submission;
 
@@ -11,7 +10,6 @@ use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::event::Event;
 use super::json::Json;
-use crate::error::Error;
 use crate::service::submissions::NewSubmission;
 
 /// A stored submission (wraps the stored row).
@@ -129,12 +127,7 @@ impl SubmissionMutation {
                 submission: Submission(outcome.submission),
                 delivery: Delivery(outcome.delivery),
             }),
-            Err(err) => {
-                if let Error::RateLimited { retry_after_secs } = &err {
-                    ctx.insert_http_header(RETRY_AFTER, retry_after_secs.to_string());
-                }
-                Err(err.into())
-            }
+            Err(err) => Err(err.into()),
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::auth::Identity;
 use crate::bus::Wakeup;
 use crate::bus::{ChangeBus, StateChange};
 use crate::db::parking::with_parking;
+use crate::db::sql::fill;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -192,7 +193,7 @@ impl Deliveries {
             return Ok(counts);
         }
         let (list, values) = Db::id_list(self.db.backend(), 1, endpoint_ids, false);
-        let sql = COUNTS.replace("{ids}", &list);
+        let sql = fill(COUNTS, &[("ids", &list)]);
         let rows = self
             .db
             .conn()

@@ -15,24 +15,8 @@ use crate::db::{self, Db};
 use crate::destination;
 use crate::error::{Error, Result};
 use crate::service::pagination::{Page, PageRequest};
+use crate::service::switch::{self, DisabledReason};
 use crate::service::{event_types, flow};
-
-/// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
-/// claim index instead of being scanned past by every claim until the endpoint returns.
-/// Runs while the endpoint row is locked, so no submission can add a due row meanwhile
-/// (see [`crate::db::parking`]).
-pub const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = {now} \
-     WHERE endpoint_id = $1 AND state = 'pending'";
-
-/// Disables an enabled endpoint for a reason (`$2`) at `$3`; one already disabled keeps its
-/// first reason and time.
-pub const DISABLE: &str = "UPDATE endpoints \
-     SET disabled = TRUE, disabled_reason = $2, disabled_at = $3, updated_at = $3 \
-     WHERE id = $1 AND NOT disabled";
-
-/// Re-enabling makes parked deliveries due at once, on the database's clock.
-const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = {now}, updated_at = {now} \
-     WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL";
 
 /// A rotation: the new sealed secret, the replaced one while its grace lasts (`$3`, NULL for
 /// none) and when that ends (`$4`, after the database's now).
@@ -49,28 +33,6 @@ pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
 
 /// Longest grace period a rotation accepts: 30 days.
 pub const MAX_ROTATION_GRACE_SECS: i64 = 30 * 86_400;
-
-/// Why an endpoint is disabled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DisabledReason {
-    /// An operator disabled it.
-    Manual,
-    /// It answered `410 Gone`.
-    Gone,
-    /// Too many consecutive deliveries failed.
-    Failing,
-}
-
-impl DisabledReason {
-    /// The value stored in `endpoints.disabled_reason` and shown as `disabledReason`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DisabledReason::Manual => "MANUAL",
-            DisabledReason::Gone => "GONE",
-            DisabledReason::Failing => "FAILING",
-        }
-    }
-}
 
 /// An endpoint as stored, with its secret when one was just minted.
 #[derive(Debug, Clone)]
@@ -254,20 +216,6 @@ impl Endpoints {
                     row.previous_secret_expires_at = Set(None);
                     secret = Some(minted.clone());
                 }
-                match disabled {
-                    Some(true) if !current.disabled => {
-                        row.disabled = Set(true);
-                        row.disabled_reason = Set(Some(DisabledReason::Manual.as_str().to_owned()));
-                        row.disabled_at = Set(Some(now));
-                    }
-                    Some(false) if current.disabled => {
-                        row.disabled = Set(false);
-                        row.disabled_reason = Set(None);
-                        row.disabled_at = Set(None);
-                        row.consecutive_failures = Set(0);
-                    }
-                    _ => {}
-                }
                 if let Some(event_types) = event_types {
                     row.event_types = Set(event_types.clone());
                 }
@@ -278,14 +226,21 @@ impl Endpoints {
                     row.rate_limit = Set(*rate_limit);
                 }
                 row.updated_at = Set(now);
-                let endpoint = row.update(&*txn).await?;
-                if endpoint.disabled != current.disabled {
-                    let sql = if endpoint.disabled { PARK } else { UNPARK };
-                    txn.execute_raw(db.clock().statement(sql, [endpoint.id.into()]))
-                        .await?;
-                    if !endpoint.disabled {
-                        flow::wake_endpoints(&*txn, db.backend(), &[endpoint.id]).await?;
+                let mut endpoint = row.update(&*txn).await?;
+                let switched = match disabled {
+                    Some(true) => {
+                        switch::disable(&*txn, db.backend(), id, DisabledReason::Manual).await?
                     }
+                    Some(false) => switch::enable(&*txn, db.backend(), id).await?,
+                    None => false,
+                };
+                if switched {
+                    endpoint = endpoint::Entity::find_by_id(id)
+                        .one(&*txn)
+                        .await?
+                        .ok_or_else(|| {
+                            sea_orm::DbErr::RecordNotFound("the endpoint just updated".into())
+                        })?;
                 }
                 // A new cap or rate limit is felt by the next claim on every process (they
                 // read it from this row); the turn is looked at afresh.
@@ -305,11 +260,12 @@ impl Endpoints {
         tracing::info!(rotated_secret = secret.is_some(), "endpoint updated");
         if endpoint.disabled != was_disabled {
             match endpoint.disabled {
-                true => tracing::warn!(
-                    reason = DisabledReason::Manual.as_str(),
-                    "endpoint disabled; its waiting deliveries are parked until it is re-enabled"
+                true => switch::log_disabled(
+                    endpoint.id,
+                    DisabledReason::Manual,
+                    endpoint.consecutive_failures,
                 ),
-                false => tracing::info!("endpoint re-enabled; its waiting deliveries resume"),
+                false => switch::log_enabled(endpoint.id),
             }
         }
         Ok(EndpointWithSecret { endpoint, secret })

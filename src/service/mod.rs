@@ -9,3 +9,4 @@ pub mod pagination;
 pub mod payload;
 pub mod rate_limit;
 pub mod submissions;
+pub mod switch;

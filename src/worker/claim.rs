@@ -23,6 +23,7 @@ use super::turns::{self, FollowUp};
 use crate::bus::{ChangeBus, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::parking::with_parking;
+use crate::db::sql::fill;
 use crate::db::Db;
 use crate::service::flow::{self, Facts, Standing};
 
@@ -41,8 +42,8 @@ pub const DEFAULT_MAX_IN_FLIGHT: u32 = 32;
 /// and gives it a fresh token and a lease of `$4`, on the database's clock. A row is claimed
 /// only if this UPDATE returned it. What to send (see [`crate::worker::targets`]) comes back
 /// with each claimed row, saving a query per batch.
-const CLAIM_POSTGRES: &str = concat!(
-    "WITH turns AS (
+const CLAIM_POSTGRES: &str = "\
+WITH turns AS (
     SELECT t.endpoint_id, t.wanted,
            t.cap - (SELECT COUNT(*) FROM webhook_deliveries p
                     WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
@@ -69,10 +70,7 @@ WHERE w.id = due.id
   AND w.state IN ('pending', 'processing')
   AND w.next_attempt_at <= {now}
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
-          w.claim_expires_at, w.updated_at, due.previous_state, ",
-    crate::targets_columns!(),
-    ""
-);
+          w.claim_expires_at, w.updated_at, due.previous_state, {target_columns}";
 
 /// Step 2 on SQLite (inside `BEGIN IMMEDIATE`, which already excludes other writers), per
 /// endpoint: its requests in flight now (less `{not_ended}`).
@@ -92,7 +90,7 @@ SET state = 'processing', claim_token = randomblob(16), claim_expires_at = {afte
     next_attempt_at = {after($1)}, updated_at = {now}
 WHERE state IN ('pending', 'processing')
   AND next_attempt_at <= {now}
-  AND id IN ({ids})
+  AND id {ids}
 RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at,
           claim_expires_at, updated_at";
 
@@ -352,7 +350,7 @@ async fn claim_postgres(
         Value::from(ended.to_vec()),
     ];
     let returned = txn
-        .query_all_raw(clock.statement(CLAIM_POSTGRES, values))
+        .query_all_raw(clock.statement(&targets::with_columns(CLAIM_POSTGRES, ""), values))
         .await?;
     let claims = returned
         .iter()
@@ -375,7 +373,7 @@ async fn claim_sqlite(
 ) -> Result<Vec<Taken>, DbErr> {
     let mut previous: Vec<(Uuid, String)> = Vec::new();
     let (not_ended, ended_values) = Db::id_list(db.backend(), 2, ended, true);
-    let in_flight_sql = IN_FLIGHT_SQLITE.replace("{not_ended}", &not_ended);
+    let in_flight_sql = fill(IN_FLIGHT_SQLITE, &[("not_ended", &not_ended)]);
     for (standing, want) in standings.iter().zip(wants) {
         if *want == 0 {
             continue;
@@ -405,10 +403,12 @@ async fn claim_sqlite(
     if previous.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = CLAIM_SQLITE.replace("{ids}", &Db::placeholders(2, previous.len()));
+    let ids: Vec<Uuid> = previous.iter().map(|(id, _)| *id).collect();
+    let (list, id_values) = Db::id_list(db.backend(), 2, &ids, false);
+    let sql = fill(CLAIM_SQLITE, &[("ids", &list)]);
     let clock = db.clock();
     let mut values = vec![clock.after(lease)];
-    values.extend(previous.iter().map(|(id, _)| Value::from(*id)));
+    values.extend(id_values);
     let claimed = txn.query_all_raw(clock.statement(&sql, values)).await?;
     // RETURNING on SQLite can only name the updated table: the previous states come from above.
     let mut claims = Vec::with_capacity(claimed.len());

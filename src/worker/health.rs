@@ -11,8 +11,7 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement}
 use uuid::Uuid;
 
 use super::dispatch::AttemptOutcome;
-use crate::db::Clock;
-use crate::service::endpoints::{DisabledReason, DISABLE, PARK};
+use crate::service::switch::{self, DisabledReason};
 
 /// A success ends the run of failures: the counter becomes the failures recorded after it.
 /// Written only when it changes, so a healthy endpoint's row is not locked by every success.
@@ -67,7 +66,6 @@ pub async fn settle(
     backend: DbBackend,
     policy: HealthPolicy,
     outcomes: &[Settled],
-    now: DateTime<Utc>,
 ) -> Result<Vec<Disabled>, DbErr> {
     let mut by_endpoint: BTreeMap<Uuid, Vec<&Settled>> = BTreeMap::new();
     for outcome in outcomes {
@@ -120,7 +118,7 @@ pub async fn settle(
         } else {
             continue;
         };
-        if disable(txn, backend, endpoint_id, reason, now).await? {
+        if switch::disable(txn, backend, endpoint_id, reason).await? {
             disabled.push(Disabled {
                 endpoint_id,
                 reason,
@@ -131,39 +129,13 @@ pub async fn settle(
     Ok(disabled)
 }
 
-/// Disables an enabled endpoint for `reason` and parks its waiting deliveries; false when it
-/// was disabled already (its first reason stands).
-async fn disable(
-    txn: &DatabaseTransaction,
-    backend: DbBackend,
-    endpoint_id: Uuid,
-    reason: DisabledReason,
-    now: DateTime<Utc>,
-) -> Result<bool, DbErr> {
-    let changed = txn
-        .execute_raw(Statement::from_sql_and_values(
-            backend,
-            DISABLE,
-            [endpoint_id.into(), reason.as_str().into(), now.into()],
-        ))
-        .await?
-        .rows_affected()
-        == 1;
-    if changed {
-        txn.execute_raw(Clock::new(backend).statement(PARK, [endpoint_id.into()]))
-            .await?;
-    }
-    Ok(changed)
-}
-
 /// Logs each disabled endpoint with its reason (after the commit that disabled it).
 pub fn log_disabled(disabled: &[Disabled]) {
     for endpoint in disabled {
-        tracing::warn!(
-            endpoint_id = %endpoint.endpoint_id,
-            reason = endpoint.reason.as_str(),
-            consecutive_failures = endpoint.consecutive_failures,
-            "endpoint disabled; its waiting deliveries are parked until it is re-enabled"
+        switch::log_disabled(
+            endpoint.endpoint_id,
+            endpoint.reason,
+            endpoint.consecutive_failures,
         );
     }
 }

@@ -16,6 +16,7 @@ use super::health::{self, HealthPolicy, Settled};
 use super::schedule::NextStep;
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::db::parking::with_parking;
+use crate::db::sql::{fill, Rows};
 use crate::db::Db;
 use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN};
 
@@ -29,7 +30,7 @@ const LOCK_DELIVERIES: &str =
 /// which claims have recorded already (a claim makes one attempt, so a retried batch,
 /// after a commit whose acknowledgement was lost, must not add a second).
 const RECORDED_ATTEMPTS: &str =
-    "SELECT delivery_id, claim_token, number, superseded FROM delivery_attempts WHERE delivery_id IN ({ids})";
+    "SELECT delivery_id, claim_token, number, superseded FROM delivery_attempts WHERE delivery_id {ids}";
 
 /// [`RECORDED_ATTEMPTS`] on PostgreSQL: one index lookup per delivery, whatever the table's
 /// statistics say. A plain `IN` list on a table never analyzed (autovacuum off, or not yet
@@ -47,28 +48,52 @@ CROSS JOIN LATERAL (
 
 /// The fenced transitions: a row changes only while its claim still holds the delivery.
 /// A row that is not returned was superseded by a newer claim, whose state stands. A retry
-/// is due `v.delay` after now on the database's clock, or parked if the endpoint is disabled.
+/// (the one transition to `pending`) is due `v.delay` after now on the database's clock,
+/// or parked if the endpoint is disabled. `{rows}` is a [`Rows`] of [`TRANSITION_COLUMNS`];
+/// an attempt without an error travels with `''`.
 const FENCED_TRANSITIONS: &str = "\
-WITH v (id, token, state, delay, error) AS (VALUES {rows})
+WITH v (id, token, state, delay, error) AS ({rows})
 UPDATE webhook_deliveries
 SET state = v.state,
     cycle_attempts = webhook_deliveries.cycle_attempts + 1,
-    next_attempt_at = CASE WHEN v.delay IS NULL THEN NULL
+    next_attempt_at = CASE WHEN v.state <> 'pending' THEN NULL
                            WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL
                            ELSE {after(v.delay)} END,
     claim_token = NULL,
     claim_expires_at = NULL,
-    last_error = v.error,
+    last_error = NULLIF(v.error, ''),
     updated_at = {now}
 FROM v
 WHERE webhook_deliveries.id = v.id AND webhook_deliveries.claim_token = v.token
 RETURNING webhook_deliveries.id, webhook_deliveries.next_attempt_at, webhook_deliveries.updated_at";
 
-/// The attempts themselves.
+/// The types of [`FENCED_TRANSITIONS`]' rows.
+const TRANSITION_COLUMNS: &[&str] = &["uuid", "uuid", "text", "float8", "text"];
+
+/// The attempts themselves. `{rows}` is a [`Rows`] of [`ATTEMPT_COLUMNS`]; an attempt
+/// that got no response travels with status `0`, one without an error with `''`.
 const INSERT_ATTEMPTS: &str = "\
+WITH v (id, delivery_id, number, claim_token, started_at, finished_at, status_code, error,
+        duration_ms, superseded) AS ({rows})
 INSERT INTO delivery_attempts
     (id, delivery_id, number, claim_token, started_at, finished_at, status_code, error, duration_ms, superseded)
-VALUES {rows}";
+SELECT id, delivery_id, number, claim_token, started_at, finished_at, NULLIF(status_code, 0),
+       NULLIF(error, ''), duration_ms, superseded
+FROM v";
+
+/// The types of [`INSERT_ATTEMPTS`]' rows.
+const ATTEMPT_COLUMNS: &[&str] = &[
+    "uuid",
+    "uuid",
+    "int4",
+    "uuid",
+    "timestamptz",
+    "timestamptz",
+    "int4",
+    "text",
+    "int4",
+    "bool",
+];
 
 /// One finished attempt, ready to record.
 #[derive(Debug, Clone)]
@@ -108,33 +133,11 @@ pub struct Recorded {
     pub next_attempt_at: Option<DateTime<Utc>>,
 }
 
-/// Records one attempt; see [`record_batch`].
-pub async fn record(
-    db: &Db,
-    bus: &ChangeBus,
-    attempt: &FinishedAttempt,
-) -> Result<Recorded, DbErr> {
-    record_batch(db, bus, std::slice::from_ref(attempt))
-        .await?
-        .pop()
-        .ok_or_else(|| DbErr::Custom("no result for a recorded attempt".into()))
-}
-
 /// Records `attempts` and, for each whose claim still holds, its delivery's transition,
-/// all in one transaction. Every attempt is recorded; a superseded one is marked so.
-/// Results come back in the order of `attempts`. Endpoints are disabled only by a
-/// `410 Gone`; see [`record_batch_with`] for a failure threshold.
-pub async fn record_batch(
-    db: &Db,
-    bus: &ChangeBus,
-    attempts: &[FinishedAttempt],
-) -> Result<Vec<Recorded>, DbErr> {
-    record_batch_with(db, bus, HealthPolicy::default(), attempts).await
-}
-
-/// [`record_batch`], applying the outcomes to their endpoints' health under `policy`
-/// in the same transaction (see [`super::health`]).
-pub async fn record_batch_with(
+/// all in one transaction, applying the outcomes to their endpoints' health under `policy`
+/// in the same transaction (see [`super::health`]). Every attempt is recorded; a
+/// superseded one is marked so. Results come back in the order of `attempts`.
+pub async fn record(
     db: &Db,
     bus: &ChangeBus,
     policy: HealthPolicy,
@@ -147,14 +150,14 @@ pub async fn record_batch_with(
         .iter()
         .position(|a| !seen.insert(a.claim.delivery_id))
     {
-        let mut results = Box::pin(record_batch_with(db, bus, policy, &attempts[..split])).await?;
-        results.extend(Box::pin(record_batch_with(db, bus, policy, &attempts[split..])).await?);
+        let mut results = Box::pin(record(db, bus, policy, &attempts[..split])).await?;
+        results.extend(Box::pin(record(db, bus, policy, &attempts[split..])).await?);
         return Ok(results);
     }
     record_unique(db, bus, policy, attempts).await
 }
 
-/// [`record_batch`] for attempts on distinct deliveries.
+/// [`record`] for attempts on distinct deliveries.
 async fn record_unique(
     db: &Db,
     bus: &ChangeBus,
@@ -204,9 +207,7 @@ async fn record_in(
     let mut ids: Vec<Uuid> = attempts.iter().map(|a| a.claim.delivery_id).collect();
     ids.sort();
     ids.dedup();
-    let id_values = || ids.iter().map(|id| Value::from(*id)).collect::<Vec<_>>();
-    let id_list = Db::placeholders(1, ids.len());
-    let (locked_ids, locked_values) = Db::id_list(backend, 1, &ids, false);
+    let (id_list, id_values) = Db::id_list(backend, 1, &ids, false);
 
     let mut due: HashMap<Uuid, Option<DateTime<Utc>>> = HashMap::new();
     for row in txn
@@ -214,10 +215,10 @@ async fn record_in(
             backend,
             format!(
                 "{}{}",
-                LOCK_DELIVERIES.replace("{ids}", &locked_ids),
+                fill(LOCK_DELIVERIES, &[("ids", &id_list)]),
                 db.lock_rows()
             ),
-            locked_values,
+            id_values.clone(),
         ))
         .await?
     {
@@ -234,8 +235,8 @@ async fn record_in(
             ),
             _ => Statement::from_sql_and_values(
                 backend,
-                RECORDED_ATTEMPTS.replace("{ids}", &id_list),
-                id_values(),
+                fill(RECORDED_ATTEMPTS, &[("ids", &id_list)]),
+                id_values,
             ),
         })
         .await?
@@ -273,23 +274,22 @@ async fn record_in(
     // Each delivery appears once per batch, so a returned id names the claim that held:
     // its new due time and the database's time of the change.
     let clock = db.clock();
-    let mut values = Vec::with_capacity(fresh.len() * 5);
-    let rows: Vec<String> = fresh
-        .iter()
-        .enumerate()
-        .map(|(n, (index, _, state, delay))| {
-            let attempt = &attempts[*index];
-            values.extend([
-                Value::from(attempt.claim.delivery_id),
-                Value::from(attempt.claim.claim_token),
-                Value::from(state.as_str()),
-                clock.after_opt(*delay),
-                Value::from(attempt.outcome.error.clone()),
-            ]);
-            format!("({})", Db::placeholders(n * 5 + 1, 5))
-        })
-        .collect();
-    let sql = with_parking(backend, FENCED_TRANSITIONS).replace("{rows}", &rows.join(", "));
+    let mut rows = Rows::new(backend, TRANSITION_COLUMNS);
+    for (index, _, state, delay) in &fresh {
+        let attempt = &attempts[*index];
+        rows.push([
+            Value::from(attempt.claim.delivery_id),
+            Value::from(attempt.claim.claim_token),
+            Value::from(state.as_str()),
+            clock.after(delay.unwrap_or_default()),
+            Value::from(attempt.outcome.error.clone().unwrap_or_default()),
+        ])?;
+    }
+    let (rows, values) = rows.render(1);
+    let sql = fill(
+        &with_parking(backend, FENCED_TRANSITIONS),
+        &[("rows", &rows)],
+    );
     let mut applied: HashMap<Uuid, (Option<DateTime<Utc>>, DateTime<Utc>)> = HashMap::new();
     for row in txn.query_all_raw(clock.statement(&sql, values)).await? {
         applied.insert(
@@ -302,31 +302,25 @@ async fn record_in(
     }
     let holds = |claim: &Claim| applied.get(&claim.delivery_id);
 
-    let mut values = Vec::with_capacity(fresh.len() * 10);
-    let rows: Vec<String> = fresh
-        .iter()
-        .enumerate()
-        .map(|(n, (index, number, ..))| {
-            let attempt = &attempts[*index];
-            let outcome = &attempt.outcome;
-            values.extend([
-                Value::from(Uuid::now_v7()),
-                Value::from(attempt.claim.delivery_id),
-                Value::from(*number),
-                Value::from(attempt.claim.claim_token),
-                Value::from(attempt.started_at),
-                Value::from(attempt.finished_at),
-                Value::from(outcome.status.map(i32::from)),
-                Value::from(outcome.error.clone()),
-                Value::from(Some(
-                    i32::try_from(outcome.duration.as_millis()).unwrap_or(i32::MAX),
-                )),
-                Value::from(holds(&attempt.claim).is_none()),
-            ]);
-            format!("({})", Db::placeholders(n * 10 + 1, 10))
-        })
-        .collect();
-    let sql = INSERT_ATTEMPTS.replace("{rows}", &rows.join(", "));
+    let mut rows = Rows::new(backend, ATTEMPT_COLUMNS);
+    for (index, number, ..) in &fresh {
+        let attempt = &attempts[*index];
+        let outcome = &attempt.outcome;
+        rows.push([
+            Value::from(Uuid::now_v7()),
+            Value::from(attempt.claim.delivery_id),
+            Value::from(*number),
+            Value::from(attempt.claim.claim_token),
+            Value::from(attempt.started_at),
+            Value::from(attempt.finished_at),
+            Value::from(outcome.status.map_or(0, i32::from)),
+            Value::from(outcome.error.clone().unwrap_or_default()),
+            Value::from(i32::try_from(outcome.duration.as_millis()).unwrap_or(i32::MAX)),
+            Value::from(holds(&attempt.claim).is_none()),
+        ])?;
+    }
+    let (rows, values) = rows.render(1);
+    let sql = fill(INSERT_ATTEMPTS, &[("rows", &rows)]);
     txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
         .await?;
 
@@ -361,7 +355,7 @@ async fn record_in(
             at: attempts[*index].finished_at,
         })
         .collect();
-    let disabled = health::settle(txn, backend, policy, &settled, crate::db::now()).await?;
+    let disabled = health::settle(txn, backend, policy, &settled).await?;
     // A `Retry-After` on 429 or 503 pauses the whole endpoint, on every process.
     let mut pauses: BTreeMap<Uuid, Duration> = BTreeMap::new();
     for (index, ..) in &fresh {

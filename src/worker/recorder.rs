@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use super::ended::EndedGuard;
 use super::health::HealthPolicy;
-use super::record::{record_batch_with, FinishedAttempt, Recorded};
+use super::record::{record, FinishedAttempt, Recorded};
 use super::schedule::NextStep;
 use crate::db::{is_transient, is_unavailable};
 use crate::error::error_chain;
@@ -162,7 +162,7 @@ impl Recorder {
             tries += 1;
             let db = &self.state.db;
             let err = match db
-                .within_deadline(record_batch_with(db, &self.state.bus, policy, attempts))
+                .within_deadline(record(db, &self.state.bus, policy, attempts))
                 .await
             {
                 Ok(recorded) => return Ok(recorded),

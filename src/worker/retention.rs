@@ -10,19 +10,20 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::db::{self, Db};
+use crate::db::Db;
 use crate::error::error_chain;
 
 /// Deliveries deleted per transaction: small, so each one is brief.
 pub const BATCH: i64 = 500;
 
-/// PostgreSQL: one statement per batch, judged by the database's clock. The oldest settled
+/// PostgreSQL: one statement per batch, judged by the database's clock (`$1` is bound by
+/// [`crate::db::Clock::before`], like every cut-off here). The oldest settled
 /// deliveries are locked `SKIP LOCKED` (a row a replay or anything else holds is left for
 /// the next run), then their attempts, themselves and their submissions go together.
 const PRUNE_POSTGRES: &str = "\
 WITH doomed AS (
     SELECT id, submission_id FROM webhook_deliveries
-    WHERE state IN ('delivered', 'failed') AND updated_at < now() - make_interval(days => $1)
+    WHERE state IN ('delivered', 'failed') AND updated_at < {after($1)}
     ORDER BY updated_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -36,10 +37,10 @@ DELETE FROM submissions WHERE id IN (SELECT submission_id FROM deliveries)
 RETURNING id";
 
 /// SQLite, step 1 (inside the write transaction, which excludes every other writer): the
-/// oldest settled deliveries past the cutoff `$1`.
+/// oldest settled deliveries past the cut-off.
 const DOOMED_SQLITE: &str = "\
 SELECT id, submission_id FROM webhook_deliveries
-WHERE state IN ('delivered', 'failed') AND updated_at < $1
+WHERE state IN ('delivered', 'failed') AND updated_at < {after($1)}
 ORDER BY updated_at
 LIMIT $2";
 
@@ -52,22 +53,22 @@ const DELETE_SQLITE: [&str; 3] = [
      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.submission_id = submissions.id)",
 ];
 
-/// ChangeBus older than the retention with no submission left (their deliveries all pruned,
+/// Events older than the retention with no submission left (their deliveries all pruned,
 /// or published to no endpoint), a batch at a time. PostgreSQL judges age by its own clock.
 const PRUNE_EVENTS_POSTGRES: &str = "\
 DELETE FROM events WHERE id IN (
     SELECT e.id FROM events e
-    WHERE e.created_at < now() - make_interval(days => $1)
+    WHERE e.created_at < {after($1)}
       AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.event_id = e.id)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )";
 
-/// [`PRUNE_EVENTS_POSTGRES`] on SQLite, with the cut-off from the process clock.
+/// [`PRUNE_EVENTS_POSTGRES`] on SQLite.
 const PRUNE_EVENTS_SQLITE: &str = "\
 DELETE FROM events WHERE id IN (
     SELECT e.id FROM events e
-    WHERE e.created_at < $1
+    WHERE e.created_at < {after($1)}
       AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.event_id = e.id)
     LIMIT $2
 )";
@@ -95,21 +96,12 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
 
 /// Deletes up to `limit` events older than `days` days that no submission refers to.
 pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
-    let statement = match db.backend() {
-        DbBackend::Postgres => Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            PRUNE_EVENTS_POSTGRES,
-            [i32::try_from(days).unwrap_or(i32::MAX).into(), limit.into()],
-        ),
-        backend => Statement::from_sql_and_values(
-            backend,
-            PRUNE_EVENTS_SQLITE,
-            [
-                (db::now() - chrono::Duration::days(i64::from(days))).into(),
-                limit.into(),
-            ],
-        ),
+    let clock = db.clock();
+    let sql = match db.backend() {
+        DbBackend::Postgres => PRUNE_EVENTS_POSTGRES,
+        _ => PRUNE_EVENTS_SQLITE,
     };
+    let statement = clock.statement(sql, [clock.before(retention(days)), limit.into()]);
     Ok(db.conn().execute_raw(statement).await?.rows_affected())
 }
 
@@ -118,13 +110,12 @@ pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> 
 pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
     match db.backend() {
         DbBackend::Postgres => {
-            let days = i32::try_from(days).unwrap_or(i32::MAX);
             let rows = db
                 .transaction(|txn| async move {
-                    txn.query_all_raw(Statement::from_sql_and_values(
-                        DbBackend::Postgres,
+                    let clock = db.clock();
+                    txn.query_all_raw(clock.statement(
                         PRUNE_POSTGRES,
-                        [days.into(), limit.into()],
+                        [clock.before(retention(days)), limit.into()],
                     ))
                     .await
                 })
@@ -132,14 +123,12 @@ pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
             Ok(rows.len() as u64)
         }
         backend => {
-            let cutoff = db::now() - chrono::Duration::days(i64::from(days));
             let txn = db.begin_write().await?;
+            let clock = db.clock();
             let doomed = txn
-                .query_all_raw(Statement::from_sql_and_values(
-                    backend,
-                    DOOMED_SQLITE,
-                    [cutoff.into(), limit.into()],
-                ))
+                .query_all_raw(
+                    clock.statement(DOOMED_SQLITE, [clock.before(retention(days)), limit.into()]),
+                )
                 .await?;
             let mut deliveries = Vec::with_capacity(doomed.len());
             let mut submissions = Vec::with_capacity(doomed.len());
@@ -191,4 +180,9 @@ pub async fn run(db: Db, days: u32, interval: Duration, shutdown: CancellationTo
             }
         }
     }
+}
+
+/// How long settled history is kept: `days` days.
+fn retention(days: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::from(days) * 86_400)
 }

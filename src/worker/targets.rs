@@ -8,30 +8,31 @@ use uuid::Uuid;
 
 use super::claim::Claim;
 use crate::crypto::sealing::SecretKeys;
+use crate::db::sql::fill;
 use crate::db::Db;
 
 /// Everything needed to send the claimed deliveries, in one query per batch. The previous
 /// secret comes only while its stored expiry is ahead of the database's clock, so every
 /// process stops signing with it at the same moment, whatever its own clock says.
-const LOAD_TARGETS: &str = concat!(
-    "SELECT d.id, ",
-    crate::targets_columns!(),
-    "
+const LOAD_TARGETS: &str = "\
+SELECT d.id, {target_columns}
 FROM webhook_deliveries d
 JOIN submissions s ON s.id = d.submission_id
 JOIN endpoints e ON e.id = d.endpoint_id
-WHERE d.id IN ({ids})"
-);
+WHERE d.id {ids}";
 
 /// The columns a target is read from, given `s` (the submission) and `e` (the endpoint):
 /// one definition for [`LOAD_TARGETS`] and the PostgreSQL claim, which returns them.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! targets_columns {
-    () => {
-        "s.payload, e.url, e.signing_secret,
-       CASE WHEN e.previous_secret_expires_at > {now} THEN e.previous_signing_secret END AS previous_secret"
-    };
+const TARGET_COLUMNS: &str = "s.payload, e.url, e.signing_secret,
+       CASE WHEN e.previous_secret_expires_at > {now} THEN e.previous_signing_secret END AS previous_secret";
+
+/// `template` with its `{target_columns}` slot filled with the columns a target is read
+/// from, and its `{ids}` slot with `ids`.
+pub fn with_columns(template: &str, ids: &str) -> String {
+    fill(
+        template,
+        &[("target_columns", TARGET_COLUMNS), ("ids", ids)],
+    )
 }
 
 /// Where and what to send for one claimed delivery.
@@ -58,8 +59,9 @@ pub async fn load_targets(
     if claims.is_empty() {
         return Ok(HashMap::new());
     }
-    let sql = LOAD_TARGETS.replace("{ids}", &Db::placeholders(1, claims.len()));
-    let values = claims.iter().map(|claim| claim.delivery_id.into());
+    let ids: Vec<Uuid> = claims.iter().map(|claim| claim.delivery_id).collect();
+    let (list, values) = Db::id_list(db.backend(), 1, &ids, false);
+    let sql = with_columns(LOAD_TARGETS, &list);
     let rows = db
         .conn()
         .query_all_raw(db.clock().statement(&sql, values))
@@ -67,7 +69,7 @@ pub async fn load_targets(
     from_rows(keys, claims, &rows)
 }
 
-/// Targets from rows holding `id` and the [`targets_columns`] (for claims of `claims`).
+/// Targets from rows holding `id` and the target columns (for claims of `claims`).
 pub fn from_rows(
     keys: &SecretKeys,
     claims: &[Claim],

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::bus::{ChangeBus, StateChange};
 use crate::db::parking::with_parking;
+use crate::db::sql::fill;
 use crate::db::{Clock, Db};
 use crate::service::flow::{self, Facts, Rate, Standing, Turn};
 
@@ -101,9 +102,7 @@ pub async fn lock_turns(
         values.extend(ids);
         format!("OR f.endpoint_id {list}")
     };
-    let sql = LOCK_TURNS
-        .replace("{lock}", lock)
-        .replace("{revisit}", &revisit_sql);
+    let sql = fill(LOCK_TURNS, &[("lock", lock), ("revisit", &revisit_sql)]);
     let rows = txn
         .query_all_raw(db.clock().statement(&sql, values))
         .await?;
@@ -165,9 +164,8 @@ pub async fn facts(
     };
     let (not_ended, ended_values) = Db::id_list(backend, values.len() + 1, ended, true);
     values.extend(ended_values);
-    let sql = FACTS
-        .replace("{endpoints}", &list)
-        .replace("{not_ended}", &format!("AND p.id {not_ended}"));
+    let not_ended = format!("AND p.id {not_ended}");
+    let sql = fill(FACTS, &[("endpoints", &list), ("not_ended", &not_ended)]);
     let mut facts = HashMap::with_capacity(endpoints.len());
     for row in txn
         .query_all_raw(db.clock().statement(&sql, values))

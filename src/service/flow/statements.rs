@@ -5,6 +5,7 @@
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Value};
 use uuid::Uuid;
 
+use crate::db::sql::fill;
 use crate::db::{Clock, Db};
 
 /// The soonest a sleeping endpoint `{x}` (a flow row) can be served: now, or once a
@@ -21,13 +22,12 @@ const WOKEN_TURN: &str = "CASE WHEN {x}.blocked_until > {now} THEN {x}.blocked_u
 const ASLEEP: &str = "({x}.turn_at IS NULL OR {x}.turn_at > {floor})";
 
 fn woken_turn(row: &str) -> String {
-    WOKEN_TURN.replace("{x}", row)
+    fill(WOKEN_TURN, &[("x", row)])
 }
 
 fn asleep(row: &str) -> String {
-    ASLEEP
-        .replace("{floor}", &FLOOR.replace("{x}", row))
-        .replace("{x}", row)
+    let floor = fill(FLOOR, &[("x", row)]);
+    fill(ASLEEP, &[("floor", &floor), ("x", row)])
 }
 
 /// The statement that wakes the endpoints listed by the SQL `endpoints` (a subquery or a
@@ -82,11 +82,15 @@ pub fn sweep(backend: DbBackend, only: Option<&str>) -> String {
         _ => "",
     };
     let only = only.map_or_else(String::new, |ids| format!("AND f.endpoint_id {ids}"));
-    SWEEP
-        .replace("{turn}", &woken_turn("endpoint_flow"))
-        .replace("{asleep}", &asleep("f"))
-        .replace("{only}", &only)
-        .replace("{lock}", lock)
+    fill(
+        SWEEP,
+        &[
+            ("turn", &woken_turn("endpoint_flow")),
+            ("asleep", &asleep("f")),
+            ("only", &only),
+            ("lock", lock),
+        ],
+    )
 }
 
 /// A new endpoint's row: nothing due yet; it takes its first turn by its creation.

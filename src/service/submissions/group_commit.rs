@@ -8,61 +8,21 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use entity::{submission, webhook_delivery};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait, RuntimeErr, Statement, Value};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, EntityTrait, Statement, Value};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::bus::{ChangeBus, CHANGES_CHANNEL};
-use crate::db::parking::with_parking;
-use crate::db::{is_unavailable, Db};
+use crate::bus::ChangeBus;
+use crate::db::{may_have_committed, Db};
 use crate::error::{error_chain, Error};
 use crate::metrics::Metrics;
-use crate::service::flow;
-use crate::service::submissions::store::{prepare, stamp, store, NewRows, Prepared, Stored};
+use crate::service::submissions::store::{
+    outcome, prepare, store, store_many, NewRows, Prepared, Reported, Stored,
+};
 
 /// Most submissions written in one statement.
 const MAX_BATCH: usize = 64;
-
-/// Many submissions, their deliveries and their `NOTIFY`s in one statement. Rows for
-/// unknown or disabled endpoints are skipped (the endpoints read under the parking rule's
-/// share lock, as for one submission); a row whose idempotency key is already taken (by an
-/// earlier submission, or by another row of the batch) is skipped too, and its caller then
-/// reads the winner. Every valid row comes back, saying whether it was stored and when, on
-/// the database's clock. The endpoints' turns are woken if they slept (see
-/// [`crate::service::flow`]).
-const STORE_MANY: &str = "\
-WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
-            submitted_by, event, event_type) AS (VALUES {rows}),
-valid AS (
-    SELECT input.* FROM input {enabled_join(input.endpoint_id)} {lock_enabled}
-), stored_submissions AS (
-    INSERT INTO submissions
-        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
-    SELECT submission_id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by,
-           {now}, event_type
-    FROM valid
-    ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
-    RETURNING id, created_at
-), stored_deliveries AS (
-    INSERT INTO webhook_deliveries
-        (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
-    SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
-           s.created_at, s.created_at, s.created_at
-    FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
-    RETURNING id, endpoint_id, created_at
-), woken AS (
-    {wake}
-)
-SELECT valid.delivery_id AS id,
-       stored_deliveries.id IS NOT NULL AS stored,
-       stored_deliveries.created_at,
-       CASE WHEN stored_deliveries.id IS NOT NULL
-            THEN pg_notify($1, jsonb_set(valid.event::jsonb, '{t}',
-                                         to_jsonb(stored_deliveries.created_at))::text)
-       END AS notified
-FROM valid LEFT JOIN stored_deliveries ON stored_deliveries.id = valid.delivery_id";
 
 /// Which of these deliveries exist. After a write whose answer was lost (its connection
 /// dropped after the statement was sent), the ids minted before writing tell whether it
@@ -76,7 +36,7 @@ struct Job {
 
 /// Hands submissions to the group-commit task (PostgreSQL), or stores them directly.
 #[derive(Clone, Debug)]
-pub struct SubmitBatcher {
+pub struct GroupCommit {
     db: Db,
     bus: ChangeBus,
     metrics: Arc<Metrics>,
@@ -89,20 +49,20 @@ impl std::fmt::Debug for Job {
     }
 }
 
-impl SubmitBatcher {
+impl GroupCommit {
     /// On PostgreSQL, starts the group-commit task (it ends when the last handle is dropped).
     pub fn start(db: Db, bus: ChangeBus, metrics: Arc<Metrics>) -> Self {
         let jobs = (db.backend() == DbBackend::Postgres).then(|| {
             let (jobs, inbox) = mpsc::channel(MAX_BATCH * 4);
-            let writer = Writer {
+            let committer = Committer {
                 db: db.clone(),
                 bus: bus.clone(),
                 metrics: metrics.clone(),
             };
-            tokio::spawn(writer.run(inbox));
+            tokio::spawn(committer.run(inbox));
             jobs
         });
-        SubmitBatcher {
+        GroupCommit {
             db,
             bus,
             metrics,
@@ -111,7 +71,7 @@ impl SubmitBatcher {
     }
 
     /// Stores one submission (see [`store`]), possibly in a statement with others. A taken
-    /// idempotency key is [`Error::UniqueViolation`].
+    /// idempotency key is [`Stored::KeyTaken`].
     pub async fn store(&self, rows: NewRows) -> Result<Stored, Error> {
         let Some(jobs) = &self.jobs else {
             return Ok(store(&self.db, &self.bus, rows).await?);
@@ -121,16 +81,16 @@ impl SubmitBatcher {
         if let Err(mpsc::error::SendError(job)) = jobs.send(Job { rows, reply }).await {
             return store_checked(&self.db, &self.bus, job.rows).await;
         }
-        // The writer counts it out when it takes it.
+        // The group-commit task counts it out when it takes it.
         std::mem::forget(queued);
         answer
             .await
-            .map_err(|_| Error::Database(DbErr::Custom("the submission writer stopped".into())))?
+            .map_err(|_| Error::Database(DbErr::Custom("the group-commit task stopped".into())))?
     }
 }
 
-/// Counts a submission as queued until it is handed to the writer, or given up on (its
-/// caller went away, or the writer stopped).
+/// Counts a submission as queued until it is handed to the group-commit task, or given up on (its
+/// caller went away, or the task stopped).
 struct Queued<'a>(&'a Metrics);
 
 impl<'a> Queued<'a> {
@@ -147,13 +107,13 @@ impl Drop for Queued<'_> {
 }
 
 /// The group-commit task.
-struct Writer {
+struct Committer {
     db: Db,
     bus: ChangeBus,
     metrics: Arc<Metrics>,
 }
 
-impl Writer {
+impl Committer {
     /// Writes what arrives until every handle is gone.
     async fn run(self, mut inbox: mpsc::Receiver<Job>) {
         let mut jobs = Vec::with_capacity(MAX_BATCH);
@@ -170,7 +130,7 @@ impl Writer {
         }
     }
 
-    /// Writes `batch` in one statement, within the database deadline (one writer stuck on a
+    /// Writes `batch` in one statement, within the database deadline (a task stuck on a
     /// silent connection would otherwise hold every submission), and answers each caller.
     async fn write_group(&self, batch: Vec<Job>) {
         let db = &self.db;
@@ -180,21 +140,13 @@ impl Writer {
             .submission_group_rows
             .inc_by(prepared.len() as u64);
         let err = match db.within_deadline(store_many(db, &prepared)).await {
-            Ok(valid) => {
-                self.count_duplicates(&prepared, &valid);
-                for (job, mut rows) in batch.into_iter().zip(prepared) {
-                    let result = match valid.get(&rows.delivery.id) {
-                        Some(Some(at)) => {
-                            rows.submission.created_at = *at;
-                            stamp(&mut rows.delivery, *at);
-                            Ok(Some((rows.submission, rows.delivery)))
-                        }
-                        Some(None) => Err(Error::UniqueViolation(
-                            "idempotency key already taken".into(),
-                        )),
-                        None => Ok(None),
-                    };
-                    let _ = job.reply.send(result);
+            Ok(reported) => {
+                self.count_duplicates(&prepared, &reported);
+                for (job, rows) in batch.into_iter().zip(prepared) {
+                    let id = rows.delivery.id;
+                    let _ = job
+                        .reply
+                        .send(Ok(outcome(rows, reported.get(&id).copied())));
                 }
                 return;
             }
@@ -229,7 +181,10 @@ impl Writer {
         }
         for (job, rows) in batch.into_iter().zip(prepared) {
             if existing.contains(&rows.delivery.id) {
-                let _ = job.reply.send(Ok(Some((rows.submission, rows.delivery))));
+                let _ = job.reply.send(Ok(Stored::Created(
+                    Box::new(rows.submission),
+                    Box::new(rows.delivery),
+                )));
             } else if !job.reply.is_closed() {
                 // Not written: each on its own, so each caller gets its own answer.
                 let stored = store_checked(db, &self.bus, job.rows).await;
@@ -239,14 +194,10 @@ impl Writer {
     }
 
     /// Counts the rows of a group whose idempotency key another row of the same group took.
-    fn count_duplicates(
-        &self,
-        prepared: &[Prepared],
-        valid: &HashMap<Uuid, Option<DateTime<Utc>>>,
-    ) {
+    fn count_duplicates(&self, prepared: &[Prepared], reported: &HashMap<Uuid, Reported>) {
         let stored_keys: HashSet<(Uuid, &str)> = prepared
             .iter()
-            .filter(|rows| valid.get(&rows.delivery.id).is_some_and(Option::is_some))
+            .filter(|rows| matches!(reported.get(&rows.delivery.id), Some(Reported::Created(_))))
             .filter_map(|rows| {
                 let s = &rows.submission;
                 Some((s.endpoint_id, s.idempotency_key.as_deref()?))
@@ -254,7 +205,7 @@ impl Writer {
             .collect();
         let duplicates = prepared
             .iter()
-            .filter(|rows| valid.get(&rows.delivery.id) == Some(&None))
+            .filter(|rows| reported.get(&rows.delivery.id) == Some(&Reported::KeyTaken))
             .filter(|rows| {
                 let s = &rows.submission;
                 s.idempotency_key
@@ -292,25 +243,12 @@ async fn store_checked(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored
         })
         .await;
     match found {
-        Ok(Some(stored)) => {
+        Ok(Some((submission, delivery))) => {
             tracing::warn!(error = %error_chain(&err), %delivery_id, "submission committed but its answer was lost");
-            Ok(Some(stored))
+            Ok(Stored::Created(Box::new(submission), Box::new(delivery)))
         }
         _ => Err(Error::from(err)),
     }
-}
-
-/// Whether a failed write may have committed anyway: anything but an error the server
-/// reported for the statement (which rolled it back), e.g. a connection lost after the
-/// statement was sent, a deadline, or an answer that could not be read.
-fn may_have_committed(err: &DbErr) -> bool {
-    let refused = matches!(
-        err,
-        DbErr::Exec(RuntimeErr::SqlxError(cause)) | DbErr::Query(RuntimeErr::SqlxError(cause))
-            if matches!(cause.as_ref(), sqlx::Error::Database(_))
-    );
-    let never_sent = matches!(err, DbErr::ConnectionAcquire(_));
-    !never_sent && (!refused || is_unavailable(err))
 }
 
 /// The ids among `ids` whose deliveries exist.
@@ -324,58 +262,5 @@ async fn existing_deliveries(db: &Db, ids: &[Uuid]) -> Result<HashSet<Uuid>, DbE
         .await?
         .iter()
         .map(|row| row.try_get::<Uuid>("", "id"))
-        .collect()
-}
-
-/// Writes `prepared` in one statement, in one transaction under the race policy. Returns,
-/// for each submission whose endpoint is valid, when it was stored (`None`: its
-/// idempotency key was taken), by delivery id.
-async fn store_many(
-    db: &Db,
-    prepared: &[Prepared],
-) -> Result<HashMap<Uuid, Option<DateTime<Utc>>>, DbErr> {
-    const COLUMNS: usize = 9;
-    let mut values: Vec<Value> = Vec::with_capacity(1 + prepared.len() * COLUMNS);
-    values.push(CHANGES_CHANNEL.into());
-    let mut rows = Vec::with_capacity(prepared.len());
-    for (n, p) in prepared.iter().enumerate() {
-        let s = &p.submission;
-        values.extend([
-            Value::from(s.id),
-            Value::from(p.delivery.id),
-            Value::from(s.endpoint_id),
-            Value::from(s.idempotency_key.clone()),
-            Value::from(s.payload.clone()),
-            Value::from(s.payload_hash.clone()),
-            Value::from(s.submitted_by),
-            Value::from(p.created.to_wire()?),
-            Value::from(s.event_type.clone()),
-        ]);
-        rows.push(format!("({})", Db::placeholders(2 + n * COLUMNS, COLUMNS)));
-    }
-    let sql = with_parking(DbBackend::Postgres, STORE_MANY)
-        .replace("{rows}", &rows.join(", "))
-        .replace(
-            "{wake}",
-            &flow::wake(
-                DbBackend::Postgres,
-                "SELECT endpoint_id FROM stored_deliveries",
-            ),
-        );
-    let (sql, values) = (&sql, &values);
-    // One statement, committed on its own: one round trip for the whole group.
-    let stored = db
-        .autocommit(|| db.clock().statement(sql, values.iter().cloned()))
-        .await?;
-    stored
-        .iter()
-        .map(|row| {
-            let stored: bool = row.try_get("", "stored")?;
-            let at: Option<DateTime<Utc>> = row.try_get("", "created_at")?;
-            Ok((
-                row.try_get::<Uuid>("", "id")?,
-                if stored { at } else { None },
-            ))
-        })
         .collect()
 }

@@ -1,31 +1,26 @@
 //! Submissions: the idempotent `submit` (race 3) and reading what was submitted.
 
 pub mod group_commit;
+pub mod intake;
 pub mod publish;
 pub mod store;
 
-use std::sync::Arc;
-
+use entity::submission;
 use entity::webhook_delivery;
-use entity::{endpoint, submission};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
 use uuid::Uuid;
 
+use self::group_commit::GroupCommit;
+use self::intake::Intake;
+use self::store::{NewRows, Stored};
 use crate::auth::Identity;
-use crate::bus::Wakeup;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::metrics::SubmissionOutcome;
 use crate::service::event_types;
-use crate::service::payload;
-use crate::service::payload::canonical::payload_hash;
-use crate::service::rate_limit::RateLimiter;
-use crate::service::submissions::group_commit::SubmitBatcher;
-use crate::service::submissions::store::NewRows;
 
-/// Longest idempotency key, in characters.
-pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
+pub use self::intake::MAX_IDEMPOTENCY_KEY_CHARS;
 
 /// What a partner submits.
 #[derive(Debug, Clone)]
@@ -55,62 +50,42 @@ pub struct SubmitOutcome {
 #[derive(Clone, Debug)]
 pub struct Submissions {
     db: Db,
-    rate_limiter: RateLimiter,
-    max_payload_bytes: usize,
-    wakeup: Wakeup,
-    writer: SubmitBatcher,
-    metrics: Arc<Metrics>,
+    intake: Intake,
+    group_commit: GroupCommit,
 }
 
 impl Submissions {
-    /// Submission operations on `db`; `wakeup` is hinted after each new delivery commits.
-    pub fn new(
-        db: Db,
-        rate_limiter: RateLimiter,
-        max_payload_bytes: usize,
-        wakeup: Wakeup,
-        writer: SubmitBatcher,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    /// Submission operations on `db`, through `intake`, stored by `group_commit`.
+    pub fn new(db: Db, intake: Intake, group_commit: GroupCommit) -> Self {
         Submissions {
             db,
-            rate_limiter,
-            max_payload_bytes,
-            wakeup,
-            writer,
-            metrics,
+            intake,
+            group_commit,
         }
     }
 
-    /// Stores a submission and its pending delivery in one transaction, or answers
-    /// with the earlier submission that holds the same idempotency key.
+    /// Stores a submission and its pending delivery together, or answers with the earlier
+    /// submission that holds the same idempotency key.
     ///
     /// Race 3 is settled by `UNIQUE (endpoint_id, idempotency_key)`: the lookup before
-    /// the insert is only a fast path. When the insert loses on the constraint, its
-    /// transaction is rolled back (submission and delivery go together) and the winner
-    /// is read afresh, outside the failed transaction's snapshot, so this stays correct
-    /// at REPEATABLE READ.
+    /// the write is only a fast path. A write that loses on the constraint writes nothing
+    /// and reports [`Stored::KeyTaken`]; the winner is then read afresh, in a statement of
+    /// its own, which sees it committed.
     #[tracing::instrument(level = "debug", skip_all, fields(endpoint_id = %input.endpoint_id))]
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
         caller.require_access(input.endpoint_id)?;
-        let key = validate_key(input.idempotency_key)?;
         let event_type = input
             .event_type
             .as_deref()
             .map(event_types::validate)
             .transpose()?;
-        let payload = payload::accept(input.payload, self.max_payload_bytes)?;
-
-        if let Err(err) = self.rate_limiter.check(&caller.key_id.to_string()).await {
-            self.metrics.submission("rate_limited");
-            return Err(err);
-        }
-
-        let hash =
-            payload_hash(&payload).map_err(|err| Error::bad_input(format!("payload: {err}")))?;
-        if let Some(key) = &key {
+        let accepted = self
+            .intake
+            .accept(caller, input.idempotency_key, input.payload)
+            .await?;
+        if let Some(key) = &accepted.key {
             if let Some(existing) = self.find_by_key(input.endpoint_id, key).await? {
-                return self.answer_existing(existing, &hash).await;
+                return self.answer_existing(existing, &accepted.hash).await;
             }
         }
 
@@ -118,9 +93,9 @@ impl Submissions {
             submission: submission::Model {
                 id: Uuid::now_v7(),
                 endpoint_id: input.endpoint_id,
-                idempotency_key: key.clone(),
-                payload,
-                payload_hash: hash.clone(),
+                idempotency_key: accepted.key.clone(),
+                payload: accepted.payload,
+                payload_hash: accepted.hash.clone(),
                 submitted_by: Some(caller.key_id),
                 created_at: db::now(),
                 event_id: None,
@@ -128,41 +103,28 @@ impl Submissions {
             },
             delivery_id: Uuid::now_v7(),
         };
-        match self.writer.store(rows).await {
-            Ok(Some((submission, delivery))) => {
-                self.metrics.submission("created");
-                self.wakeup.hint();
+        match self.group_commit.store(rows).await? {
+            Stored::Created(submission, delivery) => {
+                self.intake.stored(SubmissionOutcome::Created, 1);
                 tracing::debug!(submission_id = %submission.id, delivery_id = %delivery.id, "submission stored");
                 Ok(SubmitOutcome {
                     created: true,
-                    submission,
-                    delivery,
+                    submission: *submission,
+                    delivery: *delivery,
                 })
             }
-            Ok(None) => Err(self.why_not_stored(input.endpoint_id).await),
-            Err(Error::UniqueViolation(_)) if key.is_some() => {
-                let key = key.unwrap_or_default();
+            Stored::KeyTaken => {
+                let key = accepted.key.unwrap_or_default();
                 let winner =
                     self.find_by_key(input.endpoint_id, &key)
                         .await?
                         .ok_or(Error::Database(sea_orm::DbErr::RecordNotFound(
                             "the submission that won the idempotency race".into(),
                         )))?;
-                self.answer_existing(winner, &hash).await
+                self.answer_existing(winner, &accepted.hash).await
             }
-            Err(err) => Err(err),
-        }
-    }
-
-    /// Why nothing was stored for `endpoint_id`: it is unknown, or disabled.
-    async fn why_not_stored(&self, endpoint_id: Uuid) -> Error {
-        match endpoint::Entity::find_by_id(endpoint_id)
-            .one(self.db.conn())
-            .await
-        {
-            Ok(Some(endpoint)) if endpoint.disabled => Error::bad_input("the endpoint is disabled"),
-            Ok(_) => Error::NotFound("endpoint"),
-            Err(err) => err.into(),
+            Stored::EndpointDisabled => Err(Error::bad_input("the endpoint is disabled")),
+            Stored::EndpointMissing => Err(Error::NotFound("endpoint")),
         }
     }
 
@@ -180,16 +142,12 @@ impl Submissions {
         existing: submission::Model,
         hash: &str,
     ) -> Result<SubmitOutcome> {
-        if existing.payload_hash != hash {
-            self.metrics.submission("conflicted");
-            return Err(Error::IdempotencyConflict);
-        }
+        self.intake.repeat(existing.payload_hash == hash)?;
         let delivery = webhook_delivery::Entity::find()
             .filter(webhook_delivery::Column::SubmissionId.eq(existing.id))
             .one(self.db.conn())
             .await?
             .ok_or(Error::NotFound("delivery"))?;
-        self.metrics.submission("deduplicated");
         Ok(SubmitOutcome {
             created: false,
             submission: existing,
@@ -219,20 +177,5 @@ impl Submissions {
             .filter(submission::Column::Id.is_in(ids.iter().copied()))
             .all(self.db.conn())
             .await?)
-    }
-}
-
-/// An idempotency key is optional; when given it is 1 to 255 characters.
-pub(crate) fn validate_key(key: Option<String>) -> Result<Option<String>> {
-    match key {
-        None => Ok(None),
-        Some(key) if key.is_empty() => Err(Error::bad_input("idempotencyKey must not be empty")),
-        Some(key) if key.chars().any(char::is_control) => Err(Error::bad_input(
-            "idempotencyKey must not contain control characters",
-        )),
-        Some(key) if key.chars().count() > MAX_IDEMPOTENCY_KEY_CHARS => Err(Error::bad_input(
-            format!("idempotencyKey must be at most {MAX_IDEMPOTENCY_KEY_CHARS} characters"),
-        )),
-        Some(key) => Ok(Some(key)),
     }
 }

@@ -2,8 +2,6 @@
 //! `pending` delivery for every enabled endpoint subscribed to its type (and in the
 //! publisher's scope). Idempotency rests on `UNIQUE (published_by, idempotency_key)`.
 
-use std::sync::Arc;
-
 use entity::{event, submission};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, IntoActiveModel, QueryFilter, Statement,
@@ -13,15 +11,12 @@ use uuid::Uuid;
 
 use crate::auth::Identity;
 use crate::bus::ChangeBus;
-use crate::bus::Wakeup;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
-use crate::service::payload::canonical::payload_hash;
-use crate::service::rate_limit::RateLimiter;
+use crate::metrics::SubmissionOutcome;
+use crate::service::submissions::intake::Intake;
 use crate::service::submissions::store::{prepare, NewRows, Prepared};
-use crate::service::submissions::validate_key;
-use crate::service::{event_types, flow, payload};
+use crate::service::{event_types, flow};
 
 /// Race 3 for events: the unique index decides who created the event. A loser waits for
 /// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
@@ -95,31 +90,13 @@ pub struct PublishOutcome {
 pub struct Fanout {
     db: Db,
     bus: ChangeBus,
-    rate_limiter: RateLimiter,
-    max_payload_bytes: usize,
-    wakeup: Wakeup,
-    metrics: Arc<Metrics>,
+    intake: Intake,
 }
 
 impl Fanout {
-    /// Event operations on `db`; `events` carries the deliveries' creation, `wakeup` is
-    /// hinted after a fan-out commits.
-    pub fn new(
-        db: Db,
-        bus: ChangeBus,
-        rate_limiter: RateLimiter,
-        max_payload_bytes: usize,
-        wakeup: Wakeup,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        Fanout {
-            db,
-            bus,
-            rate_limiter,
-            max_payload_bytes,
-            wakeup,
-            metrics,
-        }
+    /// Event operations on `db`, through `intake`; `bus` carries the deliveries' creation.
+    pub fn new(db: Db, bus: ChangeBus, intake: Intake) -> Self {
+        Fanout { db, bus, intake }
     }
 
     /// Publishes an event: stores it and fans it out to every matching endpoint in one
@@ -128,11 +105,11 @@ impl Fanout {
     #[tracing::instrument(level = "debug", skip_all, fields(event_type = %input.event_type))]
     pub async fn publish(&self, caller: &Identity, input: NewEvent) -> Result<PublishOutcome> {
         let event_type = event_types::validate(&input.event_type)?;
-        let key = validate_key(input.idempotency_key)?;
-        let payload = payload::accept(input.payload, self.max_payload_bytes)?;
-        self.rate_limiter.check(&caller.key_id.to_string()).await?;
-        let hash =
-            payload_hash(&payload).map_err(|err| Error::bad_input(format!("payload: {err}")))?;
+        let accepted = self
+            .intake
+            .accept(caller, input.idempotency_key, input.payload)
+            .await?;
+        let (key, payload, hash) = (accepted.key, accepted.payload, accepted.hash);
         if let Some(key) = &key {
             if let Some(existing) = self.find_by_key(caller.key_id, key).await? {
                 return self.answer_existing(existing, &event_type, &hash);
@@ -150,10 +127,7 @@ impl Fanout {
         };
         match self.fan_out(caller, &event).await? {
             Some((event, deliveries)) => {
-                self.metrics.submission("published");
-                if deliveries > 0 {
-                    self.wakeup.hint();
-                }
+                self.intake.stored(SubmissionOutcome::Published, deliveries);
                 tracing::info!(event_id = %event.id, event_type = %event.event_type, deliveries, "event published");
                 Ok(PublishOutcome {
                     created: true,
@@ -326,11 +300,8 @@ impl Fanout {
         event_type: &str,
         hash: &str,
     ) -> Result<PublishOutcome> {
-        if existing.event_type != event_type || existing.payload_hash != hash {
-            self.metrics.submission("conflicted");
-            return Err(Error::IdempotencyConflict);
-        }
-        self.metrics.submission("deduplicated");
+        self.intake
+            .repeat(existing.event_type == event_type && existing.payload_hash == hash)?;
         Ok(PublishOutcome {
             created: false,
             event: existing,

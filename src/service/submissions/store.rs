@@ -1,43 +1,94 @@
-//! Storing a submission and its delivery together, with the `PENDING` event, as cheaply as
-//! each backend allows: one statement on PostgreSQL, one write transaction on SQLite.
+//! Storing submissions, each with its delivery and the `PENDING` event, and telling what
+//! happened as a value the SQL reports ([`Stored`]): one statement for any number of
+//! submissions on PostgreSQL (one submission is a batch of one), one write transaction per
+//! submission on SQLite.
 
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
-use sea_orm::{ActiveModelTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel};
-use serde_json::Value;
+use sea_orm::{
+    ActiveModelTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel, TryInsertResult, Value,
+};
+use serde_json::Value as Json;
 use uuid::Uuid;
 
-use crate::bus::{ChangeBus, StateChange};
+use crate::bus::{self, ChangeBus, StateChange};
 use crate::db::parking::with_parking;
+use crate::db::sql::{fill, Rows};
 use crate::db::Db;
 use crate::service::flow;
 
-/// PostgreSQL: the submission, its delivery and the `NOTIFY` in one statement, in one
-/// transaction. Nothing is written unless the endpoint exists and is enabled, read under
-/// the parking rule's share lock so a concurrent disable is serialised with this write; a
-/// lost idempotency race fails the whole statement on the unique constraint. Times are
-/// the database's; the event carries the stored time. The endpoint's turn is woken if it
-/// slept (see [`crate::service::flow`]).
+/// PostgreSQL, for any number of submissions: the submissions, their deliveries and their
+/// creation events in one statement. A row whose endpoint is unknown or disabled is
+/// skipped (the endpoints read under the parking rule's share lock, once each, so a
+/// concurrent disable is serialised with this write); so is a row whose idempotency key is
+/// already taken, by an earlier submission or by another row of the same statement. Every
+/// row comes back with its outcome and, when stored, the time it was stored with (the
+/// database's). The endpoints' turns are woken if they slept (see [`crate::service::flow`]).
+/// `{rows}` is a [`Rows`] of [`STORE_COLUMNS`]: no key and no event type travel as `''`
+/// (neither can be empty), no submitter as the nil id.
 const STORE_POSTGRES: &str = "\
-WITH target AS (
-    SELECT $1::uuid AS id WHERE {parked($1::uuid)} = false
-), stored_submission AS (
+WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
+            submitted_by, event, event_type) AS ({rows}),
+valid AS (
+    SELECT input.* FROM input {enabled_join(input.endpoint_id)} {lock_enabled}
+), stored_submissions AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
-    SELECT $2, target.id, $3, $4, $5, $6, {now}, $10 FROM target
-    RETURNING id, endpoint_id, created_at
-), stored_delivery AS (
+    SELECT submission_id, endpoint_id, NULLIF(idempotency_key, ''), payload, payload_hash,
+           NULLIF(submitted_by, '00000000-0000-0000-0000-000000000000'), {now},
+           NULLIF(event_type, '')
+    FROM valid
+    ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
+    RETURNING id, created_at
+), stored_deliveries AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
-    SELECT $7, s.id, s.endpoint_id, 'pending', 0, s.created_at, s.created_at, s.created_at
-    FROM stored_submission s
-    RETURNING id, created_at
+    SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
+           s.created_at, s.created_at, s.created_at
+    FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
+    RETURNING id, endpoint_id, created_at
 ), woken AS (
     {wake}
+), notified AS (
+    {notify}
 )
-SELECT stored_delivery.id, stored_delivery.created_at,
-       pg_notify($8, jsonb_set($9::jsonb, '{t}', to_jsonb(stored_delivery.created_at))::text)
-FROM stored_delivery";
+SELECT input.delivery_id AS id,
+       CASE WHEN stored_deliveries.id IS NOT NULL THEN 'created'
+            WHEN valid.delivery_id IS NOT NULL THEN 'key_taken'
+            WHEN EXISTS (SELECT 1 FROM endpoints e WHERE e.id = input.endpoint_id) THEN 'disabled'
+            ELSE 'missing' END AS outcome,
+       stored_deliveries.created_at
+FROM input
+LEFT JOIN valid ON valid.delivery_id = input.delivery_id
+LEFT JOIN stored_deliveries ON stored_deliveries.id = input.delivery_id
+CROSS JOIN notified";
+
+/// The types of [`STORE_POSTGRES`]' rows.
+const STORE_COLUMNS: &[&str] = &[
+    "uuid", "uuid", "uuid", "text", "jsonb", "text", "uuid", "text", "text",
+];
+
+/// The creation events of what [`STORE_POSTGRES`] stored, stamped with the stored time.
+const STORED_CHANGES: &str = "\
+SELECT input.event AS wire, d.created_at AS at
+FROM input JOIN stored_deliveries d ON d.id = input.delivery_id";
+
+/// What storing one submission did.
+#[derive(Debug, Clone)]
+pub enum Stored {
+    /// Stored: the submission and its delivery as written (with the database's time on
+    /// PostgreSQL).
+    Created(Box<submission::Model>, Box<webhook_delivery::Model>),
+    /// Its idempotency key was already taken for the endpoint; nothing was written.
+    KeyTaken,
+    /// The endpoint is disabled; nothing was written.
+    EndpointDisabled,
+    /// There is no such endpoint; nothing was written.
+    EndpointMissing,
+}
 
 /// A submission about to be stored.
 #[derive(Debug, Clone)]
@@ -47,9 +98,6 @@ pub struct NewRows {
     /// Its delivery's id.
     pub delivery_id: Uuid,
 }
-
-/// What storing produces: the submission and its delivery as written.
-pub type Stored = Option<(submission::Model, webhook_delivery::Model)>;
 
 /// The rows of a submission ready to write, and the event announcing them.
 #[derive(Debug, Clone)]
@@ -94,85 +142,146 @@ pub fn prepare(rows: NewRows) -> Prepared {
     }
 }
 
-/// Stores the submission and its `pending` delivery, due now, and publishes the creation.
-/// `Ok(None)`: the endpoint does not exist or is disabled, and nothing was written. On
-/// PostgreSQL the rows come back with the database's time.
+/// Stores one submission and its `pending` delivery, due now, and publishes the creation.
 pub async fn store(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, DbErr> {
     let prepared = prepare(rows);
     match db.backend() {
-        DbBackend::Postgres => store_postgres(db, prepared).await,
-        _ => {
-            let prepared = &prepared;
-            let stored = db
-                .transaction(|txn| async move {
-                    let target = endpoint::Entity::find_by_id(prepared.submission.endpoint_id)
-                        .one(&*txn)
-                        .await?;
-                    if target.is_none_or(|endpoint| endpoint.disabled) {
-                        return Ok(None);
-                    }
-                    let submission = prepared
-                        .submission
-                        .clone()
-                        .into_active_model()
-                        .insert(&*txn)
-                        .await?;
-                    let delivery = prepared
-                        .delivery
-                        .clone()
-                        .into_active_model()
-                        .insert(&*txn)
-                        .await?;
-                    flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
-                    let staged = bus.stage(&*txn, vec![prepared.created.clone()]).await?;
-                    Ok(Some((submission, delivery, staged)))
-                })
-                .await?;
-            Ok(stored.map(|(submission, delivery, staged)| {
-                staged.committed();
-                (submission, delivery)
-            }))
+        DbBackend::Postgres => {
+            let reported = store_many(db, std::slice::from_ref(&prepared)).await?;
+            let reported = reported.get(&prepared.delivery.id).copied();
+            Ok(outcome(prepared, reported))
         }
+        _ => store_sqlite(db, bus, prepared).await,
     }
 }
 
-async fn store_postgres(db: &Db, prepared: Prepared) -> Result<Stored, DbErr> {
-    let Prepared {
-        mut submission,
-        mut delivery,
-        created,
-    } = prepared;
-    let sql = with_parking(DbBackend::Postgres, STORE_POSTGRES).replace(
-        "{wake}",
-        &flow::wake(
-            DbBackend::Postgres,
-            "SELECT endpoint_id FROM stored_submission",
-        ),
+/// What a row of [`STORE_POSTGRES`] reported, by delivery id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reported {
+    /// Stored, at this time.
+    Created(DateTime<Utc>),
+    /// See [`Stored::KeyTaken`].
+    KeyTaken,
+    /// See [`Stored::EndpointDisabled`].
+    EndpointDisabled,
+    /// See [`Stored::EndpointMissing`].
+    EndpointMissing,
+}
+
+/// The outcome for `prepared` from what its row reported (`None`: no row, which a correct
+/// statement never gives; told as a missing endpoint, since nothing was written).
+pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
+    match reported {
+        Some(Reported::Created(at)) => {
+            let Prepared {
+                mut submission,
+                mut delivery,
+                ..
+            } = prepared;
+            submission.created_at = at;
+            stamp(&mut delivery, at);
+            Stored::Created(Box::new(submission), Box::new(delivery))
+        }
+        Some(Reported::KeyTaken) => Stored::KeyTaken,
+        Some(Reported::EndpointDisabled) => Stored::EndpointDisabled,
+        Some(Reported::EndpointMissing) | None => Stored::EndpointMissing,
+    }
+}
+
+/// Writes `prepared` with [`STORE_POSTGRES`], committed on its own (one round trip however
+/// many rows), and returns what each row reported, by delivery id.
+pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, Reported>, DbErr> {
+    let mut rows = Rows::new(DbBackend::Postgres, STORE_COLUMNS);
+    for p in prepared {
+        let s = &p.submission;
+        rows.push([
+            Value::from(s.id),
+            Value::from(p.delivery.id),
+            Value::from(s.endpoint_id),
+            Value::from(s.idempotency_key.clone().unwrap_or_default()),
+            Value::from(s.payload.clone()),
+            Value::from(s.payload_hash.clone()),
+            Value::from(s.submitted_by.unwrap_or_default()),
+            Value::from(p.created.to_wire()?),
+            Value::from(s.event_type.clone().unwrap_or_default()),
+        ])?;
+    }
+    let (rows, values) = rows.render(1);
+    let wake = flow::wake(
+        DbBackend::Postgres,
+        "SELECT endpoint_id FROM stored_deliveries",
     );
-    let values = [
-        submission.endpoint_id.into(),
-        submission.id.into(),
-        submission.idempotency_key.clone().into(),
-        submission.payload.clone().into(),
-        submission.payload_hash.clone().into(),
-        submission.submitted_by.into(),
-        delivery.id.into(),
-        crate::bus::CHANGES_CHANNEL.into(),
-        created.to_wire()?.into(),
-        submission.event_type.clone().into(),
-    ];
+    let notify = bus::notify_created(STORED_CHANGES);
+    let sql = fill(
+        &with_parking(DbBackend::Postgres, STORE_POSTGRES),
+        &[("rows", &rows), ("wake", &wake), ("notify", &notify)],
+    );
     let (sql, values) = (&sql, &values);
-    // One statement, committed on its own: a single round trip per submission.
-    let stored = db
+    let reported = db
         .autocommit(|| db.clock().statement(sql, values.iter().cloned()))
         .await?;
-    let Some(row) = stored.first() else {
-        return Ok(None);
-    };
-    let at = row.try_get("", "created_at")?;
-    submission.created_at = at;
-    stamp(&mut delivery, at);
-    Ok(Some((submission, delivery)))
+    reported
+        .iter()
+        .map(|row| {
+            let id: Uuid = row.try_get("", "id")?;
+            let outcome: String = row.try_get("", "outcome")?;
+            let reported = match outcome.as_str() {
+                "created" => Reported::Created(row.try_get("", "created_at")?),
+                "key_taken" => Reported::KeyTaken,
+                "disabled" => Reported::EndpointDisabled,
+                _ => Reported::EndpointMissing,
+            };
+            Ok((id, reported))
+        })
+        .collect()
+}
+
+/// SQLite: one write transaction (`BEGIN IMMEDIATE`, which excludes every other writer):
+/// the endpoint read, the submission inserted unless its key is taken, then its delivery,
+/// the endpoint's turn woken and the creation staged.
+async fn store_sqlite(db: &Db, bus: &ChangeBus, prepared: Prepared) -> Result<Stored, DbErr> {
+    let prepared = &prepared;
+    let stored = db
+        .transaction(|txn| async move {
+            let target = endpoint::Entity::find_by_id(prepared.submission.endpoint_id)
+                .one(&*txn)
+                .await?;
+            match target {
+                None => return Ok(None),
+                Some(endpoint) if endpoint.disabled => return Ok(Some(None)),
+                Some(_) => {}
+            }
+            let inserted =
+                submission::Entity::insert(prepared.submission.clone().into_active_model())
+                    .on_conflict_do_nothing_on([
+                        submission::Column::EndpointId,
+                        submission::Column::IdempotencyKey,
+                    ])
+                    .exec_without_returning(&*txn)
+                    .await?;
+            if !matches!(inserted, TryInsertResult::Inserted(1)) {
+                return Ok(Some(Some(None)));
+            }
+            let delivery = prepared
+                .delivery
+                .clone()
+                .into_active_model()
+                .insert(&*txn)
+                .await?;
+            flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
+            let staged = bus.stage(&*txn, vec![prepared.created.clone()]).await?;
+            Ok(Some(Some(Some((delivery, staged)))))
+        })
+        .await?;
+    Ok(match stored {
+        None => Stored::EndpointMissing,
+        Some(None) => Stored::EndpointDisabled,
+        Some(Some(None)) => Stored::KeyTaken,
+        Some(Some(Some((delivery, staged)))) => {
+            staged.committed();
+            Stored::Created(Box::new(prepared.submission.clone()), Box::new(delivery))
+        }
+    })
 }
 
 /// Sets a new delivery's times to `at`, the time the database stored it with.
@@ -183,19 +292,19 @@ pub fn stamp(delivery: &mut webhook_delivery::Model, at: chrono::DateTime<chrono
 }
 
 /// Whether `payload` could be stored as-is (kept here beside the SQL that stores it).
-pub fn storable(payload: &Value) -> bool {
+pub fn storable(payload: &Json) -> bool {
     !contains_nul(payload)
 }
 
 /// Whether any string or key in `value` holds U+0000, which PostgreSQL cannot store in
 /// `jsonb`. Refused up front on every backend, so both behave alike.
-fn contains_nul(value: &Value) -> bool {
+fn contains_nul(value: &Json) -> bool {
     match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => items.iter().any(contains_nul),
-        Value::Object(map) => map
+        Json::String(text) => text.contains('\0'),
+        Json::Array(items) => items.iter().any(contains_nul),
+        Json::Object(map) => map
             .iter()
             .any(|(key, item)| key.contains('\0') || contains_nul(item)),
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        Json::Null | Json::Bool(_) | Json::Number(_) => false,
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use courier::db::Db;
 use courier::worker::claim::{claim_due, Claim};
+use courier::worker::health::HealthPolicy;
 use courier::worker::record::FinishedAttempt;
 use courier::worker::schedule::NextStep;
 use entity::webhook_delivery::DeliveryState;
@@ -198,7 +199,7 @@ async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
         finished(&other, false),
         finished(&newer, true),
     ];
-    let recorded = courier::worker::record::record_batch(&pool, &events, &batch)
+    let recorded = courier::worker::record::record(&pool, &events, HealthPolicy::default(), &batch)
         .await
         .expect("record");
     assert_eq!(
@@ -265,13 +266,23 @@ async fn concurrent_batches_on_the_same_deliveries_keep_fences_and_numbers(backe
     let (late, current) = tokio::join!(
         async {
             b1.wait().await;
-            courier::worker::record::record_batch(&old_pool, &events_for(&old_pool), &old_batch)
-                .await
+            courier::worker::record::record(
+                &old_pool,
+                &events_for(&old_pool),
+                HealthPolicy::default(),
+                &old_batch,
+            )
+            .await
         },
         async {
             b2.wait().await;
-            courier::worker::record::record_batch(&new_pool, &events_for(&new_pool), &new_batch)
-                .await
+            courier::worker::record::record(
+                &new_pool,
+                &events_for(&new_pool),
+                HealthPolicy::default(),
+                &new_batch,
+            )
+            .await
         },
     );
     let (late, current) = (late.expect("older batch"), current.expect("newer batch"));

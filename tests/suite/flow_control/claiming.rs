@@ -9,6 +9,7 @@ use std::time::Duration;
 use courier::db::Db;
 use courier::worker::claim::{claim_due, Claim};
 use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
+use courier::worker::health::HealthPolicy;
 use courier::worker::record::{record, FinishedAttempt};
 use courier::worker::schedule::NextStep;
 use sea_orm::ConnectionTrait;
@@ -191,7 +192,8 @@ async fn a_retry_after_pauses_the_whole_endpoint(backend: Backend) {
     let recorded = record(
         pool,
         &events_for(pool),
-        &FinishedAttempt {
+        HealthPolicy::default(),
+        &[FinishedAttempt {
             claim: claimed[0].clone(),
             outcome: AttemptOutcome {
                 status: Some(429),
@@ -203,11 +205,11 @@ async fn a_retry_after_pauses_the_whole_endpoint(backend: Backend) {
             step: NextStep::RetryAfter(Duration::from_secs(3600)),
             started_at: now,
             finished_at: now,
-        },
+        }],
     )
     .await
     .expect("record");
-    assert!(recorded.new_state.is_some());
+    assert!(recorded[0].new_state.is_some());
     assert!(
         claim(pool, 10).await.is_empty(),
         "a paused endpoint gets nothing"

@@ -10,6 +10,7 @@ use courier::config::ServeArgs;
 use courier::db::Db;
 use courier::worker::claim::Claim;
 use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
+use courier::worker::health::HealthPolicy;
 use courier::worker::record::{record, FinishedAttempt};
 use courier::worker::schedule::NextStep;
 use sea_orm::{ConnectionTrait, QueryResult, Statement, Value as SqlValue};
@@ -150,14 +151,17 @@ pub async fn record_result(
     record(
         pool,
         &events_for(pool),
-        &FinishedAttempt {
+        HealthPolicy::default(),
+        &[FinishedAttempt {
             claim: claim.clone(),
             outcome,
             step,
             started_at: now,
             finished_at: now,
-        },
+        }],
     )
     .await
     .expect("record")
+    .pop()
+    .expect("one result per attempt")
 }

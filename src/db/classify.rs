@@ -1,0 +1,126 @@
+//! The one classifier of database errors: what a failed piece of work means for whoever
+//! retries it, reports it or checks whether it happened anyway.
+
+use sea_orm::{DbErr, RuntimeErr};
+
+/// What a failed piece of database work means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The server refused the work and rolled it back (a constraint, a type error, ...):
+    /// doing it again as it is fails again.
+    Refused,
+    /// A conflict with concurrent work, rolled back: a PostgreSQL serialization failure
+    /// (`40001`) or deadlock (`40P01`), or a busy or locked SQLite database. Worth retrying
+    /// at once.
+    Transient,
+    /// The database could not be reached, so nothing was done: no connection within the
+    /// acquire timeout, a closed pool, or the server reporting a connection failure
+    /// (`08xxx`), a shutdown (`57P01`-`57P03`) or too many connections (`53300`).
+    Unavailable,
+    /// The work was sent but its answer never came or could not be read: a connection
+    /// lost or silent past its deadline (`unreachable`: the database is worth retrying
+    /// shortly), or an answer that failed to decode. It may have committed.
+    MaybeCommitted {
+        /// Whether the database stopped answering (rather than answering unreadably).
+        unreachable: bool,
+    },
+}
+
+impl Failure {
+    /// Whether the database could not be reached or did not answer in time.
+    pub fn is_unavailable(self) -> bool {
+        matches!(
+            self,
+            Failure::Unavailable | Failure::MaybeCommitted { unreachable: true }
+        )
+    }
+}
+
+/// Classifies `err` (see [`Failure`]).
+pub fn classify(err: &DbErr) -> Failure {
+    if matches!(err, DbErr::ConnectionAcquire(_)) {
+        return Failure::Unavailable;
+    }
+    let Some(cause) = sqlx_cause(err) else {
+        return Failure::MaybeCommitted { unreachable: false };
+    };
+    match cause {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => Failure::Unavailable,
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => {
+            Failure::MaybeCommitted { unreachable: true }
+        }
+        sqlx::Error::Database(db_err) => {
+            let code = db_err.code().unwrap_or_default();
+            let code = code.as_ref();
+            // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
+            let sqlite_busy = code
+                .parse::<i32>()
+                .is_ok_and(|code| matches!(code & 0xff, 5 | 6));
+            if matches!(code, "40001" | "40P01") || sqlite_busy {
+                Failure::Transient
+            } else if code.starts_with("08")
+                || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+            {
+                Failure::Unavailable
+            } else {
+                Failure::Refused
+            }
+        }
+        _ => Failure::MaybeCommitted { unreachable: false },
+    }
+}
+
+/// Whether `err` is a transient conflict worth retrying ([`Failure::Transient`]).
+pub fn is_transient(err: &DbErr) -> bool {
+    classify(err) == Failure::Transient
+}
+
+/// Whether `err` means the database could not be reached or did not answer in time,
+/// rather than that it refused the work.
+pub fn is_unavailable(err: &DbErr) -> bool {
+    classify(err).is_unavailable()
+}
+
+/// Whether work that failed with `err` may have committed anyway, so its effects must be
+/// looked for before it is done again or reported failed.
+pub fn may_have_committed(err: &DbErr) -> bool {
+    matches!(classify(err), Failure::MaybeCommitted { .. })
+}
+
+/// The driver error inside a SeaORM error, if there is one.
+pub fn sqlx_cause(err: &DbErr) -> Option<&sqlx::Error> {
+    match err {
+        DbErr::Conn(RuntimeErr::SqlxError(inner))
+        | DbErr::Exec(RuntimeErr::SqlxError(inner))
+        | DbErr::Query(RuntimeErr::SqlxError(inner)) => Some(inner.as_ref()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::db::deadline_missed;
+
+    #[test]
+    fn unreachable_databases_are_told_from_refusals() {
+        assert!(is_unavailable(&deadline_missed(Duration::from_secs(5))));
+        assert!(may_have_committed(&deadline_missed(Duration::from_secs(5))));
+        let acquire = DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout);
+        assert!(is_unavailable(&acquire));
+        assert!(!may_have_committed(&acquire), "nothing was sent");
+        let pool_timeout = DbErr::Conn(RuntimeErr::SqlxError(Arc::new(sqlx::Error::PoolTimedOut)));
+        assert!(is_unavailable(&pool_timeout));
+        assert!(!is_unavailable(&DbErr::RecordNotFound("x".into())));
+        let decode = DbErr::Query(RuntimeErr::SqlxError(Arc::new(sqlx::Error::RowNotFound)));
+        assert!(!is_unavailable(&decode));
+        assert!(
+            may_have_committed(&decode),
+            "an unreadable answer may follow a commit"
+        );
+        assert!(!is_transient(&decode));
+    }
+}

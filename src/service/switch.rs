@@ -1,0 +1,114 @@
+//! Disabling and re-enabling an endpoint, written once for the operator's `updateEndpoint`
+//! and the worker's health rules: each is one conditional UPDATE of the endpoint row (so
+//! of two racing switches one wins and the other changes nothing), then its waiting
+//! deliveries parked or made due again, on the database's clock.
+
+use sea_orm::{ConnectionTrait, DbBackend, DbErr};
+use uuid::Uuid;
+
+use crate::db::Clock;
+use crate::service::flow;
+
+/// Disables an enabled endpoint for a reason (`$2`); one already disabled keeps its first
+/// reason and time.
+const DISABLE: &str = "UPDATE endpoints \
+     SET disabled = TRUE, disabled_reason = $2, disabled_at = {now}, updated_at = {now} \
+     WHERE id = $1 AND NOT disabled";
+
+/// Re-enables a disabled endpoint; its run of failures starts again from nothing.
+const ENABLE: &str = "UPDATE endpoints \
+     SET disabled = FALSE, disabled_reason = NULL, disabled_at = NULL, consecutive_failures = 0, \
+         updated_at = {now} \
+     WHERE id = $1 AND disabled";
+
+/// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
+/// claim index instead of being scanned past by every claim until the endpoint returns.
+/// Runs while the endpoint row is locked (by [`DISABLE`]), so no submission can add a due
+/// row meanwhile (see [`crate::db::parking`]).
+const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = {now} \
+     WHERE endpoint_id = $1 AND state = 'pending'";
+
+/// Re-enabling makes parked deliveries due at once.
+const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = {now}, updated_at = {now} \
+     WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL";
+
+/// Why an endpoint is disabled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisabledReason {
+    /// An operator disabled it.
+    Manual,
+    /// It answered `410 Gone`.
+    Gone,
+    /// Too many consecutive deliveries failed.
+    Failing,
+}
+
+impl DisabledReason {
+    /// The value stored in `endpoints.disabled_reason` and shown as `disabledReason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisabledReason::Manual => "MANUAL",
+            DisabledReason::Gone => "GONE",
+            DisabledReason::Failing => "FAILING",
+        }
+    }
+}
+
+/// Disables the endpoint for `reason` inside `txn` and parks its waiting deliveries; false
+/// (and nothing written) when it was disabled already. Log it with [`log_disabled`] once
+/// `txn` commits.
+pub async fn disable(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+    endpoint_id: Uuid,
+    reason: DisabledReason,
+) -> Result<bool, DbErr> {
+    let clock = Clock::new(backend);
+    let changed = txn
+        .execute_raw(clock.statement(DISABLE, [endpoint_id.into(), reason.as_str().into()]))
+        .await?
+        .rows_affected()
+        == 1;
+    if changed {
+        txn.execute_raw(clock.statement(PARK, [endpoint_id.into()]))
+            .await?;
+    }
+    Ok(changed)
+}
+
+/// Re-enables the endpoint inside `txn`, makes its parked deliveries due and wakes its
+/// turn; false (and nothing written) when it was enabled already. Log it with
+/// [`log_enabled`] once `txn` commits.
+pub async fn enable(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+    endpoint_id: Uuid,
+) -> Result<bool, DbErr> {
+    let clock = Clock::new(backend);
+    let changed = txn
+        .execute_raw(clock.statement(ENABLE, [endpoint_id.into()]))
+        .await?
+        .rows_affected()
+        == 1;
+    if changed {
+        txn.execute_raw(clock.statement(UNPARK, [endpoint_id.into()]))
+            .await?;
+        flow::wake_endpoints(txn, backend, &[endpoint_id]).await?;
+    }
+    Ok(changed)
+}
+
+/// Tells that an endpoint was disabled (after the commit that disabled it).
+pub fn log_disabled(endpoint_id: Uuid, reason: DisabledReason, consecutive_failures: i32) {
+    tracing::warn!(
+        %endpoint_id,
+        reason = reason.as_str(),
+        consecutive_failures,
+        "endpoint disabled; its waiting deliveries are parked until it is re-enabled"
+    );
+}
+
+/// Tells that an endpoint was re-enabled (after the commit that re-enabled it).
+pub fn log_enabled(endpoint_id: Uuid) {
+    tracing::info!(%endpoint_id, "endpoint re-enabled; its waiting deliveries resume");
+}
