@@ -2,33 +2,34 @@
 //!
 //! # Map
 //! - [`config`]: every tunable (flags backed by `COURIER_*` variables).
-//! - [`commands`]: what each CLI command does; [`app`] assembles a running instance.
+//! - [`cli`]: what each command does, and how a fatal error is told once on one line;
+//!   [`app`] assembles a running instance; [`state`] is the cheap-to-clone application state
+//!   every handler and task shares.
 //! - [`http`]: routes: the operator console (`/`, `/assets/*`), `/graphql` (HTTP and WebSocket),
-//!   `/healthz`, `/readyz`, `/metrics`.
+//!   `/healthz`, `/readyz`, `/metrics`; the one place responses get `Retry-After`.
 //! - [`schema`]: GraphQL types and resolvers, one module per domain; no SQL.
-//! - [`service`]: domain operations and their transactions; no GraphQL.
-//! - [`auth`]: API keys, roles and scopes; [`key_cache`]: recently authenticated keys;
-//!   [`revocation`]: revoked keys leave the cache and end their sessions on every process.
-//! - [`destination`]: which webhook URLs are allowed; [`signing`]: `whsec_` secrets;
-//!   [`secrets`]: signing secrets sealed at rest under `COURIER_ENCRYPTION_KEY`.
-//! - [`key_usage`]: when each API key was last used, written at most once a minute per key.
-//! - [`retention`]: deletes settled deliveries past `COURIER_RETENTION_DAYS`, in small batches.
-//! - [`db`]: connecting, migrating, deadlines on database work, and the one place
-//!   PostgreSQL and SQLite differ.
-//! - [`error`]: the service error type and its mapping to GraphQL error codes; [`fatal`]:
-//!   errors that stop the process, told once on one line.
+//! - [`service`]: domain operations and their transactions; no GraphQL. `submit` and `publish`
+//!   share one intake (`service::submissions::intake`); storing reports its outcome as a value;
+//!   disabling and re-enabling an endpoint live in `service::switch`; the fair-share rules in
+//!   `service::flow`.
+//! - [`auth`]: API keys, roles and scopes, the cache of recently authenticated keys, when each
+//!   key was last used, and revocation felt by every process.
+//! - [`bus`]: delivery state changes, staged in the transaction that makes them and published
+//!   on commit; every `NOTIFY`; the `LISTEN` connection that brings every process's changes to
+//!   this process's subscribers (PostgreSQL); the hints that wake the worker.
+//! - [`crypto`]: signing secrets sealed at rest under `COURIER_ENCRYPTION_KEY`, and `whsec_`
+//!   secrets minted.
+//! - [`destination`]: which webhook URLs are allowed.
+//! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ: whose clock
+//!   decides, SQL templates and row sets, the transaction and retry policy, deadlines, the one
+//!   classifier of database errors, warm-up, the parking rule.
+//! - [`error`]: the service error type and its mapping to GraphQL error codes.
 //! - [`worker`]: claims due deliveries, round robin across endpoints within each endpoint's
-//!   cap, rate limit and pause (the rules in `service::flow`; claims take turns on a row per
-//!   endpoint, so they hold across processes), signs and sends them (with both secrets during
-//!   a rotation's grace period), records each attempt under its claim's fence and, in the same
-//!   transaction, its endpoint's health (410 Gone, failure runs, `Retry-After` pauses);
-//!   [`wake`]: hints that wake the worker.
-//! - [`events`]: delivery state changes, staged in the transaction that makes them and
-//!   published on commit; [`listener`]: the `LISTEN` connection that brings every
-//!   process's changes to this process's subscribers (PostgreSQL).
-//! - [`warmup`]: opens and warms the database connections before the process reports ready.
+//!   cap, rate limit and pause (claims take turns on a row per endpoint, so they hold across
+//!   processes), signs and sends them (with both secrets during a rotation's grace period),
+//!   records each attempt under its claim's fence and, in the same transaction, its endpoint's
+//!   health (410 Gone, failure runs, `Retry-After` pauses); prunes history past retention.
 //! - [`metrics`], [`telemetry`]: Prometheus metrics and structured logs.
-//! - [`state`]: the cheap-to-clone application state every handler and task shares.
 //!
 //! # How a request flows
 //! HTTP -> [`http`] (media type, body limit, API key, database deadline) -> [`schema`] resolver ->

@@ -122,7 +122,7 @@ impl Db {
     }
 
     /// Runs `work`, giving it up after `limit` with an error that classifies as
-    /// unavailable ([`is_unavailable`]). The work is dropped at the deadline: a transaction
+    /// unavailable ([`crate::db::is_unavailable`]). The work is dropped at the deadline: a transaction
     /// rolls back, and its connection returns to the pool only after answering a ping (see
     /// the module docs). A statement already sent may still complete on the server, as with
     /// any lost reply.

@@ -29,7 +29,7 @@ pub type Txn = Arc<DatabaseTransaction>;
 impl Db {
     /// Runs `work` in a transaction under the race policy (see the module docs) and commits
     /// it. A serialization failure, deadlock or busy SQLite database, whether raised by
-    /// `work` or by the commit, rolls back and runs `work` again (see [`Retry`]); any
+    /// `work` or by the commit, rolls back and runs `work` again (see the retry policy below); any
     /// other error rolls back and is returned. `work` may therefore run more than once and
     /// must keep its effects inside the transaction.
     pub async fn transaction<T, F, Fut>(&self, mut work: F) -> Result<T, DbErr>
@@ -47,7 +47,7 @@ impl Db {
     }
 
     /// Runs one statement on its own, committed by itself (one round trip: no `BEGIN`,
-    /// isolation setting or `COMMIT`), under the same retry policy ([`Retry`]) as [`Db::transaction`].
+    /// isolation setting or `COMMIT`), under the same retry policy as [`Db::transaction`].
     /// For a single statement that settles its race with its own locks and conditions: at
     /// any isolation level one statement sees one snapshot, and a serialization failure
     /// (possible at REPEATABLE READ when a row it locks changed) is retried afresh.

@@ -32,7 +32,7 @@ const LOCK_DELIVERIES: &str =
 const RECORDED_ATTEMPTS: &str =
     "SELECT delivery_id, claim_token, number, superseded FROM delivery_attempts WHERE delivery_id {ids}";
 
-/// [`RECORDED_ATTEMPTS`] on PostgreSQL: one index lookup per delivery, whatever the table's
+/// `RECORDED_ATTEMPTS` on PostgreSQL: one index lookup per delivery, whatever the table's
 /// statistics say. A plain `IN` list on a table never analyzed (autovacuum off, or not yet
 /// run) is estimated to match half the table and planned as a sequential scan, which made
 /// every batch slower as attempts accumulated; `OFFSET 0` keeps the lateral subquery from

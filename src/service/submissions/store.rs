@@ -66,12 +66,12 @@ LEFT JOIN valid ON valid.delivery_id = input.delivery_id
 LEFT JOIN stored_deliveries ON stored_deliveries.id = input.delivery_id
 CROSS JOIN notified";
 
-/// The types of [`STORE_POSTGRES`]' rows.
+/// The types of `STORE_POSTGRES`' rows.
 const STORE_COLUMNS: &[&str] = &[
     "uuid", "uuid", "uuid", "text", "jsonb", "text", "uuid", "text", "text",
 ];
 
-/// The creation events of what [`STORE_POSTGRES`] stored, stamped with the stored time.
+/// The creation events of what `STORE_POSTGRES` stored, stamped with the stored time.
 const STORED_CHANGES: &str = "\
 SELECT input.event AS wire, d.created_at AS at
 FROM input JOIN stored_deliveries d ON d.id = input.delivery_id";
@@ -155,7 +155,7 @@ pub async fn store(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, Db
     }
 }
 
-/// What a row of [`STORE_POSTGRES`] reported, by delivery id.
+/// What a row of `STORE_POSTGRES` reported, by delivery id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reported {
     /// Stored, at this time.
@@ -188,7 +188,7 @@ pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
     }
 }
 
-/// Writes `prepared` with [`STORE_POSTGRES`], committed on its own (one round trip however
+/// Writes `prepared` with `STORE_POSTGRES`, committed on its own (one round trip however
 /// many rows), and returns what each row reported, by delivery id.
 pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, Reported>, DbErr> {
     let mut rows = Rows::new(DbBackend::Postgres, STORE_COLUMNS);
