@@ -79,20 +79,19 @@ pub struct CreateApiKeyArgs {
     #[arg(long)]
     pub name: String,
     /// `admin` may do everything; `partner` only what its endpoints allow.
-    #[arg(long, value_enum)]
-    pub role: RoleArg,
+    #[arg(long, value_parser = role_parser())]
+    pub role: crate::auth::Role,
     /// An endpoint id the key may use (partner keys; repeat for several).
     #[arg(long = "endpoint", value_name = "ID")]
     pub endpoints: Vec<uuid::Uuid>,
 }
 
-/// The roles an API key can hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RoleArg {
-    /// Everything.
-    Admin,
-    /// Submit to and read the endpoints in its scope.
-    Partner,
+/// Parses `--role` into a role by its stored value (`admin`, `partner`).
+fn role_parser() -> impl clap::builder::TypedValueParser<Value = crate::auth::Role> {
+    use clap::builder::TypedValueParser as _;
+    use sea_orm::ActiveEnum as _;
+    clap::builder::PossibleValuesParser::new(["admin", "partner"])
+        .try_map(|name| crate::auth::Role::try_from_value(&name))
 }
 
 /// Log output format.

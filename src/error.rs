@@ -1,5 +1,6 @@
 //! The service-layer error type: database errors classified once, each variant given its client-facing code.
 
+use sea_orm::ActiveEnum as _;
 use sea_orm::DbErr;
 
 use crate::db;
@@ -39,10 +40,10 @@ pub enum Error {
         retry_after_secs: u64,
     },
     /// Only `failed` deliveries may be replayed.
-    #[error("delivery is {state}, only failed deliveries can be replayed")]
+    #[error("delivery is {}, only failed deliveries can be replayed", state.to_value())]
     NotReplayable {
         /// The state the delivery is in.
-        state: &'static str,
+        state: entity::webhook_delivery::DeliveryState,
     },
     /// A subscriber fell behind (or events may have been lost) and must refetch.
     #[error("the subscriber fell behind and missed events; resubscribe and refetch")]

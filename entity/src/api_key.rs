@@ -2,6 +2,18 @@
 
 use sea_orm::entity::prelude::*;
 
+/// What an API key may do (the stored value is constrained to these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::None)")]
+pub enum Role {
+    /// Everything.
+    #[sea_orm(string_value = "admin")]
+    Admin,
+    /// Submit to and read only the endpoints in its scope.
+    #[sea_orm(string_value = "partner")]
+    Partner,
+}
+
 /// One API key.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "api_keys")]
@@ -11,8 +23,8 @@ pub struct Model {
     pub id: Uuid,
     /// Label chosen by the operator.
     pub name: String,
-    /// `admin` or `partner`.
-    pub role: String,
+    /// What it may do.
+    pub role: Role,
     /// For partners: JSON array of endpoint ids the key may use.
     pub endpoint_scope: Option<Json>,
     /// SHA-256 (hex) of the token.

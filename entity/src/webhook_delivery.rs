@@ -20,29 +20,6 @@ pub enum DeliveryState {
     Failed,
 }
 
-impl DeliveryState {
-    /// The value stored in the `state` column.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Pending => "pending",
-            DeliveryState::Processing => "processing",
-            DeliveryState::Delivered => "delivered",
-            DeliveryState::Failed => "failed",
-        }
-    }
-
-    /// The state stored as `value`, if it is one.
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "pending" => Some(DeliveryState::Pending),
-            "processing" => Some(DeliveryState::Processing),
-            "delivered" => Some(DeliveryState::Delivered),
-            "failed" => Some(DeliveryState::Failed),
-            _ => None,
-        }
-    }
-}
-
 /// One delivery (exactly one per submission).
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "webhook_deliveries")]

@@ -23,33 +23,7 @@ use crate::error::{Error, Result};
 /// Every token starts with this, so leaked tokens are easy to recognise and scan for.
 const TOKEN_PREFIX: &str = "courier_";
 
-/// What an API key may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Everything.
-    Admin,
-    /// Submit to and read only the endpoints in its scope.
-    Partner,
-}
-
-impl Role {
-    /// The value stored in `api_keys.role`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Partner => "partner",
-        }
-    }
-
-    /// The role stored as `value`, if it is one.
-    pub fn parse(value: &str) -> Option<Self> {
-        match value {
-            "admin" => Some(Role::Admin),
-            "partner" => Some(Role::Partner),
-            _ => None,
-        }
-    }
-}
+pub use entity::api_key::Role;
 
 /// The authenticated caller of one request or WebSocket connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +116,7 @@ pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> 
     let key = api_key::ActiveModel {
         id: Set(id),
         name: Set(name.to_owned()),
-        role: Set(role.as_str().to_owned()),
+        role: Set(role),
         endpoint_scope: Set(scope_json),
         token_hash: Set(hash_token(&token)),
         created_at: Set(db::now()),
@@ -260,7 +234,7 @@ pub async fn authenticate_hash(db: &Db, token_hash: &str) -> Result<Identity> {
 }
 
 fn identity_of(key: api_key::Model) -> Result<Identity> {
-    let role = Role::parse(&key.role).ok_or(Error::Unauthenticated)?;
+    let role = key.role;
     let scope = scope_of(&key);
     Ok(Identity {
         key_id: key.id,

@@ -2,6 +2,7 @@
 //! only once it commits. On PostgreSQL they travel as `NOTIFY` (delivered in commit order,
 //! to every process); on SQLite through an in-process broadcast.
 
+use sea_orm::ActiveEnum as _;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -55,8 +56,8 @@ impl From<&StateChange> for Wire {
         Wire {
             d: change.delivery_id,
             e: change.endpoint_id,
-            p: change.previous_state.map(|s| s.as_str().to_owned()),
-            s: change.state.as_str().to_owned(),
+            p: change.previous_state.map(|s| s.to_value()),
+            s: change.state.to_value(),
             t: change.at,
         }
     }
@@ -68,10 +69,10 @@ impl Wire {
             delivery_id: self.d,
             endpoint_id: self.e,
             previous_state: match self.p {
-                Some(p) => Some(DeliveryState::parse(&p)?),
+                Some(p) => Some(DeliveryState::try_from_value(&p).ok()?),
                 None => None,
             },
-            state: DeliveryState::parse(&self.s)?,
+            state: DeliveryState::try_from_value(&self.s).ok()?,
             at: self.t,
         })
     }

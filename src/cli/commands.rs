@@ -6,10 +6,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
-use crate::auth::{self, RevokeOutcome, Role};
-use crate::config::{
-    ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, RoleArg, ServeArgs,
-};
+use sea_orm::ActiveEnum as _;
+
+use crate::auth::{self, RevokeOutcome};
+use crate::config::{ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, ServeArgs};
 use crate::crypto::sealing;
 use crate::db::{self, Db};
 use crate::error::Error;
@@ -129,15 +129,12 @@ async fn create_api_key(
     args: CreateApiKeyArgs,
 ) -> Result<(), CommandError> {
     let db = connect(database).await?;
-    let role = match args.role {
-        RoleArg::Admin => Role::Admin,
-        RoleArg::Partner => Role::Partner,
-    };
+    let role = args.role;
     let key = auth::create_api_key(&db, &args.name, role, &args.endpoints).await?;
     db.close().await?;
     tracing::info!(
         api_key_id = %key.id,
-        role = role.as_str(),
+        role = %role.to_value(),
         database = %db::location(&database.database_url),
         "API key created; the token is shown once"
     );
@@ -190,7 +187,7 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
                 [
                     key.id.to_string(),
                     name,
-                    key.role.clone(),
+                    key.role.to_value(),
                     endpoints,
                     key.created_at.to_rfc3339(),
                     time(key.revoked_at),

@@ -184,6 +184,21 @@ impl Db {
         Clock::new(self.backend())
     }
 
+    /// Whether `moment` is still ahead, by the clock that decides (see [`Clock`]): asked of
+    /// the database on PostgreSQL, so every process answers alike whatever its own clock
+    /// says; this process's clock on SQLite.
+    pub async fn is_ahead(&self, moment: DateTime<Utc>) -> Result<bool, DbErr> {
+        let clock = self.clock();
+        let row = self
+            .conn
+            .query_one_raw(clock.statement("SELECT $1 > {now} AS ahead", [moment.into()]))
+            .await?;
+        match row {
+            Some(row) => row.try_get("", "ahead"),
+            None => Ok(false),
+        }
+    }
+
     /// The clause that locks the rows a `SELECT` reads until the transaction ends:
     /// ` FOR UPDATE` on PostgreSQL; nothing on SQLite, which rejects it and where the
     /// write transaction (`BEGIN IMMEDIATE`) already excludes every other writer.

@@ -87,13 +87,21 @@ impl Rows {
         }
     }
 
-    /// Adds a row, one value per column, in column order.
+    /// Adds a row, one value per column, in column order. A row that does not fit is
+    /// refused whole, leaving the set as it was.
     pub fn push(&mut self, row: impl IntoIterator<Item = Value>) -> Result<(), DbErr> {
-        let mut width = 0;
-        for (column, value) in self.columns.iter_mut().zip(row) {
+        let row: Vec<Value> = row.into_iter().collect();
+        if row.len() != self.types.len() {
+            return Err(DbErr::Custom(format!(
+                "a row of {} values for {} columns",
+                row.len(),
+                self.types.len()
+            )));
+        }
+        for (n, (column, value)) in self.columns.iter().zip(&row).enumerate() {
             if !value.is_some() {
                 return Err(DbErr::Custom(format!(
-                    "a NULL in column {width} of a row set; nullable columns travel as a stand-in"
+                    "a NULL in column {n} of a row set; nullable columns travel as a stand-in"
                 )));
             }
             if column
@@ -101,17 +109,12 @@ impl Rows {
                 .is_some_and(|first| first.array_type() != value.array_type())
             {
                 return Err(DbErr::Custom(format!(
-                    "mixed value types in column {width} of a row set"
+                    "mixed value types in column {n} of a row set"
                 )));
             }
-            column.push(value);
-            width += 1;
         }
-        if width != self.types.len() {
-            return Err(DbErr::Custom(format!(
-                "a row of {width} values for {} columns",
-                self.types.len()
-            )));
+        for (column, value) in self.columns.iter_mut().zip(row) {
+            column.push(value);
         }
         Ok(())
     }

@@ -15,20 +15,12 @@ use crate::service::pagination::PageRequest;
 
 /// What an API key may do.
 #[derive(Enum, Copy, Clone, Debug, Eq, PartialEq)]
+#[graphql(remote = "auth::Role")]
 pub enum Role {
     /// Everything.
     Admin,
     /// Submit to and read only the endpoints in its scope.
     Partner,
-}
-
-impl From<Role> for auth::Role {
-    fn from(role: Role) -> Self {
-        match role {
-            Role::Admin => auth::Role::Admin,
-            Role::Partner => auth::Role::Partner,
-        }
-    }
 }
 
 /// An API key as listed: never its token or the token's hash.
@@ -47,11 +39,7 @@ impl ApiKey {
     }
     /// What it may do.
     async fn role(&self) -> Role {
-        match auth::Role::parse(&self.0.role) {
-            Some(auth::Role::Admin) => Role::Admin,
-            // Anything else authenticates nothing; show it as the lesser role.
-            _ => Role::Partner,
-        }
+        self.0.role.into()
     }
     /// For partner keys, the endpoints it may use (empty for admins).
     async fn endpoints(&self, ctx: &Context<'_>) -> ApiResult<Vec<Endpoint>> {

@@ -17,6 +17,7 @@ use crate::service::pagination::PageRequest;
 
 /// Where a delivery stands.
 #[derive(Enum, Copy, Clone, Debug, Eq, PartialEq)]
+#[graphql(remote = "StoredState")]
 pub enum DeliveryState {
     /// Waiting for its next attempt.
     Pending,
@@ -26,28 +27,6 @@ pub enum DeliveryState {
     Delivered,
     /// The cycle's attempts ran out; an operator may replay it.
     Failed,
-}
-
-impl From<StoredState> for DeliveryState {
-    fn from(state: StoredState) -> Self {
-        match state {
-            StoredState::Pending => DeliveryState::Pending,
-            StoredState::Processing => DeliveryState::Processing,
-            StoredState::Delivered => DeliveryState::Delivered,
-            StoredState::Failed => DeliveryState::Failed,
-        }
-    }
-}
-
-impl From<DeliveryState> for StoredState {
-    fn from(state: DeliveryState) -> Self {
-        match state {
-            DeliveryState::Pending => StoredState::Pending,
-            DeliveryState::Processing => StoredState::Processing,
-            DeliveryState::Delivered => StoredState::Delivered,
-            DeliveryState::Failed => StoredState::Failed,
-        }
-    }
 }
 
 /// The delivery of one submission to its endpoint (wraps the stored row).

@@ -68,16 +68,15 @@ impl Endpoint {
     }
     /// While the endpoint asked to be left alone (a `429` or `503` with `Retry-After`, at
     /// most an hour): when its deliveries resume. Null when it is not paused.
-    async fn paused_until(&self) -> Option<DateTime<Utc>> {
-        self.0
-            .paused_until
-            .filter(|until| *until > crate::db::now())
+    async fn paused_until(&self, ctx: &Context<'_>) -> ApiResult<Option<DateTime<Utc>>> {
+        still_ahead(ctx, self.0.paused_until).await
     }
     /// While a rotated-out secret still signs beside the current one: when it stops.
-    async fn previous_secret_expires_at(&self) -> Option<DateTime<Utc>> {
-        self.0
-            .previous_secret_expires_at
-            .filter(|expires| *expires > crate::db::now())
+    async fn previous_secret_expires_at(
+        &self,
+        ctx: &Context<'_>,
+    ) -> ApiResult<Option<DateTime<Utc>>> {
+        still_ahead(ctx, self.0.previous_secret_expires_at).await
     }
     /// When the endpoint was created.
     async fn created_at(&self) -> DateTime<Utc> {
@@ -276,4 +275,22 @@ impl EndpointMutation {
             .await?;
         Ok(rotated.into())
     }
+}
+
+/// `moment` while it is still ahead by the database's clock (the one that decides when a
+/// pause or a grace period ends, for every process); null once it has passed. Asks the
+/// database only when there is a moment to judge.
+async fn still_ahead(
+    ctx: &Context<'_>,
+    moment: Option<DateTime<Utc>>,
+) -> ApiResult<Option<DateTime<Utc>>> {
+    let Some(moment) = moment else {
+        return Ok(None);
+    };
+    let ahead = state(ctx)?
+        .db
+        .is_ahead(moment)
+        .await
+        .map_err(crate::error::Error::from)?;
+    Ok(ahead.then_some(moment))
 }

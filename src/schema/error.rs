@@ -1,6 +1,7 @@
 //! The GraphQL-layer error: the one place service errors become GraphQL errors with `extensions.code`.
 
 use async_graphql::ErrorExtensions as _;
+use sea_orm::ActiveEnum as _;
 
 use crate::error::{error_chain, Error};
 
@@ -44,7 +45,7 @@ fn to_graphql(err: Error) -> async_graphql::Error {
             })
         }
         Error::NotReplayable { state } => {
-            let state = state.to_ascii_uppercase();
+            let state = state.to_value().to_ascii_uppercase();
             async_graphql::Error::new(err.to_string()).extend_with(|_, e| {
                 e.set("code", code);
                 e.set("state", state.as_str());

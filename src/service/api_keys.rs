@@ -2,6 +2,7 @@
 //! their hashes never leave this layer except a new token, once.
 
 use entity::api_key;
+use sea_orm::ActiveEnum as _;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
@@ -33,7 +34,7 @@ impl ApiKeys {
     ) -> Result<NewApiKey> {
         caller.require_admin()?;
         let created = auth::create_api_key(&self.db, name, role, scope).await?;
-        tracing::info!(api_key_id = %created.id, role = role.as_str(), "API key created");
+        tracing::info!(api_key_id = %created.id, role = %role.to_value(), "API key created");
         Ok(created)
     }
 

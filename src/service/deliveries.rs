@@ -205,15 +205,14 @@ impl Deliveries {
             .await?;
         for row in rows {
             let endpoint: Uuid = row.try_get("", "endpoint_id")?;
-            let state: String = row.try_get("", "state")?;
+            let state: DeliveryState = row.try_get("", "state")?;
             let n: i64 = row.try_get("", "n")?;
             let entry = counts.entry(endpoint).or_default();
-            match DeliveryState::parse(&state) {
-                Some(DeliveryState::Pending) => entry.pending = n,
-                Some(DeliveryState::Processing) => entry.processing = n,
-                Some(DeliveryState::Delivered) => entry.delivered = n,
-                Some(DeliveryState::Failed) => entry.failed = n,
-                None => {}
+            match state {
+                DeliveryState::Pending => entry.pending = n,
+                DeliveryState::Processing => entry.processing = n,
+                DeliveryState::Delivered => entry.delivered = n,
+                DeliveryState::Failed => entry.failed = n,
             }
         }
         Ok(counts)
@@ -252,7 +251,7 @@ impl Deliveries {
             // Every loser reads the state the database settled on.
             let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
             return Err(Error::NotReplayable {
-                state: current.state.as_str(),
+                state: current.state,
             });
         };
         staged.committed();

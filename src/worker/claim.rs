@@ -355,8 +355,8 @@ async fn claim_postgres(
     let claims = returned
         .iter()
         .map(|row| {
-            let previous: String = row.try_get("", "previous_state")?;
-            claim_from(row, &previous)
+            let previous: DeliveryState = row.try_get("", "previous_state")?;
+            claim_from(row, previous)
         })
         .collect::<Result<Vec<_>, DbErr>>()?;
     Ok((claims, returned))
@@ -371,7 +371,7 @@ async fn claim_sqlite(
     lease: Duration,
     ended: &[Uuid],
 ) -> Result<Vec<Taken>, DbErr> {
-    let mut previous: Vec<(Uuid, String)> = Vec::new();
+    let mut previous: Vec<(Uuid, DeliveryState)> = Vec::new();
     let (not_ended, ended_values) = Db::id_list(db.backend(), 2, ended, true);
     let in_flight_sql = fill(IN_FLIGHT_SQLITE, &[("not_ended", &not_ended)]);
     for (standing, want) in standings.iter().zip(wants) {
@@ -417,16 +417,14 @@ async fn claim_sqlite(
         let state = previous
             .iter()
             .find(|(due_id, _)| *due_id == id)
-            .map(|(_, state)| state.as_str())
-            .unwrap_or_default();
+            .map(|(_, state)| *state)
+            .ok_or_else(|| DbErr::RecordNotFound("the state of a claimed row".into()))?;
         claims.push(claim_from(row, state)?);
     }
     Ok(claims)
 }
 
-fn claim_from(row: &QueryResult, previous: &str) -> Result<Taken, DbErr> {
-    let previous_state = DeliveryState::parse(previous)
-        .ok_or_else(|| DbErr::Type(format!("unknown delivery state {previous:?}")))?;
+fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Result<Taken, DbErr> {
     let token: Option<Uuid> = row.try_get("", "claim_token")?;
     let lease: Option<DateTime<Utc>> = row.try_get("", "claim_expires_at")?;
     let (Some(claim_token), Some(lease_expires_at)) = (token, lease) else {

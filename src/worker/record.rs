@@ -2,6 +2,7 @@
 //! transition is fenced by its own claim token, and every attempt is kept, numbered for
 //! its delivery's lifetime under the delivery's row lock.
 
+use sea_orm::ActiveEnum as _;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -280,7 +281,7 @@ async fn record_in(
         rows.push([
             Value::from(attempt.claim.delivery_id),
             Value::from(attempt.claim.claim_token),
-            Value::from(state.as_str()),
+            Value::from(state.to_value()),
             clock.after(delay.unwrap_or_default()),
             Value::from(attempt.outcome.error.clone().unwrap_or_default()),
         ])?;

@@ -2,6 +2,7 @@
 //! each still fenced by its own claim token), isolates an outcome the database refuses so
 //! it cannot hold up the others, then frees their recording permits.
 
+use sea_orm::ActiveEnum as _;
 use std::time::Duration;
 
 use sea_orm::{DbBackend, DbErr};
@@ -199,7 +200,7 @@ impl Recorder {
                 let status = outcome.status.map_or_else(String::new, |s| s.to_string());
                 let error = outcome.error.as_deref().unwrap_or_default();
                 let duration_ms = outcome.duration.as_millis();
-                tracing::debug!(%delivery_id, attempt = recorded.number, state = state.as_str(), "attempt recorded");
+                tracing::debug!(%delivery_id, attempt = recorded.number, state = %state.to_value(), "attempt recorded");
                 match attempt.step {
                     NextStep::Delivered => {
                         let latency = (attempt.finished_at - attempt.claim.created_at)

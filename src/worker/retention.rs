@@ -10,6 +10,7 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::db::sql::fill;
 use crate::db::Db;
 use crate::error::error_chain;
 
@@ -54,23 +55,16 @@ const DELETE_SQLITE: [&str; 3] = [
 ];
 
 /// Events older than the retention with no submission left (their deliveries all pruned,
-/// or published to no endpoint), a batch at a time. PostgreSQL judges age by its own clock.
-const PRUNE_EVENTS_POSTGRES: &str = "\
+/// or published to no endpoint), a batch at a time. `{skip_locked}`: on PostgreSQL an
+/// event another transaction holds is left for the next run (SQLite's write transaction
+/// already excludes every other writer).
+const PRUNE_EVENTS: &str = "\
 DELETE FROM events WHERE id IN (
     SELECT e.id FROM events e
     WHERE e.created_at < {after($1)}
       AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.event_id = e.id)
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)";
-
-/// [`PRUNE_EVENTS_POSTGRES`] on SQLite.
-const PRUNE_EVENTS_SQLITE: &str = "\
-DELETE FROM events WHERE id IN (
-    SELECT e.id FROM events e
-    WHERE e.created_at < {after($1)}
-      AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.event_id = e.id)
-    LIMIT $2
+    {skip_locked}
 )";
 
 /// Deletes every delivery settled more than `days` ago (with its attempts and submission),
@@ -96,12 +90,13 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
 
 /// Deletes up to `limit` events older than `days` days that no submission refers to.
 pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
-    let clock = db.clock();
-    let sql = match db.backend() {
-        DbBackend::Postgres => PRUNE_EVENTS_POSTGRES,
-        _ => PRUNE_EVENTS_SQLITE,
+    let skip_locked = match db.backend() {
+        DbBackend::Postgres => "FOR UPDATE SKIP LOCKED",
+        _ => "",
     };
-    let statement = clock.statement(sql, [clock.before(retention(days)), limit.into()]);
+    let sql = fill(PRUNE_EVENTS, &[("skip_locked", skip_locked)]);
+    let clock = db.clock();
+    let statement = clock.statement(&sql, [clock.before(retention(days)), limit.into()]);
     Ok(db.conn().execute_raw(statement).await?.rows_affected())
 }
 
