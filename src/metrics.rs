@@ -112,6 +112,9 @@ pub struct Metrics {
     pub submission_group_duplicates: Counter,
     /// Deliveries claimed by this process's worker.
     pub claims: Counter,
+    /// Claim transactions this process committed, whatever they found: proof the worker
+    /// is looking.
+    pub claim_rounds: Counter,
     /// Delivery attempts by outcome.
     pub attempts: Family<OutcomeLabels, Counter>,
     /// Results that arrived after their claim was superseded.
@@ -209,6 +212,7 @@ impl Metrics {
             submission_group_duplicates.clone(),
         );
         let claims = Counter::default();
+        let claim_rounds = Counter::default();
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let superseded = Counter::default();
         let outcomes_given_up = Counter::default();
@@ -219,6 +223,11 @@ impl Metrics {
             "delivery_claims",
             "Deliveries claimed by this process",
             claims.clone(),
+        );
+        registry.register(
+            "delivery_claim_rounds",
+            "Claim transactions this process committed, whatever they found",
+            claim_rounds.clone(),
         );
         registry.register(
             "delivery_attempts",
@@ -282,6 +291,7 @@ impl Metrics {
             events_published,
             lagged_subscribers,
             claims,
+            claim_rounds,
             attempts,
             superseded,
             outcomes_given_up,

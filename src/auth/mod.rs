@@ -294,7 +294,11 @@ mod tests {
         let b = mint_token();
         assert_ne!(a, b);
         assert!(a.starts_with(TOKEN_PREFIX));
-        assert_eq!(hash_token(&a), hash_token(&a));
+        assert_eq!(
+            hash_token("courier_test"),
+            "dfd54c08cc251013e97da6c77b68884009b5f0ed2b71cfebb0290ea2f5518d4f",
+            "the hex SHA-256 of the token, as stored"
+        );
         assert_eq!(hash_token(&a).len(), 64);
         assert_ne!(hash_token(&a), hash_token(&b));
     }

@@ -219,10 +219,9 @@ impl Worker {
         match claimed {
             Ok((claimed, targets)) => {
                 self.ended.visited(claimed.visited.iter().copied());
-                self.state
-                    .metrics
-                    .claims
-                    .inc_by(claimed.claims.len() as u64);
+                let metrics = &self.state.metrics;
+                metrics.claim_rounds.inc();
+                metrics.claims.inc_by(claimed.claims.len() as u64);
                 Ok((claimed, targets))
             }
             Err(ClaimError::Claim(err)) => Err(err),

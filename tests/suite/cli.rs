@@ -1,22 +1,12 @@
 //! The built binary, run as users run it: `schema`, `api-key create`, `migrate`, `serve` and SIGTERM.
 
-use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::delivery::endpoint_on;
-use crate::submissions::submit;
+use crate::support::fixtures::endpoint_on;
+use crate::support::fixtures::submit;
+use crate::support::process::{courier_command, spawn_serve, COURIER};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
-
-const COURIER: &str = env!("CARGO_BIN_EXE_courier");
-
-fn courier(database_url: &str) -> Command {
-    let mut command = Command::new(COURIER);
-    command
-        .env("DATABASE_URL", database_url)
-        .env("COURIER_LOG_FORMAT", "json");
-    command
-}
 
 #[test]
 fn schema_command_prints_the_checked_in_sdl() {
@@ -66,7 +56,7 @@ fn help_documents_every_fixed_setting() {
 #[tokio::test]
 async fn api_key_create_prints_only_the_token_and_stores_its_hash() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let output = courier(&db.url)
+    let output = courier_command(&db.url)
         .args(["api-key", "create", "--name", "ops", "--role", "admin"])
         .output()
         .expect("run api-key create");
@@ -87,7 +77,7 @@ async fn api_key_create_prints_only_the_token_and_stores_its_hash() {
         .expect("the token works");
     assert_eq!(identity.role, courier::auth::Role::Admin);
 
-    let partner_without_scope = courier(&db.url)
+    let partner_without_scope = courier_command(&db.url)
         .args(["api-key", "create", "--name", "p", "--role", "partner"])
         .output()
         .expect("run");
@@ -97,7 +87,7 @@ async fn api_key_create_prints_only_the_token_and_stores_its_hash() {
         "no token printed on failure"
     );
 
-    let unknown_endpoint = courier(&db.url)
+    let unknown_endpoint = courier_command(&db.url)
         .args([
             "api-key",
             "create",
@@ -119,7 +109,7 @@ async fn concurrent_migrations_from_several_processes_succeed() {
     let db = TestDb::new_unmigrated(Backend::Postgres).await;
     let children: Vec<_> = (0..4)
         .map(|_| {
-            courier(&db.url)
+            courier_command(&db.url)
                 .arg("migrate")
                 .stderr(Stdio::piped())
                 .spawn()
@@ -134,93 +124,6 @@ async fn concurrent_migrations_from_several_processes_succeed() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-}
-
-/// Starts `courier serve` on port 0 with extra settings; returns it and its address.
-pub(crate) fn spawn_serve(database_url: &str, settings: &[(&str, &str)]) -> (Child, String) {
-    let (child, addr, _) = start_serve(courier(database_url), settings);
-    (child, addr)
-}
-
-/// Starts `courier serve` like [`spawn_serve`], with its wall clock shifted by `offset`
-/// (libfaketime syntax, e.g. `+120s`) while its monotonic clock, which drives timers, stays
-/// true. Checks from the process's own log that the shift took.
-pub(crate) fn spawn_serve_skewed(
-    database_url: &str,
-    settings: &[(&str, &str)],
-    offset_secs: i64,
-) -> (Child, String) {
-    // Preloaded directly (not through the `faketime` wrapper, which would stand between
-    // this test and the process it has to stop).
-    let mut command = courier(database_url);
-    command
-        .env("LD_PRELOAD", libfaketime())
-        .env("FAKETIME", format!("{offset_secs:+}s"))
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-    let (child, addr, logged_at) = start_serve(command, settings);
-    let skew = logged_at.map(|at| (at - chrono::Utc::now()).num_seconds());
-    assert!(
-        skew.is_some_and(|skew| (skew - offset_secs).abs() <= 15),
-        "the process should log times {offset_secs:+}s off, but its skew is {skew:?}"
-    );
-    (child, addr)
-}
-
-/// libfaketime's preload library (Debian package `faketime`). These tests need it and
-/// never skip without it.
-fn libfaketime() -> std::path::PathBuf {
-    let candidates = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|dir| dir.path().join("faketime/libfaketimeMT.so.1"))
-        .chain([
-            "/usr/lib/faketime/libfaketimeMT.so.1".into(),
-            "/usr/local/lib/faketime/libfaketimeMT.so.1".into(),
-        ]);
-    let found = candidates.into_iter().find(|path| path.is_file());
-    found.unwrap_or_else(|| {
-        panic!(
-            "libfaketime is missing: install the `faketime` package (apt-get install faketime; .ci/run does)"
-        )
-    })
-}
-
-/// Runs `command serve` on port 0; returns the process, its address and the time it logged
-/// when it started listening.
-fn start_serve(
-    mut command: Command,
-    settings: &[(&str, &str)],
-) -> (Child, String, Option<chrono::DateTime<chrono::Utc>>) {
-    command
-        .arg("serve")
-        .env("COURIER_BIND", "127.0.0.1:0")
-        .stderr(Stdio::piped());
-    for (name, value) in settings {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let (found, rest) = std::sync::mpsc::channel();
-    // Keep reading stderr for the life of the process, so its logging never blocks.
-    std::thread::spawn(move || {
-        let mut found = Some(found);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-            if entry["message"] == "listening" {
-                if let (Some(found), Some(addr)) = (found.take(), entry["addr"].as_str()) {
-                    let at = entry["timestamp"]
-                        .as_str()
-                        .and_then(|at| at.parse::<chrono::DateTime<chrono::Utc>>().ok());
-                    let _ = found.send((addr.to_owned(), at));
-                }
-            }
-        }
-    });
-    let (addr, at) = rest
-        .recv_timeout(Duration::from_secs(30))
-        .expect("serve logs the address it listens on");
-    (child, addr, at)
 }
 
 /// Sends SIGTERM and returns the exit code, if the process exited within `within`.

@@ -10,7 +10,7 @@ use courier::auth::{self, Role};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde_json::{json, Value};
 
-use crate::cli::{spawn_serve, spawn_serve_skewed};
+use crate::support::process::{spawn_serve, spawn_serve_skewed};
 use crate::support::{gql_error_code, http_client, Backend, Receiver, Reply, TestDb};
 
 const AHEAD: i64 = 120;

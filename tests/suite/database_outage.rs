@@ -10,8 +10,10 @@ use reqwest::{Method, StatusCode};
 use sea_orm::ConnectionTrait;
 use serde_json::{json, Value};
 
-use crate::delivery::{endpoint_on, quick_worker, wait_for_state};
-use crate::submissions::SUBMIT;
+use crate::support::fixtures::count;
+use crate::support::fixtures::eventually;
+use crate::support::fixtures::SUBMIT;
+use crate::support::fixtures::{endpoint_on, quick_worker, wait_for_state};
 use crate::support::{gql_error_code, Backend, PartitionProxy, Receiver, TestApp, TestDb};
 
 /// The longest a request may take to give up on a silent database: the 5 s deadline plus
@@ -70,15 +72,11 @@ fn assert_unavailable(answer: &(StatusCode, Option<u64>, Value), elapsed: Durati
 
 /// Polls `/readyz` until it answers 200.
 async fn wait_ready(app: &TestApp, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
+    eventually("ready again", within, || async {
         let ready = app.request(Method::GET, "/readyz").send().await;
-        if ready.is_ok_and(|ready| ready.status() == StatusCode::OK) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never ready again");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        ready.is_ok_and(|ready| ready.status() == StatusCode::OK)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,26 +244,18 @@ async fn connections_lost_mid_statement_are_replaced() {
         })
         .collect();
     let observer = db.connect(1).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let sleeping = observer
-            .conn()
-            .query_one_raw(sea_orm::Statement::from_string(
-                sea_orm::DbBackend::Postgres,
-                "SELECT count(*) AS n FROM pg_stat_activity \
-                 WHERE datname = current_database() AND query = 'SELECT pg_sleep(3)' AND state = 'active'",
-            ))
-            .await
-            .expect("count the sleepers")
-            .expect("a row")
-            .try_get::<i64>("", "n")
-            .expect("a count");
-        if sleeping == 5 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{sleeping} statements running");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let probe = &observer;
+    eventually("all five statements run", Duration::from_secs(10), || async {
+        count(
+            probe,
+            "SELECT count(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND query = 'SELECT pg_sleep(3)' AND state = 'active'",
+            vec![],
+        )
+        .await
+            == 5
+    })
+    .await;
     observer.close().await.expect("close");
 
     // The old connections never answer again, and are never closed; new ones get through.

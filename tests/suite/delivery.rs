@@ -3,57 +3,18 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::on_both_backends;
-use crate::submissions::submit;
-pub use crate::support::fixtures::{quick_worker, settle};
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::endpoint_on;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::wait_for_state;
+use crate::support::fixtures::{quick_worker, settle};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
-
-const ATTEMPT_FIELDS: &str = "number statusCode error superseded startedAt finishedAt durationMs";
-
-/// Creates an endpoint on `receiver` at `path` and teaches the receiver its secret.
-pub async fn endpoint_on(app: &TestApp, admin: &str, receiver: &Receiver, path: &str) -> String {
-    let (id, secret) = app.create_endpoint(admin, &receiver.url(path)).await;
-    receiver.set_secret(path, &secret);
-    id
-}
-
-/// Polls a delivery until it reaches `state` and returns it with its attempts.
-pub async fn wait_for_state(
-    app: &TestApp,
-    admin: &str,
-    delivery_id: &str,
-    state: &str,
-    timeout: Duration,
-) -> Value {
-    let deadline = Instant::now() + timeout;
-    let query = format!("query($id: ID!) {{ delivery(id: $id) {{ id state cycleAttempts lastError nextAttemptAt attempts {{ {ATTEMPT_FIELDS} }} }} }}");
-    loop {
-        let body = app
-            .graphql(admin, &query, json!({ "id": delivery_id }))
-            .await;
-        let delivery = body["data"]["delivery"].clone();
-        if delivery["state"] == state {
-            return delivery;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "delivery never reached {state}: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn delivery_id(submitted: &Value) -> String {
-    submitted["data"]["submit"]["delivery"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{submitted}"))
-        .to_owned()
-}
 
 fn numbers_and_statuses(delivery: &Value) -> Vec<(i64, Option<i64>)> {
     delivery["attempts"]

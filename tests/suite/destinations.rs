@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::delivery::{quick_worker, wait_for_state};
-use crate::endpoints::endpoint_count;
 use crate::on_both_backends;
-use crate::submissions::submit;
+use crate::support::fixtures::endpoint_count;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{quick_worker, wait_for_state};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 /// One or two literal URLs in every refused range (IANA special-purpose registries, multicast,

@@ -7,8 +7,8 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde_json::json;
 use tokio::sync::Barrier;
 
-use crate::endpoints::stored_secret;
 use crate::on_every_backend;
+use crate::support::fixtures::stored_secret;
 use crate::support::{Backend, TestApp, TestDb};
 
 const RACERS: usize = 8;

@@ -3,6 +3,8 @@
 use serde_json::json;
 
 use crate::on_both_backends;
+use crate::support::fixtures::endpoint_count;
+use crate::support::fixtures::stored_secret;
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 const ENDPOINT_FIELDS: &str = "id name url disabled createdAt updatedAt";
@@ -233,24 +235,3 @@ on_both_backends!(
     listing_pages_with_keyset_cursors,
     bad_urls_are_refused_and_nothing_is_written,
 );
-
-/// The signing secret stored for an endpoint.
-pub async fn stored_secret(app: &TestApp, id: &str) -> String {
-    use sea_orm::EntityTrait;
-    let id = uuid::Uuid::parse_str(id).expect("uuid");
-    entity::endpoint::Entity::find_by_id(id)
-        .one(app.state.db.conn())
-        .await
-        .expect("query")
-        .expect("the endpoint exists")
-        .signing_secret
-}
-
-/// How many endpoints are stored.
-pub async fn endpoint_count(app: &TestApp) -> u64 {
-    use sea_orm::{EntityTrait, PaginatorTrait};
-    entity::endpoint::Entity::find()
-        .count(app.state.db.conn())
-        .await
-        .expect("count")
-}

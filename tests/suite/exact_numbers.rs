@@ -8,11 +8,11 @@ use reqwest::Method;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::delivery::{endpoint_on, quick_worker};
 use crate::on_both_backends;
-use crate::submissions::{row_counts, SUBMIT};
+use crate::support::fixtures::{endpoint_on, quick_worker};
+use crate::support::fixtures::{row_counts, SUBMIT};
+use crate::support::websocket::{connect, next, send};
 use crate::support::{gql_error_code, Backend, Receiver, TestApp, TestDb};
-use crate::websocket::{connect, next, send};
 
 /// Numbers a double would round, and spellings of one value that must agree.
 const SENT: &str = r#"{"big": 18446744073709551617, "huge": 123456789012345678901234567890, "dec": 0.1000000000000000055511151231257827, "e": 1E2, "neg": -0}"#;

@@ -5,11 +5,12 @@ use std::time::{Duration, Instant};
 
 use courier::db::Db;
 use sea_orm::ConnectionTrait;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::delivery::{endpoint_on, quick_worker, wait_for_state};
 use crate::on_both_backends;
-use crate::submissions::{row_counts, submit, submit_as_one_group, wait_until};
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::{endpoint_on, quick_worker, wait_for_state};
+use crate::support::fixtures::{eventually, row_counts, submit, submit_as_one_group};
 use crate::support::{Backend, PartitionProxy, Receiver, Reply, TestApp, TestDb};
 
 /// Makes the database refuse to record any attempt answered with HTTP 418.
@@ -29,13 +30,6 @@ async fn refuse_teapots(app: &TestApp) {
         .execute_unprepared(sql)
         .await
         .expect("refuse teapots");
-}
-
-fn delivery_id(submitted: &Value) -> String {
-    submitted["data"]["submit"]["delivery"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{submitted}"))
-        .to_owned()
 }
 
 /// One outcome the database refuses (recorded first, alone) and one refused among others
@@ -78,7 +72,7 @@ async fn a_refused_outcome_holds_up_no_other(backend: Backend) {
         assert_eq!(delivery["attempts"].as_array().map(Vec::len), Some(1));
     }
     let given_up = &app.state.metrics.outcomes_given_up;
-    wait_until(
+    eventually(
         "both refusals are given up",
         Duration::from_secs(5),
         || async { given_up.get() >= 2 },

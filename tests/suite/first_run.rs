@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::delivery::{endpoint_on, quick_worker};
-use crate::submissions::submit;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{endpoint_on, quick_worker};
+use crate::support::process::COURIER;
 use crate::support::{postgres_server, Backend, Receiver, Reply, TestApp, TestDb};
-
-const COURIER: &str = env!("CARGO_BIN_EXE_courier");
 
 /// `courier` with plain-text logs (as a newcomer sees them) on `database_url`.
 fn courier(database_url: &str) -> Command {
@@ -384,12 +383,12 @@ async fn outcomes_and_websockets_are_logged_one_line_each() {
     let (mut socket, _) = tokio_tungstenite::connect_async(request)
         .await
         .expect("upgrade");
-    crate::websocket::send(
+    crate::support::websocket::send(
         &mut socket,
         json!({ "type": "connection_init", "payload": { "Authorization": "Bearer wrong" } }),
     )
     .await;
-    while crate::websocket::next(&mut socket).await.is_some() {}
+    while crate::support::websocket::next(&mut socket).await.is_some() {}
     let running = tokio::task::spawn_blocking(move || {
         running.wait_for(|line| line["message"] == "WebSocket opened");
         let closed = running.wait_for(|line| line["message"] == "WebSocket closed");

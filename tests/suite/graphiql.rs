@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::console::{assert_no_csp_violation, assert_only_courier, delivery_id, WAIT};
-use crate::submissions::submit;
+use crate::support::console::{assert_no_csp_violation, assert_only_courier, WAIT};
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::submit;
 use crate::support::{Backend, TestApp, TestBrowser, TestDb};
 
 /// GraphiQL at `/graphql` renders from Courier alone and, with `#token=`, runs a query

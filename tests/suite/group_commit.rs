@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
-use crate::submissions::{row_counts, submit, submit_as_one_group};
+use crate::support::fixtures::{row_counts, submit, submit_as_one_group};
 
 /// Submissions arriving together are written together on PostgreSQL; each caller still gets
 /// its own answer: stored, unknown endpoint, disabled endpoint, or the idempotent winner.

@@ -11,8 +11,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::cli::spawn_serve;
 use crate::on_both_backends;
+use crate::support::process::spawn_serve;
 use crate::support::{gql_error_code, http_client, Backend, TestApp, TestDb};
 
 /// `[[[...1...]]]`, `depth` levels deep.

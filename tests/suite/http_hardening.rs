@@ -3,8 +3,8 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use crate::endpoints::endpoint_count;
 use crate::on_both_backends;
+use crate::support::fixtures::endpoint_count;
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 async fn post_raw(

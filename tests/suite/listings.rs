@@ -8,7 +8,7 @@ use sea_orm::ConnectionTrait;
 use serde_json::{json, Value};
 
 use crate::on_both_backends;
-use crate::submissions::submit;
+use crate::support::fixtures::submit;
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 const PAGE: &str = "query($first: Int, $after: String, $filter: DeliveryFilter) {

@@ -2,14 +2,16 @@
 //! instances (two pools) leave nothing due, and re-enabling delivers each exactly once.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::delivery::endpoint_on;
-use crate::submissions::submit;
+use crate::support::fixtures::endpoint_on;
+use crate::support::fixtures::eventually;
+use crate::support::fixtures::settle;
+use crate::support::fixtures::submit;
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 const SUBMISSIONS: usize = 50;
@@ -32,11 +34,12 @@ async fn lock_waiters(probe: &courier::db::Db) -> i64 {
 }
 
 async fn wait_for_lock_waiters(probe: &courier::db::Db, at_least: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while lock_waiters(probe).await < at_least {
-        assert!(Instant::now() < deadline, "nothing waited on the lock");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        "a statement waits on the lock",
+        Duration::from_secs(10),
+        || async { lock_waiters(probe).await >= at_least },
+    )
+    .await;
 }
 
 /// The disable is held mid-transaction (it waits on a delivery row the test locks, while
@@ -130,8 +133,7 @@ async fn submissions_racing_a_disable_leave_nothing_due(backend: Backend) {
     })
     .await;
     receiver.wait_for(created, Duration::from_secs(30)).await;
-    // Long enough for a duplicate to show up.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle([worker]).await;
     let mut per_id: HashMap<String, usize> = HashMap::new();
     for received in receiver.received() {
         *per_id.entry(received.webhook_id).or_default() += 1;
@@ -142,7 +144,6 @@ async fn submissions_racing_a_disable_leave_nothing_due(backend: Backend) {
         "each delivered exactly once: {:?}",
         per_id.values().filter(|&&n| n > 1).count()
     );
-    worker.stop().await;
 }
 
 crate::on_postgres!(submissions_racing_a_disable_leave_nothing_due);

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
 use crate::on_every_backend;
-use crate::submissions::{row_counts, submit, SUBMIT};
+use crate::support::fixtures::{row_counts, submit, SUBMIT};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 /// A window so long it cannot roll over during a test.

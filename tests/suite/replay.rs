@@ -8,20 +8,14 @@ use courier::auth::Role;
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
-use crate::delivery::{endpoint_on, quick_worker, settle, wait_for_state};
 use crate::on_every_backend;
-use crate::submissions::submit;
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{endpoint_on, quick_worker, settle, wait_for_state};
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 const REPLAY: &str =
     "mutation($id: ID!) { replayDelivery(id: $id) { id state cycleAttempts nextAttemptAt } }";
-
-fn delivery_id(submitted: &Value) -> String {
-    submitted["data"]["submit"]["delivery"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{submitted}"))
-        .to_owned()
-}
 
 /// A receiver that fails until `healthy` is set.
 async fn switchable_receiver() -> (Receiver, Arc<AtomicBool>) {

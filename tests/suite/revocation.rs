@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::on_both_backends;
-use crate::submissions::submit;
+use crate::support::fixtures::submit;
+use crate::support::websocket::{connect, frame_before, next, send, until_closed, Frame, Socket};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
-use crate::websocket::{connect, frame_before, next, send, until_closed, Frame, Socket};
 
 const SUBSCRIPTION: &str = "subscription { deliveryStateChanged { deliveryId state } }";
 
@@ -70,7 +70,7 @@ fn generate_changes(app: &TestApp, token: &str, endpoint: &str) -> tokio::task::
             let _ = client
                 .post(format!("{base_url}/graphql"))
                 .bearer_auth(&token)
-                .json(&json!({ "query": crate::submissions::SUBMIT, "variables": { "input": input } }))
+                .json(&json!({ "query": crate::support::fixtures::SUBMIT, "variables": { "input": input } }))
                 .send()
                 .await;
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -1,104 +1,16 @@
 //! `submit`: idempotency settled by the unique constraint (race 3), validation, and reading back.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use courier::auth::Role;
-use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, Statement, TransactionTrait};
+use sea_orm::ConnectionTrait;
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
 use crate::on_every_backend;
-pub use crate::support::fixtures::{submit, SUBMIT};
+use crate::support::fixtures::row_counts;
+use crate::support::fixtures::{submit, SUBMIT};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
-
-/// `(submissions, deliveries)` stored.
-pub async fn row_counts(app: &TestApp) -> (u64, u64) {
-    let conn = app.state.db.conn();
-    let submissions = entity::submission::Entity::find()
-        .count(conn)
-        .await
-        .expect("count");
-    let deliveries = entity::webhook_delivery::Entity::find()
-        .count(conn)
-        .await
-        .expect("count");
-    (submissions, deliveries)
-}
-
-/// Polls `condition` every 20 ms until it holds, or panics after `within`.
-pub async fn wait_until<F: Future<Output = bool>>(
-    what: &str,
-    within: Duration,
-    mut condition: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + within;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Runs `submits` (against `app`, on PostgreSQL) so that the group writer sends them in one
-/// statement: it is first held on a submission whose endpoint row another session has
-/// locked, and released only once all of `submits` wait in its queue. Returns their answers.
-pub async fn submit_as_one_group<F: Future<Output = Value>>(
-    db: &TestDb,
-    app: &TestApp,
-    admin: &str,
-    submits: Vec<F>,
-) -> Vec<Value> {
-    let count = submits.len() as i64;
-    let (gate, _) = app.create_endpoint(admin, "https://example.com/gate").await;
-    let holder = db.connect(2).await;
-    let lock = holder.conn().begin().await.expect("begin");
-    lock.execute_raw(Statement::from_sql_and_values(
-        sea_orm::DbBackend::Postgres,
-        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
-        [gate.clone().into()],
-    ))
-    .await
-    .expect("lock the gate endpoint");
-    let held = submit(app, admin, &gate, json!({ "gate": true }), None);
-    let rest = async {
-        let observer = &holder;
-        wait_until(
-            "the writer waits on the lock",
-            Duration::from_secs(10),
-            || async move {
-                let waiting = observer
-                    .conn()
-                    .query_one_raw(Statement::from_string(
-                        sea_orm::DbBackend::Postgres,
-                        "SELECT count(*) AS n FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    ))
-                    .await
-                    .expect("query")
-                    .expect("row");
-                waiting.try_get::<i64>("", "n").expect("n") == 1
-            },
-        )
-        .await;
-        let release = async {
-            let queued = &app.state.metrics.submissions_queued;
-            wait_until(
-                "every submission is queued",
-                Duration::from_secs(10),
-                || async move { queued.get() == count },
-            )
-            .await;
-            lock.commit().await.expect("release the gate");
-        };
-        futures_util::future::join(futures_util::future::join_all(submits), release)
-            .await
-            .0
-    };
-    let (gated, answers) = futures_util::future::join(held, rest).await;
-    assert_eq!(gated["data"]["submit"]["created"], true, "{gated}");
-    answers
-}
 
 /// `racers` submissions of `payload_of(i)` under one key, split over `apps`, released at once.
 async fn race(

@@ -9,10 +9,10 @@ use futures_util::StreamExt as _;
 use sea_orm::ConnectionTrait as _;
 use serde_json::{json, Value};
 
-use crate::delivery::{endpoint_on, quick_worker};
-use crate::submissions::submit;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{endpoint_on, quick_worker};
+use crate::support::websocket::{connect, next, send, Socket};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
-use crate::websocket::{connect, next, send, Socket};
 
 const SUBSCRIPTION: &str =
     "subscription($endpointId: ID) { deliveryStateChanged(endpointId: $endpointId) {

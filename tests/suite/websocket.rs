@@ -1,108 +1,16 @@
 //! GraphQL over WebSocket: both protocols, authenticated by `connection_init`.
 
 use courier::auth::Role;
-use futures_util::{SinkExt as _, StreamExt as _};
 use sea_orm::ConnectionTrait as _;
-use serde_json::{json, Value};
-use tokio::net::TcpStream;
+use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use crate::support::websocket::connect;
+use crate::support::websocket::next;
+use crate::support::websocket::send;
+use crate::support::websocket::until_closed;
 use crate::support::{Backend, TestApp, TestDb};
-
-pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-pub async fn connect(app: &TestApp, protocol: &str) -> Socket {
-    let mut request = format!("ws://{}/graphql/ws", app.addr)
-        .into_client_request()
-        .expect("request");
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        HeaderValue::from_str(protocol).expect("header"),
-    );
-    let (socket, response) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("upgrade");
-    assert_eq!(response.headers()["sec-websocket-protocol"], protocol);
-    socket
-}
-
-pub async fn send(socket: &mut Socket, message: Value) {
-    socket
-        .send(Message::text(message.to_string()))
-        .await
-        .expect("send");
-}
-
-/// The next protocol message, skipping keep-alives; `None` when the server closed.
-pub async fn next(socket: &mut Socket) -> Option<Value> {
-    loop {
-        let message = tokio::time::timeout(std::time::Duration::from_secs(10), socket.next())
-            .await
-            .expect("the server answers in time")?;
-        match message.ok()? {
-            Message::Text(text) => {
-                let value: Value = serde_json::from_str(&text).expect("JSON message");
-                if value["type"] != "ka" && value["type"] != "ping" {
-                    return Some(value);
-                }
-            }
-            Message::Close(_) => return None,
-            _ => {}
-        }
-    }
-}
-
-/// What the server sends, keep-alives skipped.
-#[derive(Debug)]
-pub enum Frame {
-    /// A protocol message.
-    Message(Value),
-    /// A close frame (`code`, `reason`), or `None` if the connection just ended.
-    Closed(Option<(u16, String)>),
-}
-
-/// The next frame before `deadline`, or `None` if nothing came by then.
-pub async fn frame_before(socket: &mut Socket, deadline: tokio::time::Instant) -> Option<Frame> {
-    loop {
-        let message = tokio::time::timeout_at(deadline, socket.next())
-            .await
-            .ok()?;
-        match message {
-            None | Some(Err(_)) => return Some(Frame::Closed(None)),
-            Some(Ok(Message::Text(text))) => {
-                let value: Value = serde_json::from_str(&text).expect("JSON message");
-                if value["type"] != "ka" && value["type"] != "ping" {
-                    return Some(Frame::Message(value));
-                }
-            }
-            Some(Ok(Message::Close(frame))) => {
-                return Some(Frame::Closed(
-                    frame.map(|frame| (u16::from(frame.code), frame.reason.to_string())),
-                ))
-            }
-            Some(Ok(_)) => {}
-        }
-    }
-}
-
-/// Reads until the server closes (within `wait`): the messages before, and the close frame.
-pub async fn until_closed(
-    socket: &mut Socket,
-    wait: std::time::Duration,
-) -> (Vec<Value>, Option<(u16, String)>) {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut messages = Vec::new();
-    loop {
-        match frame_before(socket, deadline).await {
-            Some(Frame::Message(message)) => messages.push(message),
-            Some(Frame::Closed(close)) => return (messages, close),
-            None => panic!("the server did not close within {wait:?}; it sent {messages:?}"),
-        }
-    }
-}
 
 const QUERY: &str = "{ endpoints { edges { node { id } } } }";
 

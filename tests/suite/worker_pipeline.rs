@@ -11,8 +11,8 @@ use axum::Router;
 use sea_orm::{ConnectionTrait as _, Statement, Value};
 use serde_json::json;
 
-use crate::delivery::{quick_worker, settle};
-use crate::submissions::submit;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{quick_worker, settle};
 use crate::support::{Backend, TestApp, TestDb};
 use crate::{on_both_backends, on_postgres};
 

@@ -11,7 +11,7 @@ use courier::db::Db;
 use sea_orm::{EntityTrait, QueryOrder};
 use uuid::Uuid;
 
-pub use crate::support::fixtures::{events_for, outcome, record_result, LONG_LEASE};
+use crate::support::fixtures::{events_for, outcome, record_result, LONG_LEASE};
 use crate::support::{TestApp, TestDb};
 
 /// An API-only app with `count` pending deliveries to one endpoint; returns their ids.

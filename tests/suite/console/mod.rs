@@ -8,22 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::auth::{self, Role};
-use serde_json::{json, Value};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::delivery::{endpoint_on, quick_worker, wait_for_state};
 use crate::on_both_backends;
-use crate::submissions::submit;
+use crate::support::console::assert_no_csp_violation;
+use crate::support::console::assert_only_courier;
+use crate::support::console::WAIT;
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{endpoint_on, quick_worker, wait_for_state};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb, TestPage};
-
-pub const WAIT: Duration = Duration::from_secs(20);
-
-pub fn delivery_id(submitted: &Value) -> String {
-    submitted["data"]["submit"]["delivery"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("submitted: {submitted}"))
-        .to_owned()
-}
 
 fn row(id: &str) -> String {
     format!("document.querySelector('[data-delivery-id=\"{id}\"]')")
@@ -49,28 +44,6 @@ async fn wait_live(page: &TestPage) {
         WAIT,
     )
     .await;
-}
-
-/// Every request the page made went to `app` (or was a `data:`/`about:` URL), and none
-/// carried the token.
-pub fn assert_only_courier(page: &TestPage, app: &TestApp, token: &str) {
-    let http = app.base_url.clone();
-    let ws = http.replacen("http://", "ws://", 1);
-    let requests = page.requests();
-    assert!(!requests.is_empty(), "no request was recorded");
-    for url in &requests {
-        let ours = url.starts_with(&format!("{http}/")) || url.starts_with(&format!("{ws}/"));
-        assert!(
-            ours || url.starts_with("data:") || url == "about:blank",
-            "the page requested another origin: {url}"
-        );
-        assert!(!url.contains(token), "a request URL carried the token");
-    }
-}
-
-pub async fn assert_no_csp_violation(page: &TestPage) {
-    let violations: Vec<String> = page.eval("window.__cspViolations").await;
-    assert!(violations.is_empty(), "blocked by the CSP: {violations:?}");
 }
 
 /// The console is the page at `/`, comes from Courier alone (its policy forbids anything

@@ -9,10 +9,11 @@ use courier::auth::Role;
 use serde_json::json;
 use tokio::sync::Barrier;
 
-use crate::delivery::{endpoint_on, quick_worker};
+use crate::support::fixtures::{endpoint_on, quick_worker};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 use super::*;
+use crate::support::fixtures::settle;
 
 /// Sixteen publishes of one key over two processes: one event, one delivery per endpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -170,10 +171,9 @@ async fn publishes_racing_a_disable_leave_no_due_row() {
     receiver
         .wait_for(total as usize, Duration::from_secs(30))
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    settle([worker]).await;
     let received = receiver.received();
     let unique: HashSet<&str> = received.iter().map(|r| r.webhook_id.as_str()).collect();
     assert_eq!(unique.len(), total as usize, "every delivery arrived");
     assert_eq!(received.len(), total as usize, "none arrived twice");
-    worker.stop().await;
 }

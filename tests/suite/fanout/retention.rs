@@ -14,7 +14,7 @@ async fn events_left_without_deliveries_are_pruned(backend: Backend) {
     use sea_orm::Value as SqlValue;
     use tokio_util::sync::CancellationToken;
 
-    use crate::lifecycle::{count, rows};
+    use crate::support::fixtures::{count, rows};
 
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;

@@ -11,10 +11,11 @@ use courier::crypto::sealing::{seal_at_rest, SecretKeys};
 use rand::RngCore as _;
 use serde_json::json;
 
-use super::{delivery_of, rows};
-use crate::delivery::{quick_worker, wait_for_state};
 use crate::on_both_backends;
-use crate::submissions::submit;
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::rows;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{quick_worker, wait_for_state};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 fn new_key() -> String {
@@ -80,7 +81,7 @@ async fn no_secret_is_stored_in_clear_and_webhooks_still_verify(backend: Backend
         }
     }
 
-    let delivery = delivery_of(&submit(&app, &admin, &id, json!({ "sealed": true }), None).await);
+    let delivery = delivery_id(&submit(&app, &admin, &id, json!({ "sealed": true }), None).await);
     wait_for_state(
         &app,
         &admin,
@@ -137,7 +138,7 @@ async fn start_up_seals_plaintext_and_moves_secrets_to_the_first_key(backend: Ba
         config.encryption_key = Some(SecretKeys::parse(&second).unwrap());
     })
     .await;
-    let delivery = delivery_of(&submit(&app, &admin, &id, json!({}), None).await);
+    let delivery = delivery_id(&submit(&app, &admin, &id, json!({}), None).await);
     wait_for_state(
         &app,
         &admin,

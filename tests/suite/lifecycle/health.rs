@@ -9,10 +9,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{count, delivery_of, endpoint, eventually, set_disabled};
-use crate::delivery::{quick_worker, wait_for_state};
+use super::{endpoint, set_disabled};
 use crate::on_both_backends;
-use crate::submissions::{submit, SUBMIT};
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::worker_looks;
+use crate::support::fixtures::{count, eventually};
+use crate::support::fixtures::{quick_worker, wait_for_state};
+use crate::support::fixtures::{submit, SUBMIT};
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 /// A receiver answering whatever status the test sets.
@@ -33,7 +36,7 @@ async fn gone_fails_at_once_and_disables_until_re_enabled(backend: Backend) {
     let (receiver, status) = switchable(410).await;
     let (id, _) = app.create_endpoint(&admin, &receiver.url("gone")).await;
 
-    let delivery = delivery_of(&submit(&app, &admin, &id, json!({ "n": 1 }), None).await);
+    let delivery = delivery_id(&submit(&app, &admin, &id, json!({ "n": 1 }), None).await);
     let failed = wait_for_state(&app, &admin, &delivery, "FAILED", Duration::from_secs(10)).await;
     let attempts = failed["attempts"].as_array().expect("attempts");
     assert_eq!(attempts.len(), 1, "no retry after a 410: {failed}");
@@ -54,7 +57,7 @@ async fn gone_fails_at_once_and_disables_until_re_enabled(backend: Backend) {
     let enabled = set_disabled(&app, &admin, &id, false).await;
     assert_eq!(enabled["disabled"], false, "{enabled}");
     assert!(enabled["disabledReason"].is_null() && enabled["disabledAt"].is_null());
-    let delivery = delivery_of(&submit(&app, &admin, &id, json!({ "n": 3 }), None).await);
+    let delivery = delivery_id(&submit(&app, &admin, &id, json!({ "n": 3 }), None).await);
     wait_for_state(
         &app,
         &admin,
@@ -79,7 +82,7 @@ async fn a_run_of_failed_deliveries_disables_the_endpoint(backend: Backend) {
     let settle = |state: &'static str| {
         let (app, admin, id) = (&app, &admin, &id);
         async move {
-            let delivery = delivery_of(&submit(app, admin, id, json!({}), None).await);
+            let delivery = delivery_id(&submit(app, admin, id, json!({}), None).await);
             wait_for_state(app, admin, &delivery, state, Duration::from_secs(10)).await;
             endpoint(app, admin, id).await
         }
@@ -117,7 +120,7 @@ async fn disabling_parks_the_backlog_and_re_enabling_resumes_it(backend: Backend
     let (id, _) = api.create_endpoint(&admin, &receiver.url("parked")).await;
     let mut backlog = Vec::new();
     for n in 0..3 {
-        backlog.push(delivery_of(
+        backlog.push(delivery_id(
             &submit(&api, &admin, &id, json!({ "n": n }), None).await,
         ));
     }
@@ -130,7 +133,7 @@ async fn disabling_parks_the_backlog_and_re_enabling_resumes_it(backend: Backend
 
     // A worker finds nothing to do while the endpoint is disabled.
     let worker = TestApp::spawn_with(&db, quick_worker).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker_looks(&worker, 3).await;
     assert!(receiver.received().is_empty());
 
     let enabled = set_disabled(&api, &admin, &id, false).await;
@@ -161,7 +164,7 @@ async fn submit_until_refused(app: &TestApp, token: &str, endpoint: &str) -> Vec
         let input = json!({ "endpointId": endpoint, "payload": { "n": n } });
         let body: Value = app.graphql(token, SUBMIT, json!({ "input": input })).await;
         match gql_error_code(&body) {
-            None => accepted.push(delivery_of(&body)),
+            None => accepted.push(delivery_id(&body)),
             Some("BAD_USER_INPUT") => return accepted,
             Some(other) => panic!("unexpected {other}: {body}"),
         }

@@ -10,20 +10,11 @@ mod rotation;
 
 use serde_json::{json, Value};
 
-pub use crate::support::fixtures::{count, eventually, rows};
 use crate::support::TestApp;
 
 /// Endpoint fields the lifecycle tests read.
 pub const ENDPOINT_FIELDS: &str =
     "id disabled disabledReason disabledAt consecutiveFailures previousSecretExpiresAt";
-
-/// The delivery id of a `submit` response.
-pub fn delivery_of(submitted: &Value) -> String {
-    submitted["data"]["submit"]["delivery"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not submitted: {submitted}"))
-        .to_owned()
-}
 
 /// One endpoint's lifecycle fields.
 pub async fn endpoint(app: &TestApp, admin: &str, id: &str) -> Value {

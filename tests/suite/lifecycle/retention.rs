@@ -9,10 +9,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{count, delivery_of, eventually, rows};
-use crate::delivery::{quick_worker, wait_for_state};
 use crate::on_both_backends;
-use crate::submissions::submit;
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{count, eventually, rows};
+use crate::support::fixtures::{quick_worker, wait_for_state};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// Moves deliveries' timestamps `days` into the past.
@@ -63,9 +64,9 @@ async fn fixtures(db: &TestDb) -> (TestApp, String, [String; 2], [String; 2], St
     let bad = Receiver::start(|_| Reply::status(500)).await;
     let (good, _) = worker.create_endpoint(&admin, &ok.url("ok")).await;
     let (failing, _) = worker.create_endpoint(&admin, &bad.url("bad")).await;
-    let delivered = delivery_of(&submit(&worker, &admin, &good, json!({ "a": 1 }), None).await);
-    let recent = delivery_of(&submit(&worker, &admin, &good, json!({ "a": 2 }), None).await);
-    let failed = delivery_of(&submit(&worker, &admin, &failing, json!({ "a": 3 }), None).await);
+    let delivered = delivery_id(&submit(&worker, &admin, &good, json!({ "a": 1 }), None).await);
+    let recent = delivery_id(&submit(&worker, &admin, &good, json!({ "a": 2 }), None).await);
+    let failed = delivery_id(&submit(&worker, &admin, &failing, json!({ "a": 3 }), None).await);
     for (id, state) in [
         (&delivered, "DELIVERED"),
         (&recent, "DELIVERED"),
@@ -76,8 +77,8 @@ async fn fixtures(db: &TestDb) -> (TestApp, String, [String; 2], [String; 2], St
     worker.stop().await;
 
     let api = TestApp::spawn(db).await;
-    let pending = delivery_of(&submit(&api, &admin, &good, json!({ "a": 4 }), None).await);
-    let processing = delivery_of(&submit(&api, &admin, &good, json!({ "a": 5 }), None).await);
+    let pending = delivery_id(&submit(&api, &admin, &good, json!({ "a": 4 }), None).await);
+    let processing = delivery_id(&submit(&api, &admin, &good, json!({ "a": 5 }), None).await);
     let processing_id: Uuid = processing.parse().unwrap();
     rows(
         &api.state.db,

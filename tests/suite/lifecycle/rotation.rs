@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{delivery_of, rows};
-use crate::delivery::{quick_worker, wait_for_state};
 use crate::on_both_backends;
-use crate::submissions::submit;
+use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::rows;
+use crate::support::fixtures::submit;
+use crate::support::fixtures::{quick_worker, wait_for_state};
 use crate::support::{gql_error_code, Backend, Receiver, TestApp, TestDb};
 
 const ROTATE: &str = "mutation($id: ID!, $grace: Int) { rotateEndpointSecret(id: $id, graceSeconds: $grace) { secret endpoint { id previousSecretExpiresAt } } }";
@@ -35,7 +36,7 @@ async fn deliver_one(
     receiver: &Receiver,
     endpoint: &str,
 ) -> crate::support::receiver::Received {
-    let id = delivery_of(&submit(api, admin, endpoint, json!({ "n": 1 }), None).await);
+    let id = delivery_id(&submit(api, admin, endpoint, json!({ "n": 1 }), None).await);
     wait_for_state(worker, admin, &id, "DELIVERED", Duration::from_secs(10)).await;
     receiver
         .received()

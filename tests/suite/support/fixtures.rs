@@ -13,10 +13,13 @@ use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
 use courier::worker::health::HealthPolicy;
 use courier::worker::record::{record, FinishedAttempt};
 use courier::worker::schedule::NextStep;
-use sea_orm::{ConnectionTrait, QueryResult, Statement, Value as SqlValue};
+use sea_orm::{
+    ConnectionTrait, EntityTrait, PaginatorTrait, QueryResult, Statement, TransactionTrait,
+    Value as SqlValue,
+};
 use serde_json::{json, Value};
 
-use super::TestApp;
+use super::{Receiver, TestApp, TestDb};
 
 pub const SUBMIT: &str = "mutation($input: SubmitInput!) { submit(input: $input) { created submission { id idempotencyKey payload endpoint { id } delivery { id } } delivery { id state cycleAttempts nextAttemptAt } } }";
 
@@ -51,37 +54,49 @@ pub fn quick_worker(config: &mut ServeArgs) {
 /// retaken after it expired, and a delivery that is settled holds no lease.
 pub async fn settle(apps: impl IntoIterator<Item = TestApp>) {
     let apps: Vec<TestApp> = apps.into_iter().collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let open = apps[0]
-            .state
-            .db
-            .conn()
-            .query_one_raw(sea_orm::Statement::from_string(
-                apps[0].state.db.backend(),
+    let db = &apps[0].state.db;
+    poll(
+        "every delivery settles",
+        Duration::from_secs(20),
+        || async {
+            let open = count(
+                db,
                 "SELECT COUNT(*) AS n FROM webhook_deliveries \
-                 WHERE state = 'processing' OR (state = 'pending' AND next_attempt_at IS NOT NULL)",
-            ))
-            .await
-            .expect("count open deliveries")
-            .expect("a row")
-            .try_get::<i64>("", "n")
-            .expect("n");
-        if open == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{open} deliveries never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let polls = apps
+             WHERE state = 'processing' OR (state = 'pending' AND next_attempt_at IS NOT NULL)",
+                vec![],
+            )
+            .await;
+            if open == 0 {
+                Ok(())
+            } else {
+                Err(format!("({open} open)"))
+            }
+        },
+    )
+    .await;
+    for app in apps
         .iter()
-        .map(|app| app.state.config.poll_interval_ms)
-        .max()
-        .unwrap_or_default();
-    tokio::time::sleep(Duration::from_millis(polls * 10)).await;
+        .filter(|app| app.state.config.worker_concurrency > 0)
+    {
+        worker_looks(app, 3).await;
+    }
     for app in apps {
         app.stop().await;
     }
+}
+
+/// Waits until `app`'s worker has committed `rounds` more claim transactions than when
+/// this was called: proof that it looked for work, for a check that nothing was sent to
+/// wait on instead of the clock.
+pub async fn worker_looks(app: &TestApp, rounds: u64) {
+    let claims = &app.state.metrics.claim_rounds;
+    let from = claims.get();
+    eventually(
+        "the worker looks for work",
+        Duration::from_secs(20),
+        || async { claims.get() >= from + rounds },
+    )
+    .await;
 }
 
 /// Waits until `check` holds, or panics naming `what` after `timeout`.
@@ -90,9 +105,33 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
+    poll(what, timeout, || {
+        let checked = check();
+        async move {
+            if checked.await {
+                Ok(())
+            } else {
+                Err(String::new())
+            }
+        }
+    })
+    .await
+}
+
+/// The suite's one polling loop: runs `check` every 50 ms until it yields a value, or
+/// panics after `timeout` naming `what` and what `check` last saw.
+pub async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
     let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "never happened: {what}");
+    loop {
+        let seen = match check().await {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        assert!(Instant::now() < deadline, "never happened: {what} {seen}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -164,4 +203,138 @@ pub async fn record_result(
     .expect("record")
     .pop()
     .expect("one result per attempt")
+}
+
+pub const ATTEMPT_FIELDS: &str =
+    "number statusCode error superseded startedAt finishedAt durationMs";
+
+/// Creates an endpoint on `receiver` at `path` and teaches the receiver its secret.
+pub async fn endpoint_on(app: &TestApp, admin: &str, receiver: &Receiver, path: &str) -> String {
+    let (id, secret) = app.create_endpoint(admin, &receiver.url(path)).await;
+    receiver.set_secret(path, &secret);
+    id
+}
+
+/// Polls a delivery until it reaches `state` and returns it with its attempts.
+pub async fn wait_for_state(
+    app: &TestApp,
+    admin: &str,
+    delivery_id: &str,
+    state: &str,
+    timeout: Duration,
+) -> Value {
+    let query = format!("query($id: ID!) {{ delivery(id: $id) {{ id state cycleAttempts lastError nextAttemptAt attempts {{ {ATTEMPT_FIELDS} }} }} }}");
+    let (query, variables) = (&query, json!({ "id": delivery_id }));
+    poll(&format!("delivery reaches {state}"), timeout, || async {
+        let body = app.graphql(admin, query, variables.clone()).await;
+        let delivery = &body["data"]["delivery"];
+        if delivery["state"] == state {
+            Ok(delivery.clone())
+        } else {
+            Err(body.to_string())
+        }
+    })
+    .await
+}
+
+pub fn delivery_id(submitted: &Value) -> String {
+    submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"))
+        .to_owned()
+}
+
+/// `(submissions, deliveries)` stored.
+pub async fn row_counts(app: &TestApp) -> (u64, u64) {
+    let conn = app.state.db.conn();
+    let submissions = entity::submission::Entity::find()
+        .count(conn)
+        .await
+        .expect("count");
+    let deliveries = entity::webhook_delivery::Entity::find()
+        .count(conn)
+        .await
+        .expect("count");
+    (submissions, deliveries)
+}
+
+/// Runs `submits` (against `app`, on PostgreSQL) so that the group writer sends them in one
+/// statement: it is first held on a submission whose endpoint row another session has
+/// locked, and released only once all of `submits` wait in its queue. Returns their answers.
+pub async fn submit_as_one_group<F: Future<Output = Value>>(
+    db: &TestDb,
+    app: &TestApp,
+    admin: &str,
+    submits: Vec<F>,
+) -> Vec<Value> {
+    let count = submits.len() as i64;
+    let (gate, _) = app.create_endpoint(admin, "https://example.com/gate").await;
+    let holder = db.connect(2).await;
+    let lock = holder.conn().begin().await.expect("begin");
+    lock.execute_raw(Statement::from_sql_and_values(
+        sea_orm::DbBackend::Postgres,
+        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
+        [gate.clone().into()],
+    ))
+    .await
+    .expect("lock the gate endpoint");
+    let held = submit(app, admin, &gate, json!({ "gate": true }), None);
+    let rest = async {
+        let observer = &holder;
+        eventually(
+            "the writer waits on the lock",
+            Duration::from_secs(10),
+            || async move {
+                let waiting = observer
+                    .conn()
+                    .query_one_raw(Statement::from_string(
+                        sea_orm::DbBackend::Postgres,
+                        "SELECT count(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    ))
+                    .await
+                    .expect("query")
+                    .expect("row");
+                waiting.try_get::<i64>("", "n").expect("n") == 1
+            },
+        )
+        .await;
+        let release = async {
+            let queued = &app.state.metrics.submissions_queued;
+            eventually(
+                "every submission is queued",
+                Duration::from_secs(10),
+                || async move { queued.get() == count },
+            )
+            .await;
+            lock.commit().await.expect("release the gate");
+        };
+        futures_util::future::join(futures_util::future::join_all(submits), release)
+            .await
+            .0
+    };
+    let (gated, answers) = futures_util::future::join(held, rest).await;
+    assert_eq!(gated["data"]["submit"]["created"], true, "{gated}");
+    answers
+}
+
+/// The signing secret stored for an endpoint.
+pub async fn stored_secret(app: &TestApp, id: &str) -> String {
+    use sea_orm::EntityTrait;
+    let id = uuid::Uuid::parse_str(id).expect("uuid");
+    entity::endpoint::Entity::find_by_id(id)
+        .one(app.state.db.conn())
+        .await
+        .expect("query")
+        .expect("the endpoint exists")
+        .signing_secret
+}
+
+/// How many endpoints are stored.
+pub async fn endpoint_count(app: &TestApp) -> u64 {
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    entity::endpoint::Entity::find()
+        .count(app.state.db.conn())
+        .await
+        .expect("count")
 }

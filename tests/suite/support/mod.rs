@@ -3,11 +3,14 @@
 
 pub mod app;
 pub mod browser;
+pub mod console;
 pub mod database;
 pub mod fixtures;
 pub mod partition;
 pub mod postgres_server;
+pub mod process;
 pub mod receiver;
+pub mod websocket;
 
 pub use app::{gql_error_code, TestApp};
 pub use browser::{TestBrowser, TestPage};

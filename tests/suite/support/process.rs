@@ -1,0 +1,104 @@
+//! The built `courier` binary run as a child process, as users run it (optionally with its
+//! wall clock shifted by libfaketime).
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const COURIER: &str = env!("CARGO_BIN_EXE_courier");
+
+/// `courier` on `database_url`, logging JSON.
+pub fn courier_command(database_url: &str) -> Command {
+    let mut command = Command::new(COURIER);
+    command
+        .env("DATABASE_URL", database_url)
+        .env("COURIER_LOG_FORMAT", "json");
+    command
+}
+
+/// Starts `courier serve` on port 0 with extra settings; returns it and its address.
+pub fn spawn_serve(database_url: &str, settings: &[(&str, &str)]) -> (Child, String) {
+    let (child, addr, _) = start_serve(courier_command(database_url), settings);
+    (child, addr)
+}
+
+/// Starts `courier serve` like [`spawn_serve`], with its wall clock shifted by `offset`
+/// (libfaketime syntax, e.g. `+120s`) while its monotonic clock, which drives timers, stays
+/// true. Checks from the process's own log that the shift took.
+pub fn spawn_serve_skewed(
+    database_url: &str,
+    settings: &[(&str, &str)],
+    offset_secs: i64,
+) -> (Child, String) {
+    // Preloaded directly (not through the `faketime` wrapper, which would stand between
+    // this test and the process it has to stop).
+    let mut command = courier_command(database_url);
+    command
+        .env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME", format!("{offset_secs:+}s"))
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    let (child, addr, logged_at) = start_serve(command, settings);
+    let skew = logged_at.map(|at| (at - chrono::Utc::now()).num_seconds());
+    assert!(
+        skew.is_some_and(|skew| (skew - offset_secs).abs() <= 15),
+        "the process should log times {offset_secs:+}s off, but its skew is {skew:?}"
+    );
+    (child, addr)
+}
+
+/// libfaketime's preload library (Debian package `faketime`). These tests need it and
+/// never skip without it.
+pub fn libfaketime() -> std::path::PathBuf {
+    let candidates = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketimeMT.so.1"))
+        .chain([
+            "/usr/lib/faketime/libfaketimeMT.so.1".into(),
+            "/usr/local/lib/faketime/libfaketimeMT.so.1".into(),
+        ]);
+    let found = candidates.into_iter().find(|path| path.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "libfaketime is missing: install the `faketime` package (apt-get install faketime; .ci/run does)"
+        )
+    })
+}
+
+/// Runs `command serve` on port 0; returns the process, its address and the time it logged
+/// when it started listening.
+pub fn start_serve(
+    mut command: Command,
+    settings: &[(&str, &str)],
+) -> (Child, String, Option<chrono::DateTime<chrono::Utc>>) {
+    command
+        .arg("serve")
+        .env("COURIER_BIND", "127.0.0.1:0")
+        .stderr(Stdio::piped());
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("spawn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (found, rest) = std::sync::mpsc::channel();
+    // Keep reading stderr for the life of the process, so its logging never blocks.
+    std::thread::spawn(move || {
+        let mut found = Some(found);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if entry["message"] == "listening" {
+                if let (Some(found), Some(addr)) = (found.take(), entry["addr"].as_str()) {
+                    let at = entry["timestamp"]
+                        .as_str()
+                        .and_then(|at| at.parse::<chrono::DateTime<chrono::Utc>>().ok());
+                    let _ = found.send((addr.to_owned(), at));
+                }
+            }
+        }
+    });
+    let (addr, at) = rest
+        .recv_timeout(Duration::from_secs(30))
+        .expect("serve logs the address it listens on");
+    (child, addr, at)
+}
