@@ -53,7 +53,7 @@ impl App {
         ));
         let limit = self.state.db.timeouts().acquire;
         let (_, live) = tokio::join!(
-            crate::db::warmup::warm_up(&self.state.db, limit),
+            crate::db::warm_up(&self.state.db, limit),
             self.state.bus.wait_live(limit)
         );
         if !live {

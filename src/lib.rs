@@ -5,7 +5,7 @@
 //! - [`cli`]: what each command does, and how a fatal error is told once on one line;
 //!   [`app`] assembles a running instance; [`state`] is the cheap-to-clone application state
 //!   every handler and task shares.
-//! - [`http`]: routes: the operator console (`/`, `/assets/*`), `/graphql` (HTTP and WebSocket),
+//! - `http`: routes: the operator console (`/`, `/assets/*`), `/graphql` (HTTP and WebSocket),
 //!   `/healthz`, `/readyz`, `/metrics`; the one place responses get `Retry-After`.
 //! - [`schema`]: GraphQL types and resolvers, one module per domain; no SQL.
 //! - [`service`]: domain operations and their transactions; no GraphQL. `submit` and `publish`
@@ -19,7 +19,7 @@
 //!   this process's subscribers (PostgreSQL); the hints that wake the worker.
 //! - [`crypto`]: signing secrets sealed at rest under `COURIER_ENCRYPTION_KEY`, and `whsec_`
 //!   secrets minted.
-//! - [`destination`]: which webhook URLs are allowed.
+//! - `destination`: which webhook URLs are allowed.
 //! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ: whose clock
 //!   decides, SQL templates and row sets, the transaction and retry policy, deadlines, the one
 //!   classifier of database errors, warm-up, the parking rule.
@@ -32,7 +32,7 @@
 //! - [`metrics`], [`telemetry`]: Prometheus metrics and structured logs.
 //!
 //! # How a request flows
-//! HTTP -> [`http`] (media type, body limit, API key, database deadline) -> [`schema`] resolver ->
+//! HTTP -> `http` (media type, body limit, API key, database deadline) -> [`schema`] resolver ->
 //! [`service`] operation (one transaction; races settled by the database) -> database.
 //! Errors travel back as [`error::Error`] and are mapped once to `extensions.code`.
 //!
@@ -54,9 +54,9 @@ pub mod cli;
 pub mod config;
 pub mod crypto;
 pub mod db;
-pub mod destination;
+mod destination;
 pub mod error;
-pub mod http;
+mod http;
 pub mod metrics;
 pub mod schema;
 pub mod service;

@@ -6,10 +6,11 @@ mod classify;
 mod clock;
 mod deadline;
 mod diagnose;
-pub mod parking;
-pub mod sql;
+pub(crate) mod parking;
+pub(crate) mod sql;
 mod transaction;
-pub mod warmup;
+mod warmup;
+pub use self::warmup::warm_up;
 
 use std::str::FromStr;
 use std::sync::Arc;

@@ -120,13 +120,8 @@ impl Rows {
     }
 
     /// How many rows there are.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.columns.first().map_or(0, Vec::len)
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The SQL for the `{rows}` slot with parameters numbered from `first`, and the values

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use url::{Host, Url};
 
-pub use address::{is_public, non_public, Block};
+pub use address::{is_public, non_public};
 
 use crate::error::{Error, Result};
 

@@ -3,10 +3,10 @@
 pub mod api_keys;
 pub mod deliveries;
 pub mod endpoints;
-pub mod event_types;
+pub(crate) mod event_types;
 pub mod flow;
 pub mod pagination;
 pub mod payload;
 pub mod rate_limit;
 pub mod submissions;
-pub mod switch;
+pub(crate) mod switch;

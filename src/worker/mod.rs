@@ -17,7 +17,7 @@ pub mod record;
 mod recorder;
 pub mod retention;
 pub mod schedule;
-pub mod targets;
+mod targets;
 pub mod turns;
 
 use std::collections::HashMap;

@@ -14,10 +14,13 @@ use courier::worker::health::HealthPolicy;
 use courier::worker::record::{record, FinishedAttempt};
 use courier::worker::schedule::NextStep;
 use sea_orm::{
-    ConnectionTrait, EntityTrait, PaginatorTrait, QueryResult, Statement, TransactionTrait,
-    Value as SqlValue,
+    ConnectionTrait, EntityTrait, PaginatorTrait, QueryOrder, QueryResult, Statement,
+    TransactionTrait, Value as SqlValue,
 };
 use serde_json::{json, Value};
+
+use courier::auth::{self, Identity};
+use uuid::Uuid;
 
 use super::{Receiver, TestApp, TestDb};
 
@@ -337,4 +340,132 @@ pub async fn endpoint_count(app: &TestApp) -> u64 {
         .count(app.state.db.conn())
         .await
         .expect("count")
+}
+
+/// An API-only app with `count` pending deliveries to one endpoint; returns their ids.
+pub async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
+    seed_spread(db, 1, count).await
+}
+
+/// An API-only app with `per_endpoint` pending deliveries to each of `endpoints` endpoints,
+/// submitted round robin; returns their ids in submission order.
+pub async fn seed_spread(
+    db: &TestDb,
+    endpoints: usize,
+    per_endpoint: usize,
+) -> (TestApp, Vec<Uuid>) {
+    let app = TestApp::spawn(db).await;
+    let token = app.admin_token().await;
+    let caller: Identity = auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let mut targets = Vec::with_capacity(endpoints);
+    for _ in 0..endpoints {
+        let (endpoint, _) = app
+            .create_endpoint(&token, "https://example.com/hook")
+            .await;
+        targets.push(Uuid::parse_str(&endpoint).expect("uuid"));
+    }
+    let mut ids = Vec::new();
+    for n in 0..endpoints * per_endpoint {
+        let input = courier::service::submissions::NewSubmission {
+            endpoint_id: targets[n % endpoints],
+            payload: serde_json::json!({ "n": n }),
+            idempotency_key: None,
+            event_type: None,
+        };
+        ids.push(
+            app.state
+                .submissions
+                .submit(&caller, input)
+                .await
+                .expect("submit")
+                .delivery
+                .id,
+        );
+    }
+    (app, ids)
+}
+
+pub const PUBLISH: &str = "mutation($input: PublishInput!) { publish(input: $input) { created event { id eventType idempotencyKey payload deliveries(first: 100) { edges { node { id state endpoint { id } submission { eventType event { id } } } } } } } }";
+
+pub async fn publish(
+    app: &TestApp,
+    token: &str,
+    event_type: &str,
+    payload: Value,
+    key: Option<&str>,
+) -> Value {
+    let input = json!({ "eventType": event_type, "payload": payload, "idempotencyKey": key });
+    app.graphql(token, PUBLISH, json!({ "input": input })).await
+}
+
+/// Creates an endpoint subscribed to `types` (`None`: the field omitted) and returns its id.
+pub async fn endpoint_with_types(
+    app: &TestApp,
+    admin: &str,
+    url: &str,
+    types: Option<Vec<&str>>,
+) -> String {
+    let mut input = json!({ "name": "typed", "url": url });
+    if let Some(types) = types {
+        input["eventTypes"] = json!(types);
+    }
+    let body = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id eventTypes } } }",
+            json!({ "input": input }),
+        )
+        .await;
+    body["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("created: {body}"))
+        .to_owned()
+}
+
+/// Moves every lease an hour into the past, as if it had run out long ago (a `processing`
+/// row's due time is its lease expiry, so both move): tests never wait on the wall clock
+/// for a lease.
+pub async fn expire_leases(pool: &Db) {
+    use entity::webhook_delivery::{Column, Entity};
+    use sea_orm::{ActiveModelTrait, ColumnTrait, IntoActiveModel, QueryFilter, Set};
+    let held = Entity::find()
+        .filter(Column::ClaimExpiresAt.is_not_null())
+        .all(pool.conn())
+        .await
+        .expect("leased deliveries");
+    assert!(!held.is_empty(), "a lease to expire");
+    for row in held {
+        let hour = chrono::Duration::hours(1);
+        let expires = row.claim_expires_at.expect("a lease");
+        let due = row.next_attempt_at.map(|due| due - hour);
+        let mut row = row.into_active_model();
+        row.claim_expires_at = Set(Some(expires - hour));
+        row.next_attempt_at = Set(due);
+        row.update(pool.conn()).await.expect("expire the lease");
+    }
+    // A lease that ran out is due at its expiry, which the endpoint's turn already waits
+    // for; moved into the past by hand, the backstop sweep finds it.
+    courier::worker::turns::sweep(pool, courier::worker::claim::DEFAULT_MAX_IN_FLIGHT)
+        .await
+        .expect("sweep");
+}
+
+pub async fn delivery(pool: &Db, id: Uuid) -> entity::webhook_delivery::Model {
+    entity::webhook_delivery::Entity::find_by_id(id)
+        .one(pool.conn())
+        .await
+        .expect("query")
+        .expect("exists")
+}
+
+pub async fn attempts(pool: &Db, id: Uuid) -> Vec<entity::delivery_attempt::Model> {
+    use sea_orm::{ColumnTrait, QueryFilter};
+    entity::delivery_attempt::Entity::find()
+        .filter(entity::delivery_attempt::Column::DeliveryId.eq(id))
+        .order_by_asc(entity::delivery_attempt::Column::Number)
+        .all(pool.conn())
+        .await
+        .expect("attempts")
 }

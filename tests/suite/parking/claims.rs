@@ -8,7 +8,11 @@ use sea_orm::{ConnectionTrait, Statement};
 use crate::on_every_backend;
 use crate::support::{Backend, TestDb};
 
-use super::*;
+use crate::support::fixtures::delivery;
+use crate::support::fixtures::events_for;
+use crate::support::fixtures::record_result;
+use crate::support::fixtures::seed;
+use crate::support::fixtures::LONG_LEASE;
 
 /// Parking holds at the edges: a claim given back after its endpoint was disabled is
 /// parked, not due; an expired lease of a disabled endpoint is parked by the next claim

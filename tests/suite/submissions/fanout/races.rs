@@ -13,6 +13,8 @@ use crate::support::fixtures::{endpoint_on, quick_worker};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 use super::*;
+use crate::support::fixtures::endpoint_with_types;
+use crate::support::fixtures::publish;
 use crate::support::fixtures::settle;
 
 /// Sixteen publishes of one key over two processes: one event, one delivery per endpoint.

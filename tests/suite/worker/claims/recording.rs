@@ -15,7 +15,14 @@ use uuid::Uuid;
 use crate::on_every_backend;
 use crate::support::{Backend, TestDb};
 
-use super::*;
+use crate::support::fixtures::attempts;
+use crate::support::fixtures::delivery;
+use crate::support::fixtures::events_for;
+use crate::support::fixtures::expire_leases;
+use crate::support::fixtures::outcome;
+use crate::support::fixtures::record_result;
+use crate::support::fixtures::seed;
+use crate::support::fixtures::LONG_LEASE;
 
 /// Two independent connections holding two claims on one delivery: the first claim's lease
 /// ran out and the second retook it.

@@ -5,7 +5,6 @@
 //! `races`, retention in `retention`.
 
 mod races;
-mod retention;
 mod routing;
 
 use std::collections::HashSet;
@@ -14,43 +13,6 @@ use sea_orm::{ConnectionTrait, Statement};
 use serde_json::{json, Value};
 
 use crate::support::TestApp;
-
-pub const PUBLISH: &str = "mutation($input: PublishInput!) { publish(input: $input) { created event { id eventType idempotencyKey payload deliveries(first: 100) { edges { node { id state endpoint { id } submission { eventType event { id } } } } } } } }";
-
-pub async fn publish(
-    app: &TestApp,
-    token: &str,
-    event_type: &str,
-    payload: Value,
-    key: Option<&str>,
-) -> Value {
-    let input = json!({ "eventType": event_type, "payload": payload, "idempotencyKey": key });
-    app.graphql(token, PUBLISH, json!({ "input": input })).await
-}
-
-/// Creates an endpoint subscribed to `types` (`None`: the field omitted) and returns its id.
-pub async fn endpoint_with_types(
-    app: &TestApp,
-    admin: &str,
-    url: &str,
-    types: Option<Vec<&str>>,
-) -> String {
-    let mut input = json!({ "name": "typed", "url": url });
-    if let Some(types) = types {
-        input["eventTypes"] = json!(types);
-    }
-    let body = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id eventTypes } } }",
-            json!({ "input": input }),
-        )
-        .await;
-    body["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("created: {body}"))
-        .to_owned()
-}
 
 pub async fn set_endpoint(app: &TestApp, admin: &str, id: &str, input: Value) -> Value {
     app.graphql(

@@ -2,10 +2,8 @@
 //! failure runs, manual disabling), API keys over GraphQL and the CLI, secrets encrypted at
 //! rest, and retention.
 
-mod api_keys;
 mod encryption;
 mod health;
-mod retention;
 mod rotation;
 
 use serde_json::{json, Value};

@@ -1,0 +1,6 @@
+//! Parking, one rule tested in one place: a disabled endpoint's deliveries have no due
+//! time, whether they were waiting, claimed, released, expired or submitted while the
+//! disable was being written.
+
+mod claims;
+mod races;
