@@ -10,12 +10,12 @@ use sea_orm::ActiveEnum as _;
 
 use crate::auth::{self, RevokeOutcome};
 use crate::config::{ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, ServeArgs};
-use crate::crypto::sealing;
 use crate::db::{self, Db};
 use crate::error::Error;
 use crate::schema;
 use crate::service::api_keys;
 use crate::service::pagination::{PageRequest, MAX_PAGE_SIZE};
+use crate::service::sealing;
 use uuid::Uuid;
 
 /// Why a command failed. Each message names what to change; `main` prints it once, on one line.

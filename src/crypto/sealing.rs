@@ -1,20 +1,15 @@
 //! Signing secrets at rest: sealed with XChaCha20-Poly1305 under the keys of
-//! `COURIER_ENCRYPTION_KEY` (the first seals, every one opens), bound to their endpoint, and
-//! brought under the first key at start-up. A secret that cannot be opened is never used.
+//! `COURIER_ENCRYPTION_KEY` (the first seals, every one opens) and bound to their endpoint
+//! (`crate::service::sealing` brings stored ones under the first key at start-up). A secret
+//! that cannot be opened is never used.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use entity::endpoint;
 use rand::RngCore as _;
-use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
-
-use crate::db::Db;
-use crate::error::{Error, Result};
 
 /// The setting that holds the keys, named in every error about them.
 pub const ENV: &str = "COURIER_ENCRYPTION_KEY";
@@ -27,9 +22,6 @@ const KEY_BYTES: usize = 32;
 
 /// Bytes in an XChaCha20 nonce: random nonces this long never repeat in practice.
 const NONCE_BYTES: usize = 24;
-
-/// Endpoints read per page while sealing at start-up.
-const SEAL_PAGE: u64 = 500;
 
 /// Why a secret could not be sealed or opened.
 #[derive(Debug, thiserror::Error)]
@@ -189,62 +181,6 @@ fn key_id(key: &[u8]) -> String {
         .chain_update(key)
         .finalize();
     hex::encode(&digest[..4])
-}
-
-/// What [`seal_at_rest`] changed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Resealed {
-    /// Secrets (current or previous) written again, under the first key.
-    pub secrets: u64,
-}
-
-/// Run at start-up, before serving: checks that every stored secret opens with `keys` and
-/// stores each one that is plaintext, or sealed under an older key, sealed under the first.
-/// Any secret that cannot be opened is an error naming `COURIER_ENCRYPTION_KEY`: a process
-/// that could not sign correctly must not start. Each write is conditional on the value
-/// read, so a rotation (or another process starting) at the same moment is never undone.
-pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
-    let mut resealed = Resealed::default();
-    let mut after: Option<Uuid> = None;
-    loop {
-        let mut query = endpoint::Entity::find()
-            .select_only()
-            .columns([
-                endpoint::Column::Id,
-                endpoint::Column::SigningSecret,
-                endpoint::Column::PreviousSigningSecret,
-            ])
-            .order_by_asc(endpoint::Column::Id)
-            .limit(SEAL_PAGE);
-        if let Some(after) = after {
-            query = query.filter(endpoint::Column::Id.gt(after));
-        }
-        let rows: Vec<(Uuid, String, Option<String>)> = query.into_tuple().all(db.conn()).await?;
-        let Some(last) = rows.last() else {
-            return Ok(resealed);
-        };
-        after = Some(last.0);
-        for (id, current, previous) in &rows {
-            for (column, stored) in [
-                (endpoint::Column::SigningSecret, Some(current)),
-                (endpoint::Column::PreviousSigningSecret, previous.as_ref()),
-            ] {
-                let Some(stored) = stored else { continue };
-                let plain = keys.open(*id, stored).map_err(Error::Secret)?;
-                if !keys.needs_resealing(stored) {
-                    continue;
-                }
-                let sealed = keys.seal(*id, &plain).map_err(Error::Secret)?;
-                let written = endpoint::Entity::update_many()
-                    .col_expr(column, Expr::value(sealed))
-                    .filter(endpoint::Column::Id.eq(*id))
-                    .filter(column.eq(stored.as_str()))
-                    .exec(db.conn())
-                    .await?;
-                resealed.secrets += written.rows_affected;
-            }
-        }
-    }
 }
 
 #[cfg(test)]

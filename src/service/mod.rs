@@ -8,5 +8,6 @@ pub mod flow;
 pub mod pagination;
 pub mod payload;
 pub mod rate_limit;
+pub mod sealing;
 pub mod submissions;
 pub(crate) mod switch;

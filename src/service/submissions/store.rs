@@ -4,6 +4,7 @@
 //! submission on SQLite.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::{self, DeliveryState};
@@ -207,16 +208,21 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
         ])?;
     }
     let (rows, values) = rows.render(1);
-    let wake = flow::wake(
-        DbBackend::Postgres,
-        "SELECT endpoint_id FROM stored_deliveries",
-    );
-    let notify = bus::notify_created(STORED_CHANGES);
-    let sql = fill(
-        &with_parking(DbBackend::Postgres, STORE_POSTGRES),
-        &[("rows", &rows), ("wake", &wake), ("notify", &notify)],
-    );
-    let (sql, values) = (&sql, &values);
+    // On PostgreSQL the rows travel as arrays, so the text is the same for every batch: it
+    // is rendered once per process.
+    static SQL: OnceLock<String> = OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        let wake = flow::wake(
+            DbBackend::Postgres,
+            "SELECT endpoint_id FROM stored_deliveries",
+        );
+        let notify = bus::notify_created(STORED_CHANGES);
+        fill(
+            &with_parking(DbBackend::Postgres, STORE_POSTGRES),
+            &[("rows", &rows), ("wake", &wake), ("notify", &notify)],
+        )
+    });
+    let values = &values;
     let reported = db
         .autocommit(|| db.clock().statement(sql, values.iter().cloned()))
         .await?;

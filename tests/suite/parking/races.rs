@@ -1,5 +1,6 @@
 //! No due delivery on a disabled endpoint, ever: submissions racing a disable over two app
-//! instances (two pools) leave nothing due, and re-enabling delivers each exactly once.
+//! instances (two pools) leave nothing due, re-enabling delivers each exactly once, and
+//! switches racing each other leave the backlog matching the endpoint.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::support::fixtures::count;
 use crate::support::fixtures::endpoint_on;
 use crate::support::fixtures::eventually;
 use crate::support::fixtures::settle;
@@ -147,3 +149,66 @@ async fn submissions_racing_a_disable_leave_nothing_due(backend: Backend) {
 }
 
 crate::on_postgres!(submissions_racing_a_disable_leave_nothing_due);
+
+/// Switches racing each other over two app instances (two pools): forty disables and
+/// re-enables at once, then one more of each. Each conditional switch either changes the
+/// row or changes nothing, so the backlog always matches the endpoint's final state, and a
+/// disable's reason and time go with the flag.
+async fn racing_switches_leave_the_backlog_matching_the_endpoint(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let apps = [TestApp::spawn(&db).await, TestApp::spawn(&db).await];
+    let admin = apps[0].admin_token().await;
+    let (endpoint, _) = apps[0]
+        .create_endpoint(&admin, "https://example.com/switched")
+        .await;
+    for n in 0..10 {
+        let body = submit(&apps[0], &admin, &endpoint, json!({ "n": n }), None).await;
+        assert!(body["errors"].is_null(), "{body}");
+    }
+    let switches = (0..40).map(|n| {
+        let app = &apps[n % 2];
+        app.graphql(
+            &admin,
+            SET_DISABLED,
+            json!({ "id": endpoint, "off": n % 4 < 2 }),
+        )
+    });
+    for body in futures_util::future::join_all(switches).await {
+        assert!(body["errors"].is_null(), "{body}");
+    }
+    let id: Uuid = endpoint.parse().expect("uuid");
+    let rows = |sql: &'static str| {
+        let db = &apps[1].state.db;
+        async move { count(db, sql, vec![id.into()]).await }
+    };
+    for off in [true, false] {
+        let body = apps[usize::from(off)]
+            .graphql(&admin, SET_DISABLED, json!({ "id": endpoint, "off": off }))
+            .await;
+        assert_eq!(
+            body["data"]["updateEndpoint"]["endpoint"]["disabled"], off,
+            "{body}"
+        );
+        let due = rows(
+            "SELECT COUNT(*) AS n FROM webhook_deliveries \
+             WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NOT NULL",
+        )
+        .await;
+        let parked = rows(
+            "SELECT COUNT(*) AS n FROM webhook_deliveries \
+             WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL",
+        )
+        .await;
+        let (want_due, want_parked) = if off { (0, 10) } else { (10, 0) };
+        assert_eq!((due, parked), (want_due, want_parked), "disabled: {off}");
+        let stamped = rows(
+            "SELECT COUNT(*) AS n FROM endpoints \
+             WHERE id = $1 AND (disabled_reason IS NOT NULL) = disabled \
+               AND (disabled_at IS NOT NULL) = disabled",
+        )
+        .await;
+        assert_eq!(stamped, 1, "the reason and time go with the disabled flag");
+    }
+}
+
+crate::on_every_backend!(racing_switches_leave_the_backlog_matching_the_endpoint);

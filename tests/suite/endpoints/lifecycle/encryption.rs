@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use courier::crypto::sealing::{seal_at_rest, SecretKeys};
+use courier::crypto::sealing::SecretKeys;
+use courier::service::sealing::seal_at_rest;
 use rand::RngCore as _;
 use serde_json::json;
 
