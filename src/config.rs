@@ -8,6 +8,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::crypto::sealing::SecretKeys;
 use crate::db::Timeouts;
+use crate::worker::schedule::{
+    parse_schedule, RetryPolicy, DEFAULT_DELAYS, DEFAULT_DOUBLING_ATTEMPTS, DEFAULT_DOUBLING_BASE,
+};
 
 /// Longest retry delay accepted: 30 days.
 pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
@@ -167,15 +170,26 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,
 
-    /// Attempts per cycle before a delivery is `failed`.
-    #[arg(long, env = "COURIER_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub max_attempts: u32,
+    /// The delays between a cycle's attempts, comma-separated (`5s,5m,30m,2h,5h,10h,10h`;
+    /// units ms, s, m, h, d): attempts per cycle are the delays + 1, jittered, and a
+    /// `Retry-After` is still honoured. Overrides COURIER_MAX_ATTEMPTS and
+    /// COURIER_RETRY_BASE_MS. When none of the three is set the default schedule is
+    /// `5s,30s,2m,5m,30m,2h,6h,12h,12h`: ten attempts over about 32.6 hours.
+    #[arg(long, env = "COURIER_RETRY_SCHEDULE", value_parser = parse_retry_schedule)]
+    pub retry_schedule: Option<RetrySchedule>,
 
-    /// First retry delay in milliseconds; it doubles per attempt, with jitter.
-    #[arg(long, env = "COURIER_RETRY_BASE_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=MAX_RETRY_DELAY_MS))]
-    pub retry_base_ms: u64,
+    /// Attempts per cycle before a delivery is `failed`, with delays doubling from
+    /// COURIER_RETRY_BASE_MS (8 when only the base is set).
+    #[arg(long, env = "COURIER_MAX_ATTEMPTS", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_attempts: Option<u32>,
 
-    /// Longest retry delay in milliseconds.
+    /// First retry delay in milliseconds, doubling per attempt, with jitter (1000 when only
+    /// COURIER_MAX_ATTEMPTS is set).
+    #[arg(long, env = "COURIER_RETRY_BASE_MS", value_parser = clap::value_parser!(u64).range(1..=MAX_RETRY_DELAY_MS))]
+    pub retry_base_ms: Option<u64>,
+
+    /// Longest doubling delay, and the longest wait a receiver's `Retry-After` may impose
+    /// (with a listed schedule, at least its longest delay), in milliseconds.
     #[arg(long, env = "COURIER_RETRY_MAX_MS", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(1..=MAX_RETRY_DELAY_MS))]
     pub retry_max_ms: u64,
 
@@ -252,15 +266,33 @@ impl ServeArgs {
 
     /// Refuses combinations that make no sense, naming the settings to change.
     pub fn check(&self) -> Result<(), String> {
-        if self.retry_base_ms > self.retry_max_ms {
-            return Err(format!(
-                "COURIER_RETRY_BASE_MS ({}) is above COURIER_RETRY_MAX_MS ({}): the first retry \
-                 delay cannot be longer than the longest; lower COURIER_RETRY_BASE_MS or raise \
-                 COURIER_RETRY_MAX_MS",
-                self.retry_base_ms, self.retry_max_ms
-            ));
+        if let (None, Some(base)) = (&self.retry_schedule, self.retry_base_ms) {
+            if base > self.retry_max_ms {
+                return Err(format!(
+                    "COURIER_RETRY_BASE_MS ({base}) is above COURIER_RETRY_MAX_MS ({}): the first \
+                     retry delay cannot be longer than the longest; lower COURIER_RETRY_BASE_MS \
+                     or raise COURIER_RETRY_MAX_MS",
+                    self.retry_max_ms
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// How deliveries are retried: the listed schedule when COURIER_RETRY_SCHEDULE is set,
+    /// doubling when COURIER_MAX_ATTEMPTS or COURIER_RETRY_BASE_MS is, and otherwise
+    /// [`crate::worker::schedule::DEFAULT_SCHEDULE`].
+    pub fn retry_policy(&self) -> RetryPolicy {
+        let max = Duration::from_millis(self.retry_max_ms);
+        match (&self.retry_schedule, self.max_attempts, self.retry_base_ms) {
+            (Some(schedule), ..) => RetryPolicy::listed(&schedule.0, max),
+            (None, None, None) => RetryPolicy::listed(&DEFAULT_DELAYS, max),
+            (None, attempts, base) => RetryPolicy::doubling(
+                base.map_or(DEFAULT_DOUBLING_BASE, Duration::from_millis),
+                max,
+                attempts.unwrap_or(DEFAULT_DOUBLING_ATTEMPTS),
+            ),
+        }
     }
 
     /// The lease length as a duration.
@@ -279,6 +311,15 @@ impl ServeArgs {
     }
 }
 
+/// The delays of `COURIER_RETRY_SCHEDULE`, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrySchedule(pub Vec<Duration>);
+
+/// `COURIER_RETRY_SCHEDULE`: see [`parse_schedule`].
+fn parse_retry_schedule(value: &str) -> Result<RetrySchedule, String> {
+    parse_schedule(value, Duration::from_millis(MAX_RETRY_DELAY_MS)).map(RetrySchedule)
+}
+
 /// `COURIER_RATE_LIMIT`: a positive number. Zero would refuse every submission, which is
 /// never what an operator means; leaving the setting unset means unlimited.
 fn parse_rate_limit(value: &str) -> Result<u32, String> {
@@ -289,5 +330,77 @@ fn parse_rate_limit(value: &str) -> Result<u32, String> {
         ),
         Ok(limit) => Ok(limit),
         Err(err) => Err(format!("{err}; expected a whole number of submissions per window")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::schedule::Delays;
+
+    fn parse(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let argv = std::iter::once("courier").chain(flags.iter().copied());
+        Only::try_parse_from(argv).map(|only| only.serve)
+    }
+
+    #[test]
+    fn the_schedule_overrides_doubling_and_doubling_works_alone() {
+        let listed = parse(&["--retry-schedule", "5s,5m", "--max-attempts", "3"]).unwrap();
+        let policy = listed.retry_policy();
+        assert_eq!(policy.attempts_per_cycle(), 3, "two delays, three attempts");
+        assert_eq!(
+            policy.nominal_delays(),
+            [Duration::from_secs(5), Duration::from_secs(300)]
+        );
+
+        let attempts_only = parse(&["--max-attempts", "4"]).unwrap().retry_policy();
+        assert_eq!(
+            attempts_only.delays,
+            Delays::Doubling {
+                base: DEFAULT_DOUBLING_BASE,
+                attempts: 4
+            }
+        );
+        let base_only = parse(&["--retry-base-ms", "250"]).unwrap().retry_policy();
+        assert_eq!(
+            base_only.delays,
+            Delays::Doubling {
+                base: Duration::from_millis(250),
+                attempts: DEFAULT_DOUBLING_ATTEMPTS
+            }
+        );
+
+        let default = parse(&[]).unwrap().retry_policy();
+        assert_eq!(default.nominal_delays(), DEFAULT_DELAYS);
+        assert!(default.span() >= Duration::from_secs(24 * 3_600));
+    }
+
+    #[test]
+    fn a_bad_schedule_is_refused_with_its_reason() {
+        let err = parse(&["--retry-schedule", "5s,soon"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"soon\" does not start with a whole number"),
+            "{err}"
+        );
+        let err = parse(&["--retry-schedule", "40d"]).unwrap_err().to_string();
+        assert!(err.contains("longer than the longest"), "{err}");
+    }
+
+    #[test]
+    fn the_base_above_the_cap_is_refused_only_when_doubling() {
+        let doubling = parse(&["--retry-base-ms", "7200000"]).unwrap();
+        assert!(doubling
+            .check()
+            .unwrap_err()
+            .contains("COURIER_RETRY_BASE_MS"));
+        let listed = parse(&["--retry-base-ms", "7200000", "--retry-schedule", "1m"]).unwrap();
+        assert_eq!(listed.check(), Ok(()));
     }
 }

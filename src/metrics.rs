@@ -128,8 +128,10 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// Deliveries due now and not yet claimed (measured at scrape time).
     pub due_depth: Gauge,
-    /// Successful replays.
+    /// Successful replays (single and bulk).
     pub replays: Counter,
+    /// Delivered deliveries sent again.
+    pub resends: Counter,
     /// Open `deliveryStateChanged` subscriptions on this process.
     pub active_subscriptions: Gauge,
     /// State changes handed to this process's subscribers.
@@ -260,6 +262,7 @@ impl Metrics {
             due_depth.clone(),
         );
         let replays = Counter::default();
+        let resends = Counter::default();
         let active_subscriptions = Gauge::default();
         let events_published = Counter::default();
         let lagged_subscribers = Counter::default();
@@ -269,6 +272,11 @@ impl Metrics {
             db_queries,
         );
         registry.register("replays", "Deliveries replayed", replays.clone());
+        registry.register(
+            "resends",
+            "Delivered deliveries sent again",
+            resends.clone(),
+        );
         registry.register(
             "active_subscriptions",
             "Open deliveryStateChanged subscriptions",
@@ -287,6 +295,7 @@ impl Metrics {
         Metrics {
             registry,
             replays,
+            resends,
             active_subscriptions,
             events_published,
             lagged_subscribers,

@@ -27,6 +27,10 @@ pub struct Model {
     pub duration_ms: Option<i32>,
     /// True when a newer claim had taken the delivery before this result was recorded.
     pub superseded: bool,
+    /// The first 4 KiB of what the receiver answered, as text; NULL without a response.
+    pub response_body: Option<String>,
+    /// The receiver's response headers as a JSON object text; NULL without a response.
+    pub response_headers: Option<String>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

@@ -6,6 +6,7 @@ mod m20261130_000001_create_tables;
 mod m20261130_000010_event_fanout;
 mod m20261201_000001_endpoint_lifecycle;
 mod m20261202_000001_flow_control;
+mod m20261203_000001_outage_recovery;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000010_event_fanout::Migration),
             Box::new(m20261201_000001_endpoint_lifecycle::Migration),
             Box::new(m20261202_000001_flow_control::Migration),
+            Box::new(m20261203_000001_outage_recovery::Migration),
         ]
     }
 }

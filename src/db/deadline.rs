@@ -143,6 +143,29 @@ impl Db {
         }
     }
 
+    /// [`Db::within`], but the deadline counts from the last progress `work` reported: work
+    /// that keeps committing batches runs as long as it needs, and a database that stops
+    /// answering is still given up on `limit` after the last batch.
+    pub async fn within_progress<T, E: From<DbErr>>(
+        &self,
+        limit: Duration,
+        progress: &Progress,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let mut work = std::pin::pin!(work);
+        loop {
+            let until = progress.last() + limit;
+            match tokio::time::timeout_at(until.into(), &mut work).await {
+                Ok(result) => return result,
+                Err(_) if progress.last() + limit > Instant::now() => continue,
+                Err(_) => {
+                    self.missed.record();
+                    return Err(E::from(deadline_missed(limit)));
+                }
+            }
+        }
+    }
+
     /// [`Db::within`] the work deadline ([`Timeouts::work`]): for one request's database
     /// work, or one step of a background task.
     pub async fn within_deadline<T, E: From<DbErr>>(
@@ -150,6 +173,37 @@ impl Db {
         work: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
         self.within(self.timeouts.work, work).await
+    }
+}
+
+/// Progress reported by long work (a bulk replay's committed batches), which moves its
+/// deadline on (see [`Db::within_progress`]). Clones share the same record.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    since: Instant,
+    /// Milliseconds from `since` to the last progress.
+    last: Arc<AtomicU64>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            since: Instant::now(),
+            last: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Progress {
+    /// Records that the work moved on now.
+    pub fn made(&self) {
+        let elapsed = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.fetch_max(elapsed, Ordering::Relaxed);
+    }
+
+    /// When the work last moved on (its start, if never).
+    fn last(&self) -> Instant {
+        self.since + Duration::from_millis(self.last.load(Ordering::Relaxed))
     }
 }
 

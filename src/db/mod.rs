@@ -31,7 +31,7 @@ pub use self::classify::{
 };
 pub use self::clock::{fixed_window_start, Clock};
 use self::deadline::{check_on_release, MissedDeadlines};
-pub use self::deadline::{deadline_missed, Timeouts};
+pub use self::deadline::{deadline_missed, Progress, Timeouts};
 pub use self::diagnose::{describe, explain_connect_error, location, sqlite_path, sqlx_message};
 pub use self::transaction::{Txn, MAX_TRIES};
 

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::negotiate::{self, MediaType};
 use super::HttpState;
 use crate::auth::Identity;
+use crate::db::Progress;
 use crate::error::{error_chain, Error};
 use crate::schema::ensure_codes;
 use crate::schema::json;
@@ -191,8 +192,16 @@ async fn execute_in_time(
     state: &HttpState,
     request: async_graphql::Request,
 ) -> async_graphql::Response {
+    // Work in batches (a bulk replay) reports each committed batch, which moves the
+    // deadline on; the deadline still ends a request whose database stops answering.
+    let progress = Progress::default();
+    let request = request.data(progress.clone());
     let execution = async { Ok::<_, Error>(state.schema.execute(request).await) };
-    match state.app.db.within_deadline(execution).await {
+    let db = &state.app.db;
+    match db
+        .within_progress(db.timeouts().work, &progress, execution)
+        .await
+    {
         Ok(response) => response,
         Err(err) => async_graphql::Response::from_errors(vec![server_error(err)]),
     }

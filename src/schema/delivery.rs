@@ -1,8 +1,9 @@
 //! GraphQL for deliveries: the `Delivery` and `DeliveryAttempt` types, `delivery`,
-//! `deliveries` and `replayDelivery`.
+//! `deliveries`, and the mutations that start a cycle again: `replayDelivery`,
+//! `replayDeliveries`, `resendDelivery`, and `sendTestEvent`.
 
 use async_graphql::connection::Connection;
-use async_graphql::{Context, Enum, InputObject, Object, ID};
+use async_graphql::{Context, Enum, InputObject, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 use entity::delivery_attempt;
 use entity::webhook_delivery::{self, DeliveryState as StoredState};
@@ -10,9 +11,11 @@ use entity::webhook_delivery::{self, DeliveryState as StoredState};
 use super::context::{caller, loaders, missing, parse_id, relay_page, state};
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
+use super::json::Json;
 use super::loaders::Selected;
 use super::submission::Submission;
-use crate::service::deliveries::DeliveryFilter as Filter;
+use crate::db::Progress;
+use crate::service::deliveries::{DeliveryFilter as Filter, ReplayFilter as Replay};
 use crate::service::pagination::PageRequest;
 
 /// Where a delivery stands.
@@ -125,6 +128,17 @@ impl DeliveryAttempt {
     async fn duration_ms(&self) -> Option<i32> {
         self.0.duration_ms
     }
+    /// The first 4 KiB of the body the receiver answered with, as text; null when no
+    /// response arrived.
+    async fn response_body(&self) -> Option<&str> {
+        self.0.response_body.as_deref()
+    }
+    /// The receiver's response headers as an object, name to value (repeated headers
+    /// joined by `, `); null when no response arrived.
+    async fn response_headers(&self) -> Option<Json> {
+        let text = self.0.response_headers.as_deref()?;
+        serde_json::from_str(text).ok().map(Json)
+    }
 }
 
 /// Which deliveries `deliveries` lists.
@@ -136,6 +150,32 @@ pub struct DeliveryFilter {
     state: Option<DeliveryState>,
     /// Only deliveries of submissions with this event type.
     event_type: Option<String>,
+    /// Only deliveries created at or after this moment.
+    created_after: Option<DateTime<Utc>>,
+    /// Only deliveries created before this moment.
+    created_before: Option<DateTime<Utc>>,
+}
+
+/// Which `FAILED` deliveries `replayDeliveries` replays; every field narrows, none set
+/// means every failed delivery the caller may see.
+#[derive(InputObject, Default)]
+pub struct ReplayFilter {
+    /// Only this endpoint's deliveries.
+    endpoint_id: Option<ID>,
+    /// Only deliveries of submissions with this event type.
+    event_type: Option<String>,
+    /// Only deliveries that failed at or after this moment.
+    since: Option<DateTime<Utc>>,
+    /// Only deliveries that failed at or before this moment.
+    until: Option<DateTime<Utc>>,
+}
+
+/// What `replayDeliveries` did.
+#[derive(SimpleObject)]
+pub struct ReplayResult {
+    /// How many failed deliveries this call made pending (others that matched were
+    /// replayed by a concurrent call, and counted there).
+    replayed: i32,
 }
 
 /// One page of the deliveries `filter` selects that the caller may see, newest first.
@@ -189,6 +229,8 @@ impl DeliveryQuery {
             state: filter.state.map(Into::into),
             event_type: filter.event_type,
             event_id: None,
+            created_after: filter.created_after,
+            created_before: filter.created_before,
         };
         delivery_page(ctx, filter, first, after).await
     }
@@ -201,12 +243,58 @@ pub struct DeliveryMutation;
 /// Delivery mutations.
 #[Object]
 impl DeliveryMutation {
-    /// Replays a `FAILED` delivery (admin only): it becomes `PENDING`, due now, with a new
-    /// cycle of attempts. Any other state is `DELIVERY_NOT_REPLAYABLE` (with
-    /// `extensions.state`); of concurrent replays exactly one wins.
+    /// Replays a `FAILED` delivery: it becomes `PENDING`, due now, with a new cycle of
+    /// attempts. Any other state is `DELIVERY_NOT_REPLAYABLE` (with `extensions.state`); of
+    /// concurrent replays exactly one wins. Partners replay within their scope.
     async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Delivery> {
         let id = parse_id(&id, "id")?;
         let replayed = state(ctx)?.deliveries.replay(caller(ctx)?, id).await?;
         Ok(Delivery(replayed))
+    }
+
+    /// Replays every `FAILED` delivery the filter matches that the caller may see, at once,
+    /// in batches. However many bulk and single replays race, each failed delivery is
+    /// replayed by exactly one of them, and `replayed` counts this call's share.
+    async fn replay_deliveries(
+        &self,
+        ctx: &Context<'_>,
+        filter: ReplayFilter,
+    ) -> ApiResult<ReplayResult> {
+        let filter = Replay {
+            endpoint_id: filter
+                .endpoint_id
+                .as_ref()
+                .map(|id| parse_id(id, "filter.endpointId"))
+                .transpose()?,
+            event_type: filter.event_type,
+            since: filter.since,
+            until: filter.until,
+        };
+        let replayed = state(ctx)?
+            .deliveries
+            .replay_matching(caller(ctx)?, &filter, ctx.data_opt::<Progress>())
+            .await?;
+        Ok(ReplayResult {
+            replayed: i32::try_from(replayed).unwrap_or(i32::MAX),
+        })
+    }
+
+    /// Sends a `DELIVERED` delivery again: a new cycle with the same `webhook-id`, every
+    /// earlier attempt kept. Any other state is `DELIVERY_NOT_REPLAYABLE`.
+    async fn resend_delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Delivery> {
+        let id = parse_id(&id, "id")?;
+        let resent = state(ctx)?.deliveries.resend(caller(ctx)?, id).await?;
+        Ok(Delivery(resent))
+    }
+
+    /// Sends the endpoint a signed test webhook, `{"type": "courier.test", ...}` with event
+    /// type `courier.test`, delivered, retried and recorded like any other.
+    async fn send_test_event(&self, ctx: &Context<'_>, endpoint_id: ID) -> ApiResult<Delivery> {
+        let endpoint_id = parse_id(&endpoint_id, "endpointId")?;
+        let sent = state(ctx)?
+            .submissions
+            .send_test_event(caller(ctx)?, endpoint_id)
+            .await?;
+        Ok(Delivery(sent.delivery))
     }
 }

@@ -67,11 +67,13 @@ impl Worker {
             Duration::from_millis(config.request_timeout_ms),
             config.allow_private_destinations,
         )?;
-        let policy = RetryPolicy {
-            base: Duration::from_millis(config.retry_base_ms),
-            max: Duration::from_millis(config.retry_max_ms.max(config.retry_base_ms)),
-            max_attempts: config.max_attempts,
-        };
+        let policy = config.retry_policy();
+        tracing::info!(
+            attempts_per_cycle = policy.attempts_per_cycle(),
+            cycle_span_secs = policy.span().as_secs(),
+            delays = ?policy.nominal_delays(),
+            "retry schedule"
+        );
         let concurrency = config.worker_concurrency as usize;
         if config.lease().as_millis() <= u128::from(config.request_timeout_ms) {
             tracing::warn!(
@@ -315,6 +317,7 @@ impl Worker {
                 retry_after: None,
                 duration: Duration::ZERO,
                 kind: OutcomeKind::Connection,
+                answer: None,
             },
         };
         let finished_at = db::now();

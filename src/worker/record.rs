@@ -72,14 +72,18 @@ RETURNING webhook_deliveries.id, webhook_deliveries.next_attempt_at, webhook_del
 const TRANSITION_COLUMNS: &[&str] = &["uuid", "uuid", "text", "float8", "text"];
 
 /// The attempts themselves. `{rows}` is a [`Rows`] of [`ATTEMPT_COLUMNS`]; an attempt
-/// that got no response travels with status `0`, one without an error with `''`.
+/// that got no response travels with status `0` (and then its body and headers, sent as
+/// `''`, are NULL), one without an error with `''`.
 const INSERT_ATTEMPTS: &str = "\
 WITH v (id, delivery_id, number, claim_token, started_at, finished_at, status_code, error,
-        duration_ms, superseded) AS ({rows})
+        duration_ms, superseded, response_body, response_headers) AS ({rows})
 INSERT INTO delivery_attempts
-    (id, delivery_id, number, claim_token, started_at, finished_at, status_code, error, duration_ms, superseded)
+    (id, delivery_id, number, claim_token, started_at, finished_at, status_code, error, duration_ms,
+     superseded, response_body, response_headers)
 SELECT id, delivery_id, number, claim_token, started_at, finished_at, NULLIF(status_code, 0),
-       NULLIF(error, ''), duration_ms, superseded
+       NULLIF(error, ''), duration_ms, superseded,
+       CASE WHEN status_code = 0 THEN NULL ELSE response_body END,
+       CASE WHEN status_code = 0 THEN NULL ELSE response_headers END
 FROM v";
 
 /// The types of [`INSERT_ATTEMPTS`]' rows.
@@ -94,6 +98,8 @@ const ATTEMPT_COLUMNS: &[&str] = &[
     "text",
     "int4",
     "bool",
+    "text",
+    "text",
 ];
 
 /// One finished attempt, ready to record.
@@ -318,6 +324,20 @@ async fn record_in(
             Value::from(outcome.error.clone().unwrap_or_default()),
             Value::from(i32::try_from(outcome.duration.as_millis()).unwrap_or(i32::MAX)),
             Value::from(holds(&attempt.claim).is_none()),
+            Value::from(
+                outcome
+                    .answer
+                    .as_ref()
+                    .map(|a| a.body.clone())
+                    .unwrap_or_default(),
+            ),
+            Value::from(
+                outcome
+                    .answer
+                    .as_ref()
+                    .map(|a| a.headers.clone())
+                    .unwrap_or_default(),
+            ),
         ])?;
     }
     let (rows, values) = rows.render(1);

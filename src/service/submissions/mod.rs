@@ -22,6 +22,9 @@ use crate::service::event_types;
 
 pub use self::intake::MAX_IDEMPOTENCY_KEY_CHARS;
 
+/// The event type (and the payload's `type`) of a test webhook.
+pub const TEST_EVENT_TYPE: &str = "courier.test";
+
 /// What a partner submits.
 #[derive(Debug, Clone)]
 pub struct NewSubmission {
@@ -126,6 +129,29 @@ impl Submissions {
             Stored::EndpointDisabled => Err(Error::bad_input("the endpoint is disabled")),
             Stored::EndpointMissing => Err(Error::NotFound("endpoint")),
         }
+    }
+
+    /// Submits a test webhook to `endpoint_id`, as the caller: `{"type": "courier.test",
+    /// "endpointId", "sentAt", "message"}` with event type [`TEST_EVENT_TYPE`], delivered,
+    /// retried and recorded like any other submission (and counted by the rate limit).
+    pub async fn send_test_event(
+        &self,
+        caller: &Identity,
+        endpoint_id: Uuid,
+    ) -> Result<SubmitOutcome> {
+        let payload = serde_json::json!({
+            "type": TEST_EVENT_TYPE,
+            "endpointId": endpoint_id,
+            "sentAt": db::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "message": "A test webhook from Courier: if its signature verifies, this endpoint is set up.",
+        });
+        let input = NewSubmission {
+            endpoint_id,
+            payload,
+            idempotency_key: None,
+            event_type: Some(TEST_EVENT_TYPE.to_owned()),
+        };
+        self.submit(caller, input).await
     }
 
     async fn find_by_key(&self, endpoint_id: Uuid, key: &str) -> Result<Option<submission::Model>> {

@@ -240,7 +240,79 @@ async fn a_page_with_nested_fields_costs_a_constant_number_of_queries(backend: B
     );
 }
 
+/// `createdAfter` (inclusive) and `createdBefore` (exclusive) bound a listing by when the
+/// deliveries were created, pages included; a backwards range is refused.
+async fn listings_by_creation_time(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let ids = submit_many(&app, &admin, &endpoint, 9).await;
+    // Three days, three deliveries each: ids 0-2 on the 1st, 3-5 on the 2nd, 6-8 on the 3rd.
+    let days: Vec<chrono::DateTime<chrono::Utc>> = [
+        "2026-11-01T00:00:00Z",
+        "2026-11-02T00:00:00Z",
+        "2026-11-03T00:00:00Z",
+    ]
+    .iter()
+    .map(|day| day.parse().expect("time"))
+    .collect();
+    for (n, id) in ids.iter().enumerate() {
+        let at = days[n / 3] + chrono::Duration::hours(n as i64 % 3);
+        app.state
+            .db
+            .conn()
+            .execute_raw(sea_orm::Statement::from_sql_and_values(
+                app.state.db.backend(),
+                "UPDATE webhook_deliveries SET created_at = $1 WHERE id = $2",
+                [at.into(), uuid::Uuid::parse_str(id).expect("uuid").into()],
+            ))
+            .await
+            .expect("move the creation time");
+    }
+    let second_day = json!({ "createdAfter": days[1], "createdBefore": days[2] });
+    let seen = walk(&app, &admin, 2, second_day, async |_| {}).await;
+    let expected: Vec<String> = ids[3..6].iter().rev().cloned().collect();
+    assert_eq!(
+        seen, expected,
+        "newest first, the second day only, over two pages"
+    );
+    let from_second = walk(
+        &app,
+        &admin,
+        50,
+        json!({ "createdAfter": days[1] }),
+        async |_| {},
+    )
+    .await;
+    assert_eq!(from_second.len(), 6, "the lower bound is inclusive");
+    let before_second = walk(
+        &app,
+        &admin,
+        50,
+        json!({ "createdBefore": days[1] }),
+        async |_| {},
+    )
+    .await;
+    assert_eq!(before_second.len(), 3, "the upper bound is exclusive");
+    let backwards = app
+        .graphql(
+            &admin,
+            PAGE,
+            json!({ "filter": { "createdAfter": days[2], "createdBefore": days[1] } }),
+        )
+        .await;
+    assert_eq!(
+        gql_error_code(&backwards),
+        Some("BAD_USER_INPUT"),
+        "{backwards}"
+    );
+}
+
 on_both_backends!(
+    listings_by_creation_time,
     pages_have_no_gaps_or_duplicates_under_concurrent_inserts,
     filters_and_partner_scope_apply,
     a_page_with_nested_fields_costs_a_constant_number_of_queries,

@@ -1,5 +1,7 @@
-//! Reading and replaying deliveries: listings with filters and keyset pages, and replay
-//! settled by one conditional update.
+//! Reading and replaying deliveries: listings with filters and keyset pages, replay
+//! settled by one conditional update, and recovery after an outage (bulk replay, resend,
+//! test events).
 
 mod listings;
+mod recovery;
 mod replay;

@@ -153,13 +153,16 @@ async fn only_failed_deliveries_can_be_replayed(backend: Backend) {
         .execute_unprepared("UPDATE webhook_deliveries SET state = 'failed'")
         .await
         .expect("fail");
-    let partner = app
+    let (elsewhere, _) = app
+        .create_endpoint(&admin, "https://example.com/elsewhere")
+        .await;
+    let outsider = app
         .token(
             Role::Partner,
-            &[uuid::Uuid::parse_str(&endpoint).expect("uuid")],
+            &[uuid::Uuid::parse_str(&elsewhere).expect("uuid")],
         )
         .await;
-    let forbidden = app.graphql(&partner, REPLAY, json!({ "id": id })).await;
+    let forbidden = app.graphql(&outsider, REPLAY, json!({ "id": id })).await;
     assert_eq!(gql_error_code(&forbidden), Some("FORBIDDEN"), "{forbidden}");
 
     let replayed = app.graphql(&admin, REPLAY, json!({ "id": id })).await;

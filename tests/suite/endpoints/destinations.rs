@@ -155,7 +155,7 @@ async fn non_public_ranges_are_refused_at_connect_time(backend: Backend) {
 
     let strict = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
-        config.max_attempts = 1;
+        config.max_attempts = Some(1);
         config.allow_private_destinations = false;
     })
     .await;

@@ -36,6 +36,7 @@ fn help_documents_every_fixed_setting() {
         "COURIER_LEASE_SECS",
         "COURIER_MAX_ATTEMPTS",
         "COURIER_RETRY_BASE_MS",
+        "COURIER_RETRY_SCHEDULE",
         "COURIER_REQUEST_TIMEOUT_MS",
         "COURIER_RATE_LIMIT",
         "COURIER_RATE_LIMIT_WINDOW_SECS",
@@ -174,6 +175,7 @@ async fn sigterm_with_deliveries_in_flight_loses_nothing() {
     let db = TestDb::new(Backend::Postgres).await;
     // The first request for each delivery hangs longer than the grace period.
     let receiver = Receiver::start(|n| Reply {
+        body: Default::default(),
         status: 200,
         headers: Vec::new(),
         delay: if n == 1 {

@@ -120,6 +120,7 @@ fn per_delivery(receiver: &Receiver) -> HashMap<String, Vec<crate::support::rece
 async fn no_live_lease_is_stolen_by_a_skewed_clock() {
     let db = TestDb::new(Backend::Postgres).await;
     let receiver = Receiver::start(|n| Reply {
+        body: Default::default(),
         status: 200,
         headers: Vec::new(),
         delay: if n == 1 {

@@ -56,7 +56,7 @@ async fn submission_of(app: &TestApp, delivery: &str) -> String {
 async fn fixtures(db: &TestDb) -> (TestApp, String, [String; 2], [String; 2], String) {
     let worker = TestApp::spawn_with(db, |config| {
         quick_worker(config);
-        config.max_attempts = 1;
+        config.max_attempts = Some(1);
     })
     .await;
     let admin = worker.admin_token().await;

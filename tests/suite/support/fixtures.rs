@@ -42,9 +42,9 @@ pub async fn submit(
 pub fn quick_worker(config: &mut ServeArgs) {
     config.worker_concurrency = 8;
     config.poll_interval_ms = 50;
-    config.retry_base_ms = 50;
+    config.retry_base_ms = Some(50);
     config.retry_max_ms = 2_000;
-    config.max_attempts = 3;
+    config.max_attempts = Some(3);
     config.request_timeout_ms = 2_000;
     config.lease_secs = 10;
     config.shutdown_grace_secs = 5;
@@ -175,6 +175,7 @@ pub fn outcome(succeeded: bool) -> AttemptOutcome {
         } else {
             OutcomeKind::HttpStatus
         },
+        answer: None,
     }
 }
 
@@ -209,7 +210,7 @@ pub async fn record_result(
 }
 
 pub const ATTEMPT_FIELDS: &str =
-    "number statusCode error superseded startedAt finishedAt durationMs";
+    "number statusCode error superseded startedAt finishedAt durationMs responseBody responseHeaders";
 
 /// Creates an endpoint on `receiver` at `path` and teaches the receiver its secret.
 pub async fn endpoint_on(app: &TestApp, admin: &str, receiver: &Receiver, path: &str) -> String {

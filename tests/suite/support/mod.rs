@@ -16,7 +16,7 @@ pub use app::{gql_error_code, TestApp};
 pub use browser::{TestBrowser, TestPage};
 pub use database::{Backend, TestDb};
 pub use partition::PartitionProxy;
-pub use receiver::{Receiver, Reply};
+pub use receiver::{Receiver, Reply, ReplyBody};
 
 /// An HTTP client for talking to test servers. reqwest is built without a bundled TLS
 /// crypto provider (Courier installs ring), so install it here before building clients.

@@ -26,6 +26,20 @@ pub struct Reply {
     pub headers: Vec<(&'static str, String)>,
     /// Wait this long before answering.
     pub delay: Duration,
+    /// What the body is.
+    pub body: ReplyBody,
+}
+
+/// The body of a scripted answer.
+#[derive(Clone, Debug, Default)]
+pub enum ReplyBody {
+    /// None.
+    #[default]
+    Empty,
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// 64 KiB chunks of `x`, as fast as they are read, for ever.
+    Endless,
 }
 
 impl Reply {
@@ -35,6 +49,7 @@ impl Reply {
             status,
             headers: Vec::new(),
             delay: Duration::ZERO,
+            body: ReplyBody::Empty,
         }
     }
 }
@@ -265,9 +280,18 @@ async fn receive(
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    let mut response = StatusCode::from_u16(reply.status)
-        .unwrap_or(StatusCode::OK)
-        .into_response();
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    let mut response = match reply.body {
+        ReplyBody::Empty => status.into_response(),
+        ReplyBody::Bytes(bytes) => (status, bytes).into_response(),
+        ReplyBody::Endless => {
+            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            let chunks = futures_util::stream::repeat_with(move || {
+                Ok::<_, std::convert::Infallible>(chunk.clone())
+            });
+            (status, axum::body::Body::from_stream(chunks)).into_response()
+        }
+    };
     for (name, value) in reply.headers {
         if let Ok(value) = value.parse() {
             response.headers_mut().insert(name, value);

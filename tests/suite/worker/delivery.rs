@@ -124,7 +124,7 @@ async fn connection_errors_and_redirects_are_failed_attempts(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
-        config.max_attempts = 1;
+        config.max_attempts = Some(1);
     })
     .await;
     let admin = app.admin_token().await;
@@ -149,6 +149,7 @@ async fn connection_errors_and_redirects_are_failed_attempts(backend: Backend) {
     );
 
     let receiver = Receiver::start(|_| Reply {
+        body: Default::default(),
         status: 302,
         headers: vec![("location", "/elsewhere".to_owned())],
         delay: Duration::ZERO,
@@ -185,7 +186,7 @@ async fn retries_follow_the_backoff_and_retry_after() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
-        config.retry_base_ms = 200;
+        config.retry_base_ms = Some(200);
     })
     .await;
     let admin = app.admin_token().await;
@@ -209,6 +210,7 @@ async fn retries_follow_the_backoff_and_retry_after() {
     let throttled = Receiver::start(|n| {
         if n == 1 {
             Reply {
+                body: Default::default(),
                 status: 429,
                 headers: vec![("retry-after", "1".to_owned())],
                 delay: Duration::ZERO,
@@ -295,7 +297,7 @@ async fn private_destinations_are_never_contacted_when_refused() {
     // ...are delivered by a worker running with it off.
     let strict = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
-        config.max_attempts = 1;
+        config.max_attempts = Some(1);
         config.allow_private_destinations = false;
     })
     .await;

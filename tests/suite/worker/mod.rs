@@ -1,10 +1,12 @@
 //! The delivery worker: claims and their fences (races 1 and 2), fair share and flow control,
-//! delivery end to end with signatures, failures, the pipeline under load, and the state
-//! changes it publishes.
+//! delivery end to end with signatures, failures, the retry schedule, what receivers
+//! answered, the pipeline under load, and the state changes it publishes.
 
+mod answers;
 mod claims;
 mod delivery;
 mod failures;
 mod flow_control;
 mod notifications;
+mod schedule;
 mod worker_pipeline;

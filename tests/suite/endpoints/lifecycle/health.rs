@@ -72,7 +72,7 @@ async fn a_run_of_failed_deliveries_disables_the_endpoint(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
-        config.max_attempts = 1;
+        config.max_attempts = Some(1);
         config.disable_after_failures = 2;
     })
     .await;
@@ -180,7 +180,7 @@ async fn auto_disable_racing_submissions_loses_nothing_and_leaves_no_due_row() {
     let db = TestDb::new(Backend::Postgres).await;
     let worker = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
-        config.max_attempts = 1;
+        config.max_attempts = Some(1);
         config.disable_after_failures = 1;
     })
     .await;

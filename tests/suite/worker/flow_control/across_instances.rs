@@ -23,6 +23,7 @@ fn roomy_worker(config: &mut ServeArgs) {
 
 fn answering_after(delay: Duration) -> impl Fn(usize) -> Reply + Send + Sync + 'static {
     move |_| Reply {
+        body: Default::default(),
         status: 200,
         headers: Vec::new(),
         delay,
@@ -126,12 +127,14 @@ async fn a_pause_is_felt_by_every_instance() {
     let receiver = Receiver::start(move |_| {
         if refuse_once.swap(true, Ordering::SeqCst) {
             Reply {
+                body: Default::default(),
                 status: 200,
                 headers: Vec::new(),
                 delay: Duration::from_millis(100),
             }
         } else {
             Reply {
+                body: Default::default(),
                 status: 429,
                 headers: vec![("retry-after", "2".to_owned())],
                 delay: Duration::ZERO,

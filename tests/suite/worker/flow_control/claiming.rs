@@ -201,6 +201,7 @@ async fn a_retry_after_pauses_the_whole_endpoint(backend: Backend) {
                 retry_after: Some(asked),
                 duration: Duration::from_millis(2),
                 kind: OutcomeKind::HttpStatus,
+                answer: None,
             },
             step: NextStep::RetryAfter(Duration::from_secs(3600)),
             started_at: now,

@@ -58,6 +58,7 @@ async fn latencies(
 async fn a_slow_neighbour_waits_its_turn() {
     let db = TestDb::new(Backend::Postgres).await;
     let receiver = Receiver::start(|_| Reply {
+        body: Default::default(),
         status: 200,
         headers: Vec::new(),
         delay: Duration::from_secs(1),
@@ -102,6 +103,7 @@ async fn a_slow_neighbour_waits_its_turn() {
 async fn a_hanging_neighbour_holds_only_its_cap() {
     let db = TestDb::new(Backend::Postgres).await;
     let hanging = Receiver::start(|_| Reply {
+        body: Default::default(),
         status: 200,
         headers: Vec::new(),
         delay: Duration::from_secs(30),
@@ -112,7 +114,7 @@ async fn a_hanging_neighbour_holds_only_its_cap() {
         quick_worker(config);
         config.worker_concurrency = 16;
         config.request_timeout_ms = 1_000;
-        config.retry_base_ms = 10_000;
+        config.retry_base_ms = Some(10_000);
         config.lease_secs = 30;
     })
     .await;

@@ -1,36 +1,31 @@
-//! Deliveries: reading them and their attempts, listing for dashboards, and replay (race 4).
+//! Deliveries: reading them and their attempts, listing for dashboards, and counts; replay
+//! and resend live in [`replay`].
+
+mod replay;
+
+pub use self::replay::{ReplayFilter, REPLAY_BATCH};
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{delivery_attempt, submission};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
-    QuerySelect, QueryTrait, Statement,
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
+    Statement,
 };
 use uuid::Uuid;
 
 use crate::auth::Identity;
+use crate::bus::ChangeBus;
 use crate::bus::Wakeup;
-use crate::bus::{ChangeBus, StateChange};
-use crate::db::parking::with_parking;
 use crate::db::sql::fill;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::service::flow;
 use crate::service::pagination::{Page, PageRequest};
-
-/// Race 4: only a `failed` delivery may be replayed, and only once. Whoever's UPDATE
-/// matches wins; every other racer reads the state the database settled on.
-/// The new cycle is due now on the database's clock, or parked while the endpoint is disabled.
-const REPLAY: &str = "\
-UPDATE webhook_deliveries
-SET state = 'pending', cycle_attempts = 0, updated_at = {now},
-    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
-WHERE id = $1 AND state = 'failed'
-RETURNING *";
 
 /// Deliveries per state for a set of endpoints (`{ids}`: a [`Db::id_list`]).
 const COUNTS: &str = "\
@@ -61,6 +56,10 @@ pub struct DeliveryFilter {
     pub event_type: Option<String>,
     /// Only those fanned out from this event.
     pub event_id: Option<Uuid>,
+    /// Only those created at or after this moment.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only those created before this moment.
+    pub created_before: Option<DateTime<Utc>>,
 }
 
 /// Delivery operations.
@@ -131,6 +130,13 @@ impl Deliveries {
         filter: DeliveryFilter,
         page: PageRequest,
     ) -> Result<Page<webhook_delivery::Model>> {
+        if let (Some(after), Some(before)) = (filter.created_after, filter.created_before) {
+            if after > before {
+                return Err(Error::bad_input(
+                    "filter.createdAfter is later than filter.createdBefore",
+                ));
+            }
+        }
         let mut query =
             webhook_delivery::Entity::find().order_by_desc(webhook_delivery::Column::Id);
         match (filter.endpoint_id, caller.visible_endpoints()) {
@@ -146,6 +152,12 @@ impl Deliveries {
         }
         if let Some(state) = filter.state {
             query = query.filter(webhook_delivery::Column::State.eq(state));
+        }
+        if let Some(after) = filter.created_after {
+            query = query.filter(webhook_delivery::Column::CreatedAt.gte(after));
+        }
+        if let Some(before) = filter.created_before {
+            query = query.filter(webhook_delivery::Column::CreatedAt.lt(before));
         }
         if filter.event_type.is_some() || filter.event_id.is_some() {
             let mut submissions = submission::Entity::find()
@@ -216,49 +228,5 @@ impl Deliveries {
             }
         }
         Ok(counts)
-    }
-
-    /// Replays a `failed` delivery (admin only): it becomes `pending`, due now, with a new
-    /// cycle of attempts; lifetime attempt numbers continue. Any other state, including a
-    /// replay that another caller won a moment ago, is `DELIVERY_NOT_REPLAYABLE`.
-    #[tracing::instrument(skip_all, fields(delivery_id = %id))]
-    pub async fn replay(&self, caller: &Identity, id: Uuid) -> Result<webhook_delivery::Model> {
-        caller.require_admin()?;
-        let (db, bus) = (&self.db, &self.bus);
-        let replayed = db
-            .transaction(|txn| async move {
-                let sql = with_parking(db.backend(), REPLAY);
-                let Some(row) = txn
-                    .query_one_raw(db.clock().statement(&sql, [id.into()]))
-                    .await?
-                else {
-                    return Ok(None);
-                };
-                let replayed = webhook_delivery::Model::from_query_result(&row, "")?;
-                flow::wake_endpoints(&*txn, db.backend(), &[replayed.endpoint_id]).await?;
-                let change = StateChange {
-                    delivery_id: id,
-                    endpoint_id: replayed.endpoint_id,
-                    previous_state: Some(DeliveryState::Failed),
-                    state: DeliveryState::Pending,
-                    at: replayed.updated_at,
-                };
-                let staged = bus.stage(&*txn, vec![change]).await?;
-                Ok(Some((replayed, staged)))
-            })
-            .await?;
-        let Some((replayed, staged)) = replayed else {
-            // Every loser reads the state the database settled on.
-            let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
-            return Err(Error::NotReplayable {
-                state: current.state,
-            });
-        };
-        staged.committed();
-        self.metrics.replays.inc();
-        self.wakeup.hint();
-        tracing::info!("delivery replayed");
-        // The winner answers with the row its UPDATE wrote.
-        Ok(replayed)
     }
 }

@@ -1,0 +1,299 @@
+//! Starting a delivery's cycle again (race 4): replaying a `failed` one, resending a
+//! `delivered` one, and replaying every failed delivery a filter matches, in batches.
+//! Each is one conditional UPDATE per row: whoever's UPDATE matches wins, and a row that
+//! another replay took first is simply not matched again.
+
+use chrono::{DateTime, Utc};
+use entity::webhook_delivery::{self, DeliveryState};
+use sea_orm::{ActiveEnum as _, ConnectionTrait, FromQueryResult, Statement, Value};
+use uuid::Uuid;
+
+use super::Deliveries;
+use crate::auth::Identity;
+use crate::bus::{Staged, StateChange};
+use crate::db::parking::with_parking;
+use crate::db::sql::fill;
+use crate::db::{Db, Progress};
+use crate::error::{Error, Result};
+use crate::service::flow;
+
+/// A new cycle for one delivery in state `$2`: pending, due now on the database's clock (or
+/// parked while the endpoint is disabled), with a fresh count of attempts; lifetime numbers
+/// continue. The same `webhook-id` (the delivery's id) goes out again.
+const RESTART: &str = "\
+UPDATE webhook_deliveries
+SET state = 'pending', cycle_attempts = 0, updated_at = {now},
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
+WHERE id = $1 AND state = $2
+RETURNING *";
+
+/// The next batch of failed deliveries a bulk replay looks at: ids after the cursor `$1`,
+/// in id order (the failed-only indexes), narrowed by `{filters}`. Read without locks: the
+/// replay itself re-checks each row under its lock.
+const NEXT_FAILED: &str = "\
+SELECT id FROM webhook_deliveries
+WHERE state = 'failed' AND id > $1{filters}
+ORDER BY id LIMIT {limit}";
+
+/// Replays the batch `{ids}` (a [`Db::id_list`] from `$1`): the rows still `failed` are
+/// locked in id order (so concurrent replays of overlapping batches cannot deadlock) and
+/// made pending as [`RESTART`] does; a row another replay took meanwhile no longer matches.
+const REPLAY_BATCH_SQL: &str = "\
+UPDATE webhook_deliveries
+SET state = 'pending', cycle_attempts = 0, updated_at = {now},
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
+WHERE state = 'failed' AND id IN (
+    SELECT id FROM webhook_deliveries WHERE id {ids} AND state = 'failed' ORDER BY id{lock}
+)
+RETURNING id, endpoint_id, updated_at";
+
+/// Failed deliveries replayed per transaction: each batch commits on its own, so no lock is
+/// held for longer than one batch takes, and claims and recording go on in between.
+pub const REPLAY_BATCH: usize = 500;
+
+/// Which failed deliveries a bulk replay takes.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayFilter {
+    /// Only this endpoint's.
+    pub endpoint_id: Option<Uuid>,
+    /// Only those of submissions with this event type.
+    pub event_type: Option<String>,
+    /// Only those that failed at or after this moment.
+    pub since: Option<DateTime<Utc>>,
+    /// Only those that failed at or before this moment.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl Deliveries {
+    /// Replays a `failed` delivery: it becomes `pending`, due now, with a new cycle of
+    /// attempts; lifetime attempt numbers continue. Any other state, including a replay
+    /// that another caller won a moment ago, is `DELIVERY_NOT_REPLAYABLE`. Partners replay
+    /// within their scope.
+    #[tracing::instrument(skip_all, fields(delivery_id = %id))]
+    pub async fn replay(&self, caller: &Identity, id: Uuid) -> Result<webhook_delivery::Model> {
+        let replayed = self.restart(caller, id, DeliveryState::Failed).await?;
+        self.metrics.replays.inc();
+        tracing::info!("delivery replayed");
+        Ok(replayed)
+    }
+
+    /// Sends a `delivered` delivery again: a new cycle, the same `webhook-id`, every earlier
+    /// attempt kept. Any other state is `DELIVERY_NOT_REPLAYABLE`.
+    #[tracing::instrument(skip_all, fields(delivery_id = %id))]
+    pub async fn resend(&self, caller: &Identity, id: Uuid) -> Result<webhook_delivery::Model> {
+        let resent = self.restart(caller, id, DeliveryState::Delivered).await?;
+        self.metrics.resends.inc();
+        tracing::info!("delivery resent");
+        Ok(resent)
+    }
+
+    /// [`RESTART`] for a delivery in state `from`, within the caller's scope.
+    async fn restart(
+        &self,
+        caller: &Identity,
+        id: Uuid,
+        from: DeliveryState,
+    ) -> Result<webhook_delivery::Model> {
+        if let Some(scope) = caller.visible_endpoints() {
+            // A delivery never changes endpoint, so its scope can be checked before the race.
+            let found = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
+            if !scope.contains(&found.endpoint_id) {
+                return Err(Error::Forbidden(
+                    "this endpoint is outside the API key's scope",
+                ));
+            }
+        }
+        let (db, bus) = (&self.db, &self.bus);
+        let restarted = db
+            .transaction(|txn| async move {
+                let sql = with_parking(db.backend(), RESTART);
+                let values = [Value::from(id), Value::from(from.to_value())];
+                let Some(row) = txn
+                    .query_one_raw(db.clock().statement(&sql, values))
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let restarted = webhook_delivery::Model::from_query_result(&row, "")?;
+                let staged = announce(
+                    &*txn,
+                    db,
+                    bus,
+                    from,
+                    &[(restarted.id, restarted.endpoint_id, restarted.updated_at)],
+                )
+                .await?;
+                Ok(Some((restarted, staged)))
+            })
+            .await?;
+        let Some((restarted, staged)) = restarted else {
+            // Every loser reads the state the database settled on.
+            let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
+            return Err(Error::NotReplayable {
+                state: current.state,
+            });
+        };
+        staged.committed();
+        self.wakeup.hint();
+        // The winner answers with the row its UPDATE wrote.
+        Ok(restarted)
+    }
+
+    /// Replays every `failed` delivery `filter` matches within the caller's scope, in
+    /// batches of [`REPLAY_BATCH`], each its own transaction; returns how many this call
+    /// replayed. However many bulk and single replays run at once, on however many
+    /// processes, each failed delivery is replayed by exactly one of them. Each committed
+    /// batch is reported to `progress`. Deliveries that fail after the walk passed them
+    /// are left for the next call.
+    #[tracing::instrument(skip_all)]
+    pub async fn replay_matching(
+        &self,
+        caller: &Identity,
+        filter: &ReplayFilter,
+        progress: Option<&Progress>,
+    ) -> Result<u64> {
+        if let (Some(since), Some(until)) = (filter.since, filter.until) {
+            if since > until {
+                return Err(Error::bad_input("filter.since is later than filter.until"));
+            }
+        }
+        let scope = match (filter.endpoint_id, caller.visible_endpoints()) {
+            (Some(endpoint), _) => {
+                caller.require_access(endpoint)?;
+                None
+            }
+            (None, Some([])) => return Ok(0),
+            (None, scope) => scope,
+        };
+        let (filters, mut values) = conditions(self.db.backend(), filter, scope);
+        let next_failed = fill(
+            NEXT_FAILED,
+            &[("filters", &filters), ("limit", &REPLAY_BATCH.to_string())],
+        );
+        let mut cursor = Uuid::nil();
+        let mut replayed = 0u64;
+        loop {
+            values[0] = Value::from(cursor);
+            let rows = self
+                .db
+                .conn()
+                .query_all_raw(Statement::from_sql_and_values(
+                    self.db.backend(),
+                    &next_failed,
+                    values.clone(),
+                ))
+                .await?;
+            let batch = rows
+                .iter()
+                .map(|row| row.try_get::<Uuid>("", "id"))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let Some(last) = batch.last() else {
+                break;
+            };
+            cursor = *last;
+            replayed += self.replay_batch(&batch).await?;
+            if let Some(progress) = progress {
+                progress.made();
+            }
+            if batch.len() < REPLAY_BATCH {
+                break;
+            }
+        }
+        tracing::info!(replayed, "failed deliveries replayed in bulk");
+        Ok(replayed)
+    }
+
+    /// Replays those of `ids` still failed, in one transaction; returns how many.
+    async fn replay_batch(&self, ids: &[Uuid]) -> Result<u64> {
+        let (db, bus) = (&self.db, &self.bus);
+        let (replayed, staged) = db
+            .transaction(|txn| async move {
+                let (list, values) = Db::id_list(db.backend(), 1, ids, false);
+                let sql = fill(
+                    &with_parking(db.backend(), REPLAY_BATCH_SQL),
+                    &[("ids", &list), ("lock", db.lock_rows())],
+                );
+                let mut replayed = Vec::with_capacity(ids.len());
+                for row in txn
+                    .query_all_raw(db.clock().statement(&sql, values))
+                    .await?
+                {
+                    replayed.push((
+                        row.try_get::<Uuid>("", "id")?,
+                        row.try_get::<Uuid>("", "endpoint_id")?,
+                        row.try_get::<DateTime<Utc>>("", "updated_at")?,
+                    ));
+                }
+                let staged = announce(&*txn, db, bus, DeliveryState::Failed, &replayed).await?;
+                Ok((replayed.len() as u64, staged))
+            })
+            .await?;
+        staged.committed();
+        if replayed > 0 {
+            self.metrics.replays.inc_by(replayed);
+            self.wakeup.hint();
+        }
+        Ok(replayed)
+    }
+}
+
+/// In the transaction that restarted them: wakes the deliveries' endpoints and stages
+/// their change from `from` to `pending` for subscribers.
+async fn announce(
+    txn: &impl ConnectionTrait,
+    db: &Db,
+    bus: &crate::bus::ChangeBus,
+    from: DeliveryState,
+    restarted: &[(Uuid, Uuid, DateTime<Utc>)],
+) -> std::result::Result<Staged, sea_orm::DbErr> {
+    let endpoints: Vec<Uuid> = restarted.iter().map(|(_, endpoint, _)| *endpoint).collect();
+    flow::wake_endpoints(txn, db.backend(), &endpoints).await?;
+    let changes = restarted
+        .iter()
+        .map(|(delivery_id, endpoint_id, at)| StateChange {
+            delivery_id: *delivery_id,
+            endpoint_id: *endpoint_id,
+            previous_state: Some(from),
+            state: DeliveryState::Pending,
+            at: *at,
+        })
+        .collect();
+    bus.stage(txn, changes).await
+}
+
+/// The SQL narrowing [`NEXT_FAILED`] to `filter` (and, for a partner without an endpoint
+/// in the filter, to its `scope`), and its values from `$1` on; `$1`, the cursor, is bound
+/// per batch.
+fn conditions(
+    backend: sea_orm::DbBackend,
+    filter: &ReplayFilter,
+    scope: Option<&[Uuid]>,
+) -> (String, Vec<Value>) {
+    let mut sql = String::new();
+    let mut values = vec![Value::from(Uuid::nil())];
+    if let Some(endpoint) = filter.endpoint_id {
+        values.push(Value::from(endpoint));
+        sql.push_str(&format!(" AND endpoint_id = ${}", values.len()));
+    } else if let Some(scope) = scope {
+        let (list, scoped) = Db::id_list(backend, values.len() + 1, scope, false);
+        values.extend(scoped);
+        sql.push_str(&format!(" AND endpoint_id {list}"));
+    }
+    if let Some(since) = filter.since {
+        values.push(Value::from(since));
+        sql.push_str(&format!(" AND updated_at >= ${}", values.len()));
+    }
+    if let Some(until) = filter.until {
+        values.push(Value::from(until));
+        sql.push_str(&format!(" AND updated_at <= ${}", values.len()));
+    }
+    if let Some(event_type) = &filter.event_type {
+        values.push(Value::from(event_type.clone()));
+        sql.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM submissions s \
+             WHERE s.id = webhook_deliveries.submission_id AND s.event_type = ${})",
+            values.len()
+        ));
+    }
+    (sql, values)
+}
