@@ -4,7 +4,8 @@
 //! through the API (never seeded by SQL) by one `courier serve` with default settings,
 //! start-up included, with per-10k-slice rates and peak RSS; submit-to-arrival latency
 //! from the first request after the process reports ready; a fast endpoint's latency beside a
-//! slow or hanging neighbour with a backlog; and `publish` fan-out.
+//! slow or hanging neighbour with a backlog; `publish` fan-out; and a bulk replay of an
+//! endpoint's failed backlog beside other endpoints' drain.
 //!
 //! Run: `cargo bench --bench throughput` (PostgreSQL at `TEST_DATABASE_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/postgres`). Tunables: `BENCH_SECONDS` (10, for
@@ -12,7 +13,8 @@
 //! `BENCH_BACKLOGS` (`10000,100000`: the drains measured, each to one endpoint),
 //! `BENCH_SPREAD` (50: the largest backlog is drained again spread over this many
 //! endpoints; 1 skips it), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
-//! subset of `submit,drain,latency,neighbours,publish`; pgbench always runs). `courier serve` processes inherit the environment, so `COURIER_*`
+//! subset of `submit,drain,latency,neighbours,publish,replay`; pgbench always runs),
+//! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk). `courier serve` processes inherit the environment, so `COURIER_*`
 //! variables set for a run change their settings (the figures in the README use none).
 //! `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
 //! Results are printed and written to `target/courier-bench.json`.
@@ -24,6 +26,7 @@ mod neighbours;
 mod pgbench;
 mod process;
 mod receiver;
+mod replay;
 mod workloads;
 
 use std::time::Duration;
@@ -200,6 +203,28 @@ async fn main() {
         );
         results["publish_300_p50_ms"] = json!(publish.p50_ms);
         results["publish_300_max_ms"] = json!(publish.max_ms);
+    }
+
+    if runs("replay") {
+        let failed = env_or("BENCH_REPLAY", 100_000usize);
+        let replay = replay::bulk_replay(&server, failed, 100_000, connections).await;
+        println!(
+            "replayDeliveries of {} failed deliveries (replayed {}): {:.2} s; the other endpoints' \
+             drain during it {:.0}/s, without it {:.0}/s ({:.2}x)",
+            replay.failed,
+            replay.replayed,
+            replay.elapsed.as_secs_f64(),
+            replay.others_during,
+            replay.others_without,
+            replay.others_during / replay.others_without
+        );
+        results["replay"] = json!({
+            "failed": replay.failed,
+            "replayed": replay.replayed,
+            "seconds": replay.elapsed.as_secs_f64(),
+            "others_per_second_during": replay.others_during,
+            "others_per_second_without": replay.others_without,
+        });
     }
 
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/courier-bench.json");

@@ -17,6 +17,11 @@ impl Arrivals {
         self.0.lock().unwrap().len()
     }
 
+    /// The `webhook-id` of every arrival so far.
+    pub fn ids(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+
     /// Every arrival time so far.
     pub fn times(&self) -> Vec<Instant> {
         self.0.lock().unwrap().values().copied().collect()

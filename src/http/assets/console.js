@@ -1,5 +1,5 @@
 // Courier's operator console: endpoints, a live delivery feed, a delivery's detail, replay
-// and a throughput chart. It speaks Courier's public GraphQL API like any other client and
+// (one or every failed delivery of an endpoint), resend, test events and a throughput chart. It speaks Courier's public GraphQL API like any other client and
 // shows exactly what its API key may see.
 "use strict";
 
@@ -27,10 +27,15 @@ const DETAIL = `query Detail($id: ID!) {
     id state cycleAttempts nextAttemptAt lastError createdAt updatedAt
     endpoint { id name url }
     submission { id idempotencyKey payload createdAt }
-    attempts { number statusCode error superseded startedAt finishedAt durationMs }
+    attempts { number statusCode error superseded startedAt finishedAt durationMs responseBody responseHeaders }
   }
 }`;
 const REPLAY = `mutation Replay($id: ID!) { replayDelivery(id: $id) { id state } }`;
+const REPLAY_FAILED = `mutation ReplayFailed($endpointId: ID!) {
+  replayDeliveries(filter: { endpointId: $endpointId }) { replayed }
+}`;
+const RESEND = `mutation Resend($id: ID!) { resendDelivery(id: $id) { id state } }`;
+const TEST_EVENT = `mutation TestEvent($endpointId: ID!) { sendTestEvent(endpointId: $endpointId) { id state } }`;
 /** Endpoint fields that newer Courier versions add; read only when the schema has them. */
 const OPTIONAL_FIELDS = ["disabledReason", "eventTypes", "maxInFlight", "rateLimit", "pausedUntil"];
 
@@ -300,6 +305,7 @@ function renderEndpoints() {
     el("option", { value: "", text: "All endpoints" }),
     ...[...page.endpoints.values()].map((e) => el("option", { value: e.id, text: e.name })));
   select.value = page.endpoints.has(chosen) ? chosen : "";
+  renderEndpointActions();
 }
 
 function renderCounts() {
@@ -311,8 +317,26 @@ function renderCounts() {
       const cell = row.querySelector(`[data-count="${state}"]`);
       if (cell) cell.textContent = String(endpoint.deliveryCounts[state.toLowerCase()]);
     }
+
   }
   page.countsDirty.clear();
+  renderEndpointActions();
+}
+
+/** The chosen endpoint's actions (shown while the feed is filtered to one endpoint). */
+function renderEndpointActions() {
+  const group = $("endpoint-actions");
+  const endpoint = page.endpoints.get(page.filter.endpointId);
+  group.hidden = !endpoint;
+  if (!endpoint) return;
+  const failed = endpoint.deliveryCounts.failed;
+  const test = group.querySelector('[data-action="test-event"]');
+  const replayFailed = group.querySelector('[data-action="replay-failed"]');
+  for (const button of [test, replayFailed]) button.dataset.endpointId = endpoint.id;
+  test.setAttribute("aria-label", `Send ${endpoint.name} a test webhook`);
+  replayFailed.textContent = failed ? `Replay ${failed} failed` : "Replay failed";
+  replayFailed.setAttribute("aria-label", `Replay every failed delivery of ${endpoint.name}`);
+  if (!replayFailed.dataset.busy) replayFailed.disabled = failed === 0;
 }
 
 // ---------- the feed
@@ -494,6 +518,58 @@ async function replay(id, button) {
   if (page.detailId === id) showDetail(id, false);
 }
 
+/** Replays every FAILED delivery of one endpoint, in one call. */
+async function replayFailed(endpointId, button) {
+  const endpoint = page.endpoints.get(endpointId);
+  const name = endpoint ? endpoint.name : shortId(endpointId);
+  button.disabled = true;
+  button.dataset.busy = "1";
+  try {
+    const data = await gql(REPLAY_FAILED, { endpointId });
+    const n = data.replayDeliveries.replayed;
+    notify(`Replayed ${n} failed deliver${n === 1 ? "y" : "ies"} of ${name}.`);
+  } catch (err) {
+    notify(`Bulk replay refused (${err.code}): ${err.message}`, "error");
+  } finally {
+    delete button.dataset.busy;
+    renderEndpointActions();
+  }
+}
+
+/** Sends a DELIVERED delivery again (same webhook-id). */
+async function resend(id, button) {
+  if (button) button.disabled = true;
+  try {
+    const data = await gql(RESEND, { id });
+    notify(`Resending delivery ${shortId(id)}: now ${data.resendDelivery.state}.`);
+  } catch (err) {
+    if (err.code === "DELIVERY_NOT_REPLAYABLE") {
+      const state = err.extensions.state || "no longer DELIVERED";
+      notify(`Not resent (DELIVERY_NOT_REPLAYABLE): delivery ${shortId(id)} is ${state}.`, "error");
+    } else {
+      notify(`Resend refused (${err.code}): ${err.message}`, "error");
+    }
+  } finally {
+    if (button) button.disabled = false;
+  }
+  if (page.detailId === id) showDetail(id, false);
+}
+
+/** Sends an endpoint a signed courier.test webhook; it appears in the feed like any delivery. */
+async function sendTestEvent(endpointId, button) {
+  const endpoint = page.endpoints.get(endpointId);
+  const name = endpoint ? endpoint.name : shortId(endpointId);
+  button.disabled = true;
+  try {
+    const data = await gql(TEST_EVENT, { endpointId });
+    notify(`Test webhook ${shortId(data.sendTestEvent.id)} sent to ${name}.`);
+  } catch (err) {
+    notify(`Test webhook refused (${err.code}): ${err.message}`, "error");
+  } finally {
+    button.disabled = false;
+  }
+}
+
 // ---------- detail
 
 async function showDetail(id, open = true) {
@@ -532,23 +608,40 @@ function detailContent(d) {
     d.submission.idempotencyKey ? el("dt", { text: "Idempotency key" }) : null,
     d.submission.idempotencyKey ? el("dd", {}, el("code", { text: d.submission.idempotencyKey })) : null);
   const actions = d.state === "FAILED"
-    ? el("p", {}, el("button", { type: "button", id: "detail-replay", class: "replay", text: "Replay this delivery" }))
-    : null;
+    ? el("p", {}, el("button", { type: "button", id: "detail-replay", class: "replay", "data-action": "replay", text: "Replay this delivery" }))
+    : d.state === "DELIVERED"
+      ? el("p", {}, el("button", { type: "button", id: "detail-resend", "data-action": "resend", text: "Send again (same webhook-id)" }))
+      : null;
   const attempts = d.attempts.length
     ? el("table", { class: "attempts" },
       el("caption", { text: "Attempts" }),
-      el("thead", {}, el("tr", {}, ...["#", "Started", "Outcome", "Duration", "Superseded"]
+      el("thead", {}, el("tr", {}, ...["#", "Started", "Outcome", "Duration", "Superseded", "Response"]
         .map((h) => el("th", { scope: "col", text: h })))),
       el("tbody", {}, ...d.attempts.map((a) => el("tr", {},
         el("td", { class: "num", text: String(a.number) }),
         el("td", { text: formatDateTime(a.startedAt) }),
         el("td", { text: a.error ? (a.statusCode ? `${a.statusCode}: ${a.error}` : a.error) : String(a.statusCode ?? "") }),
         el("td", { class: "num", text: a.durationMs == null ? "" : `${a.durationMs} ms` }),
-        el("td", { text: a.superseded ? "yes" : "no" })))))
+        el("td", { text: a.superseded ? "yes" : "no" }),
+        el("td", {}, responseDetails(a))))))
     : el("p", { class: "note", text: "No attempts yet." });
   const payload = el("pre", { class: "payload", tabIndex: 0, "aria-label": "Payload" },
     JSON.stringify(d.submission.payload, null, 2));
   return [facts, actions, attempts, el("h3", { text: "Payload" }), payload];
+}
+
+/** What the receiver answered an attempt: the start of its body and its headers. */
+function responseDetails(attempt) {
+  if (attempt.responseBody == null && attempt.responseHeaders == null) {
+    return el("span", { class: "note", text: "no response" });
+  }
+  const body = attempt.responseBody || "";
+  const headers = Object.entries(attempt.responseHeaders || {})
+    .map(([name, value]) => `${name}: ${value}`).join("\n");
+  return el("details", { "data-response": String(attempt.number) },
+    el("summary", { text: body ? `${body.length < 4096 ? body.length : "4 KiB"} of body` : "empty body" }),
+    el("pre", { class: "response-body", "aria-label": "Response body", text: body }),
+    el("pre", { class: "response-headers", "aria-label": "Response headers", text: headers }));
 }
 
 // ---------- wiring
@@ -563,17 +656,25 @@ function wire() {
   $("sign-out").addEventListener("click", () => signOut());
   $("filter-endpoint").addEventListener("change", (event) => {
     page.filter.endpointId = event.target.value;
+    renderEndpointActions();
     reread();
   });
   $("filter-state").addEventListener("change", (event) => {
     page.filter.state = event.target.value;
     reread();
   });
+  $("endpoint-actions").addEventListener("click", (event) => {
+    const action = event.target.closest("[data-action]");
+    if (!action || !action.dataset.endpointId) return;
+    if (action.dataset.action === "test-event") sendTestEvent(action.dataset.endpointId, action);
+    else if (action.dataset.action === "replay-failed") replayFailed(action.dataset.endpointId, action);
+  });
   $("endpoints").addEventListener("click", (event) => {
     const button = event.target.closest("[data-filter-endpoint]");
     if (!button) return;
     page.filter.endpointId = button.dataset.filterEndpoint;
     $("filter-endpoint").value = page.filter.endpointId;
+    renderEndpointActions();
     reread();
   });
   $("feed").addEventListener("click", (event) => {
@@ -587,6 +688,7 @@ function wire() {
   $("detail").addEventListener("close", () => { page.detailId = null; });
   $("detail").addEventListener("click", (event) => {
     if (event.target.id === "detail-replay" && page.detailId) replay(page.detailId, event.target);
+    if (event.target.id === "detail-resend" && page.detailId) resend(page.detailId, event.target);
   });
 }
 

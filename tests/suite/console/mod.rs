@@ -1,7 +1,9 @@
-//! The operator console in a real browser: served by Courier alone, live, replaying, scoped
-//! to the key, responsive under a stream of events.
+//! The operator console in a real browser: served by Courier alone, live, replaying (one
+//! delivery or an endpoint's every failed one), scoped to the key, responsive under a
+//! stream of events.
 
 mod flow_column;
+mod recovery;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

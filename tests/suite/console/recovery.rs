@@ -1,0 +1,128 @@
+//! Recovery from the console: an endpoint's failed deliveries replayed in one click, a
+//! test webhook sent, a delivered one sent again, and what the receiver answered shown in
+//! a delivery's detail.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{open_console, row_in_state};
+use crate::support::console::{assert_only_courier, WAIT};
+use crate::support::fixtures::{delivery_id, endpoint_on, quick_worker, submit, wait_for_state};
+use crate::support::{Backend, Receiver, Reply, ReplyBody, TestApp, TestBrowser, TestDb};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_from_the_console() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.max_attempts = Some(1);
+        config.disable_after_failures = 0;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let healthy = Arc::new(AtomicBool::new(false));
+    let flag = healthy.clone();
+    let receiver = Receiver::start(move |_| {
+        if flag.load(Ordering::SeqCst) {
+            Reply {
+                headers: vec![("x-receiver", "yes".to_owned())],
+                body: ReplyBody::Bytes(b"received, thank you".to_vec()),
+                ..Reply::status(200)
+            }
+        } else {
+            Reply::status(503)
+        }
+    })
+    .await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "down").await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let id = delivery_id(&submit(&app, &admin, &endpoint, json!({ "n": n }), None).await);
+        wait_for_state(&app, &admin, &id, "FAILED", WAIT).await;
+        ids.push(id);
+    }
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &admin, "").await;
+    healthy.store(true, Ordering::SeqCst);
+
+    // Every failed delivery of the endpoint, in one click, once it is chosen.
+    page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
+        .await;
+    let replay_failed = "#endpoint-actions [data-action=\"replay-failed\"]";
+    page.wait_for(
+        &format!(
+            "document.querySelector('{replay_failed}')?.disabled === false && \
+             document.querySelector('{replay_failed}').textContent === 'Replay 3 failed'"
+        ),
+        "the chosen endpoint's replay-failed control, enabled",
+        WAIT,
+    )
+    .await;
+    page.click(replay_failed).await;
+    page.wait_for(
+        "document.getElementById('notice').textContent.includes('Replayed 3 failed deliveries')",
+        "the bulk replay's count",
+        WAIT,
+    )
+    .await;
+    for id in &ids {
+        page.wait_for(
+            &row_in_state(id, "DELIVERED"),
+            "each replayed delivery delivered",
+            WAIT,
+        )
+        .await;
+    }
+
+    // A test webhook: signed, and in the feed like any delivery.
+    page.click("#endpoint-actions [data-action=\"test-event\"]")
+        .await;
+    let arrived = receiver.wait_for(7, WAIT).await;
+    let test = arrived
+        .iter()
+        .find(|r| r.body["type"] == "courier.test")
+        .expect("the test webhook arrived");
+    assert!(test.verified, "signed with the endpoint's secret");
+    page.wait_for(
+        &row_in_state(&test.webhook_id, "DELIVERED"),
+        "the test webhook in the feed, delivered",
+        WAIT,
+    )
+    .await;
+
+    // The detail shows what the receiver said, and sends a delivered delivery again.
+    page.click(&format!(
+        "[data-delivery-id=\"{}\"] [data-action=\"open\"]",
+        ids[0]
+    ))
+    .await;
+    page.wait_for(
+        "document.querySelectorAll('#detail-body details[data-response]').length === 2",
+        "both attempts' responses in the detail",
+        WAIT,
+    )
+    .await;
+    let said: Vec<String> = page
+        .eval(
+            "[...document.querySelectorAll('#detail-body details[data-response=\"2\"] pre')]\
+             .map((pre) => pre.textContent)",
+        )
+        .await;
+    assert_eq!(said[0], "received, thank you");
+    assert!(said[1].contains("x-receiver: yes"), "{said:?}");
+    page.click("#detail-resend").await;
+    receiver.wait_for(8, WAIT).await;
+    let resent = receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.webhook_id == ids[0])
+        .count();
+    assert_eq!(
+        resent, 3,
+        "failed once, replayed, then sent again with the same webhook-id"
+    );
+    assert_only_courier(&page, &app, &admin);
+    browser.close().await;
+}
