@@ -133,6 +133,15 @@ impl Server {
     }
 }
 
+impl Drop for Server {
+    /// A run that panics leaves no server behind to load the next run (a stopped one has
+    /// exited already, and killing it again does nothing).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// CPU time (user and system) process `pid` has used so far, in seconds (Linux).
 pub fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

@@ -1,7 +1,10 @@
 //! Bulk recovery as an operator meets it: an endpoint whose URL was wrong has a backlog that
 //! ended `FAILED`; the URL is fixed and every failed delivery is replayed in one
 //! `replayDeliveries` call, while other endpoints' backlog drains. Timed: the call, and
-//! the other endpoints' drain rate during it beside the same rate without it.
+//! the other endpoints' drain rate during it beside the same rate without it. The same is
+//! measured once with the replayed endpoint disabled (its replayed deliveries park), which
+//! isolates what the replay itself costs the claims of other endpoints from what the
+//! replayed deliveries' own share of the worker takes.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -24,17 +27,27 @@ const BASELINE_WINDOW: Duration = Duration::from_secs(5);
 
 pub struct Replay {
     pub failed: usize,
+    /// Other endpoints' deliveries per second without a replay.
+    pub others_without: f64,
+    /// Replaying into a disabled endpoint (its deliveries park).
+    pub parked: Measured,
+    /// Replaying after the URL is fixed (its deliveries flow beside the others).
+    pub flowing: Measured,
+}
+
+/// One `replayDeliveries` call.
+pub struct Measured {
     pub replayed: i64,
     pub elapsed: Duration,
-    /// Other endpoints' deliveries per second without a replay, and during it.
-    pub others_without: f64,
+    /// Other endpoints' deliveries per second during the call.
     pub others_during: f64,
 }
 
-/// `failed` deliveries to one endpoint made `FAILED` (its URL refuses connections, a
-/// process with `COURIER_MAX_ATTEMPTS=1` attempts each once), then replayed in bulk by a
-/// default `courier serve` that is also draining `others` deliveries to ten other
-/// endpoints. Everything is built through the API.
+/// `failed` deliveries to each of two endpoints made `FAILED` (their URL refuses
+/// connections, a process with `COURIER_MAX_ATTEMPTS=1` attempts each once), then each
+/// endpoint's replayed in bulk by a default `courier serve` that is also draining `others`
+/// deliveries to ten other endpoints: the first disabled, the second with its URL fixed.
+/// Everything is built through the API.
 pub async fn bulk_replay(
     server_url: &str,
     failed: usize,
@@ -51,12 +64,12 @@ pub async fn bulk_replay(
         &scratch.url,
         &token,
         "http://127.0.0.1:9/hook",
-        failed,
+        2 * failed,
         connections,
-        1,
+        2,
     )
     .await;
-    let broken = one_text(&db, "SELECT id::text AS v FROM endpoints").await;
+    let broken = texts(&db, "SELECT id::text AS v FROM endpoints ORDER BY id").await;
     let failing = Server::start(
         &scratch.url,
         &[
@@ -71,7 +84,7 @@ pub async fn bulk_replay(
         "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'failed'",
     )
     .await
-        < failed as i64
+        < 2 * failed as i64
     {
         assert!(
             started.elapsed() < Duration::from_secs(600),
@@ -108,52 +121,80 @@ pub async fn bulk_replay(
         (others_arrived(&arrivals, &broken_ids) - before) as f64 / BASELINE_WINDOW.as_secs_f64();
     server.stop();
 
-    // The URL fixed, then one call replays every failed delivery while the drain goes on.
     let server = Server::start(&scratch.url, &settings);
     let client = reqwest::Client::new();
+    // Disabled, then replayed: the replayed deliveries park.
+    let disable = graphql(
+        &client,
+        &server,
+        &token,
+        "mutation($id: ID!) { updateEndpoint(id: $id, input: {disabled: true}) { endpoint { id } } }",
+        json!({ "id": broken[0] }),
+    )
+    .await;
+    assert!(disable.get("errors").is_none(), "{disable}");
+    tokio::time::sleep(WARM_UP).await;
+    let parked =
+        replay_measured(&client, &server, &token, &broken[0], &arrivals, &broken_ids).await;
+    // The URL fixed, then replayed: the replayed deliveries flow beside the others.
     let fixed = graphql(
         &client,
         &server,
         &token,
         "mutation($id: ID!, $url: String!) { updateEndpoint(id: $id, input: {url: $url}) { endpoint { id } } }",
-        json!({ "id": broken, "url": receiver_url }),
+        json!({ "id": broken[1], "url": receiver_url }),
     )
     .await;
     assert!(fixed.get("errors").is_none(), "{fixed}");
-    tokio::time::sleep(WARM_UP).await;
-    let before = others_arrived(&arrivals, &broken_ids);
-    let started = Instant::now();
-    let answer = graphql(
-        &client,
-        &server,
-        &token,
-        "mutation($id: ID!) { replayDeliveries(filter: {endpointId: $id}) { replayed } }",
-        json!({ "id": broken }),
-    )
-    .await;
-    let elapsed = started.elapsed();
-    let others_during =
-        (others_arrived(&arrivals, &broken_ids) - before) as f64 / elapsed.as_secs_f64();
-    let replayed = answer["data"]["replayDeliveries"]["replayed"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("{answer}"));
+    let flowing =
+        replay_measured(&client, &server, &token, &broken[1], &arrivals, &broken_ids).await;
     assert!(
         others_arrived(&arrivals, &broken_ids) < others,
-        "the other endpoints' backlog lasted the whole replay"
+        "the other endpoints' backlog lasted both replays"
     );
     server.stop();
     db.close().await.expect("close");
     scratch.drop_now().await;
     Replay {
         failed,
-        replayed,
-        elapsed,
         others_without,
+        parked,
+        flowing,
+    }
+}
+
+/// Replays every failed delivery of `endpoint` in one call, and counts the other
+/// endpoints' arrivals meanwhile.
+async fn replay_measured(
+    client: &reqwest::Client,
+    server: &Server,
+    token: &str,
+    endpoint: &str,
+    arrivals: &Arrivals,
+    broken: &HashSet<String>,
+) -> Measured {
+    let before = others_arrived(arrivals, broken);
+    let started = Instant::now();
+    let answer = graphql(
+        client,
+        server,
+        token,
+        "mutation($id: ID!) { replayDeliveries(filter: {endpointId: $id}) { replayed } }",
+        json!({ "id": endpoint }),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    let others_during = (others_arrived(arrivals, broken) - before) as f64 / elapsed.as_secs_f64();
+    Measured {
+        replayed: answer["data"]["replayDeliveries"]["replayed"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{answer}")),
+        elapsed,
         others_during,
     }
 }
 
-/// Arrivals so far of deliveries that are not the broken endpoint's.
+/// Arrivals so far of deliveries that are not the broken endpoints'.
 fn others_arrived(arrivals: &Arrivals, broken: &HashSet<String>) -> usize {
     arrivals
         .ids()
@@ -180,8 +221,4 @@ async fn texts(db: &Db, sql: &str) -> Vec<String> {
         .iter()
         .map(|row| row.try_get("", "v").expect("v"))
         .collect()
-}
-
-async fn one_text(db: &Db, sql: &str) -> String {
-    texts(db, sql).await.pop().expect("a row")
 }

@@ -35,21 +35,27 @@ SELECT id FROM webhook_deliveries
 WHERE state = 'failed' AND id > $1{filters}
 ORDER BY id LIMIT {limit}";
 
-/// Replays the batch `{ids}` (a [`Db::id_list`] from `$1`): the rows still `failed` are
-/// locked in id order (so concurrent replays of overlapping batches cannot deadlock) and
-/// made pending as [`RESTART`] does; a row another replay took meanwhile no longer matches.
-const REPLAY_BATCH_SQL: &str = "\
+/// Locks those of the batch `{ids}` (a [`Db::id_list`]) still `failed`, in id order, so
+/// concurrent replays of overlapping batches cannot deadlock; a row another replay took
+/// meanwhile no longer matches once its lock is granted.
+const LOCK_FAILED: &str =
+    "SELECT id FROM webhook_deliveries WHERE id {ids} AND state = 'failed' ORDER BY id{lock}";
+
+/// Replays the locked rows `{ids}` as [`RESTART`] does.
+const REPLAY_LOCKED: &str = "\
 UPDATE webhook_deliveries
 SET state = 'pending', cycle_attempts = 0, updated_at = {now},
     next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
-WHERE state = 'failed' AND id IN (
-    SELECT id FROM webhook_deliveries WHERE id {ids} AND state = 'failed' ORDER BY id{lock}
-)
+WHERE id {ids} AND state = 'failed'
 RETURNING id, endpoint_id, updated_at";
 
 /// Failed deliveries replayed per transaction: each batch commits on its own, so no lock is
 /// held for longer than one batch takes, and claims and recording go on in between.
 pub const REPLAY_BATCH: usize = 500;
+
+/// After each batch a bulk replay rests as long as the batch took, so it takes at most
+/// half of the database's time and claims for other endpoints keep most of theirs.
+const REST_PER_BATCH: u32 = 1;
 
 /// Which failed deliveries a bulk replay takes.
 #[derive(Debug, Clone, Default)]
@@ -191,12 +197,17 @@ impl Deliveries {
                 break;
             };
             cursor = *last;
+            let batch_started = std::time::Instant::now();
             replayed += self.replay_batch(&batch).await?;
             if let Some(progress) = progress {
                 progress.made();
             }
             if batch.len() < REPLAY_BATCH {
                 break;
+            }
+            tokio::time::sleep(batch_started.elapsed() * REST_PER_BATCH).await;
+            if let Some(progress) = progress {
+                progress.made();
             }
         }
         tracing::info!(replayed, "failed deliveries replayed in bulk");
@@ -206,14 +217,23 @@ impl Deliveries {
     /// Replays those of `ids` still failed, in one transaction; returns how many.
     async fn replay_batch(&self, ids: &[Uuid]) -> Result<u64> {
         let (db, bus) = (&self.db, &self.bus);
+        let backend = db.backend();
         let (replayed, staged) = db
             .transaction(|txn| async move {
-                let (list, values) = Db::id_list(db.backend(), 1, ids, false);
-                let sql = fill(
-                    &with_parking(db.backend(), REPLAY_BATCH_SQL),
-                    &[("ids", &list), ("lock", db.lock_rows())],
-                );
-                let mut replayed = Vec::with_capacity(ids.len());
+                let (list, values) = Db::id_list(backend, 1, ids, false);
+                let lock = fill(LOCK_FAILED, &[("ids", &list), ("lock", db.lock_rows())]);
+                let locked = txn
+                    .query_all_raw(Statement::from_sql_and_values(backend, &lock, values))
+                    .await?
+                    .iter()
+                    .map(|row| row.try_get::<Uuid>("", "id"))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                if locked.is_empty() {
+                    return Ok((0, bus.stage(&*txn, Vec::new()).await?));
+                }
+                let (list, values) = Db::id_list(backend, 1, &locked, false);
+                let sql = fill(&with_parking(backend, REPLAY_LOCKED), &[("ids", &list)]);
+                let mut replayed = Vec::with_capacity(locked.len());
                 for row in txn
                     .query_all_raw(db.clock().statement(&sql, values))
                     .await?

@@ -341,6 +341,33 @@ async fn partners_replay_within_their_scope(backend: Backend) {
     );
 }
 
+/// One call walks every batch: all of many failed deliveries, whatever their order of
+/// creation across endpoints, are replayed by a single bulk replay.
+async fn one_bulk_replay_takes_every_batch(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (app, ids) = seed_spread(&db, 3, REPLAY_BATCH + 150).await;
+    let admin = app.admin_token().await;
+    rows(
+        &app.state.db,
+        "UPDATE webhook_deliveries SET state = 'failed', next_attempt_at = NULL",
+        vec![],
+    )
+    .await;
+    let first = endpoint_of(&app, ids[0]).await;
+    let one = app
+        .graphql(
+            &admin,
+            REPLAY_ALL,
+            json!({ "filter": { "endpointId": first.to_string() } }),
+        )
+        .await;
+    assert_eq!(replayed(&one), (REPLAY_BATCH + 150) as i64, "{one}");
+    let rest = app
+        .graphql(&admin, REPLAY_ALL, json!({ "filter": {} }))
+        .await;
+    assert_eq!(replayed(&rest), 2 * (REPLAY_BATCH + 150) as i64, "{rest}");
+}
+
 /// A bulk replay into a disabled endpoint parks what it replays, like any other replay.
 async fn a_bulk_replay_into_a_disabled_endpoint_parks(backend: Backend) {
     let db = TestDb::new(backend).await;
@@ -479,6 +506,7 @@ on_both_backends!(
     filters_and_the_window_choose_what_is_replayed,
     partners_replay_within_their_scope,
     a_bulk_replay_into_a_disabled_endpoint_parks,
+    one_bulk_replay_takes_every_batch,
     resend_sends_a_delivered_delivery_again,
     a_test_event_is_signed_and_recorded,
 );
