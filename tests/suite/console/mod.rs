@@ -5,8 +5,7 @@
 mod flow_column;
 mod recovery;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use courier::auth::{self, Role};
@@ -248,28 +247,13 @@ async fn a_thousand_streamed_events_keep_the_page_responsive() {
     browser.close().await;
 }
 
-/// A receiver that answers 500 until `healthy` is set.
-async fn switchable_receiver() -> (Receiver, Arc<AtomicBool>) {
-    let healthy = Arc::new(AtomicBool::new(false));
-    let flag = healthy.clone();
-    let receiver = Receiver::start(move |_| {
-        Reply::status(if flag.load(Ordering::SeqCst) {
-            200
-        } else {
-            500
-        })
-    })
-    .await;
-    (receiver, healthy)
-}
-
 /// A failed delivery's replay control, clicked in the page, gets it attempted again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_delivery_replayed_from_the_page_is_attempted_again() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn_with(&db, quick_worker).await;
     let admin = app.admin_token().await;
-    let (receiver, healthy) = switchable_receiver().await;
+    let (receiver, healthy) = Receiver::switchable(500, || Reply::status(200)).await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "replay").await;
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &admin, "").await;
@@ -332,7 +316,7 @@ async fn a_replay_that_loses_shows_the_refusal_and_the_state() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn_with(&db, quick_worker).await;
     let admin = app.admin_token().await;
-    let (receiver, healthy) = switchable_receiver().await;
+    let (receiver, healthy) = Receiver::switchable(500, || Reply::status(200)).await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "race").await;
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &admin, HOLD_SOCKET).await;

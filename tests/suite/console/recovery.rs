@@ -2,8 +2,7 @@
 //! test webhook sent, a delivered one sent again, and what the receiver answered shown in
 //! a delivery's detail.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
@@ -22,18 +21,10 @@ async fn recovery_from_the_console() {
     })
     .await;
     let admin = app.admin_token().await;
-    let healthy = Arc::new(AtomicBool::new(false));
-    let flag = healthy.clone();
-    let receiver = Receiver::start(move |_| {
-        if flag.load(Ordering::SeqCst) {
-            Reply {
-                headers: vec![("x-receiver", "yes".to_owned())],
-                body: ReplyBody::Bytes(b"received, thank you".to_vec()),
-                ..Reply::status(200)
-            }
-        } else {
-            Reply::status(503)
-        }
+    let (receiver, healthy) = Receiver::switchable(503, || Reply {
+        headers: vec![("x-receiver", "yes".to_owned())],
+        body: ReplyBody::Bytes(b"received, thank you".to_vec()),
+        ..Reply::status(200)
     })
     .await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "down").await;

@@ -2,7 +2,7 @@
 //! two instances), its filters and window, partners' scope, resend and test events.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,16 +91,7 @@ async fn bulk_and_single_replays_racing_replay_each_delivery_once(backend: Backe
     const FAILED: usize = 2 * REPLAY_BATCH + 37;
     const SINGLES: usize = 40;
     let db = TestDb::new(backend).await;
-    let healthy = Arc::new(AtomicBool::new(false));
-    let flag = healthy.clone();
-    let receiver = Receiver::start(move |_| {
-        Reply::status(if flag.load(Ordering::SeqCst) {
-            200
-        } else {
-            503
-        })
-    })
-    .await;
+    let (receiver, healthy) = Receiver::switchable(503, || Reply::status(200)).await;
     let worker = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
         config.max_attempts = Some(1);

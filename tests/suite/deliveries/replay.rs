@@ -1,6 +1,6 @@
 //! Race 4: replaying a failed delivery, settled by one conditional UPDATE.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,21 +17,6 @@ use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 const REPLAY: &str =
     "mutation($id: ID!) { replayDelivery(id: $id) { id state cycleAttempts nextAttemptAt } }";
 
-/// A receiver that fails until `healthy` is set.
-async fn switchable_receiver() -> (Receiver, Arc<AtomicBool>) {
-    let healthy = Arc::new(AtomicBool::new(false));
-    let flag = healthy.clone();
-    let receiver = Receiver::start(move |_| {
-        Reply::status(if flag.load(Ordering::SeqCst) {
-            200
-        } else {
-            500
-        })
-    })
-    .await;
-    (receiver, healthy)
-}
-
 /// Twelve replays over two instances at once: one wins, the rest are told the state the
 /// database settled on; the delivery then runs one new cycle, numbering on from before.
 async fn concurrent_replays_have_exactly_one_winner(backend: Backend) {
@@ -40,7 +25,7 @@ async fn concurrent_replays_have_exactly_one_winner(backend: Backend) {
     let worker = TestApp::spawn_with(&db, quick_worker).await;
     let apps = [TestApp::spawn(&db).await, TestApp::spawn(&db).await];
     let admin = worker.admin_token().await;
-    let (receiver, healthy) = switchable_receiver().await;
+    let (receiver, healthy) = Receiver::switchable(500, || Reply::status(200)).await;
     let endpoint = endpoint_on(&worker, &admin, &receiver, "replay").await;
     let id =
         delivery_id(&submit(&worker, &admin, &endpoint, json!({ "replay": true }), None).await);

@@ -165,6 +165,26 @@ impl Receiver {
         }
     }
 
+    /// A receiver that answers `healthy` while the flag it returns is set, and `down`
+    /// (a status) until then: a receiver that is out, then recovers.
+    pub async fn switchable(
+        down: u16,
+        healthy: impl Fn() -> Reply + Send + Sync + 'static,
+    ) -> (Receiver, Arc<std::sync::atomic::AtomicBool>) {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let up = Arc::new(AtomicBool::new(false));
+        let flag = up.clone();
+        let receiver = Self::start(move |_| {
+            if flag.load(Ordering::SeqCst) {
+                healthy()
+            } else {
+                Reply::status(down)
+            }
+        })
+        .await;
+        (receiver, up)
+    }
+
     /// A receiver that accepts everything.
     pub async fn accepting() -> Receiver {
         Self::start(|_| Reply::status(200)).await
