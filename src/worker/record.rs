@@ -19,6 +19,7 @@ use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::db::parking::with_parking;
 use crate::db::sql::{fill, Rows};
 use crate::db::Db;
+use crate::service::deliveries::tally::Tally;
 use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN};
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
@@ -377,6 +378,16 @@ async fn record_in(
         })
         .collect();
     let disabled = health::settle(txn, backend, policy, &settled).await?;
+    // Delivered counts move with the deliveries, in this transaction.
+    let mut tally = Tally::new();
+    for done in &settled {
+        tally.moved(
+            done.endpoint_id,
+            Some(DeliveryState::Processing),
+            Some(done.state),
+        );
+    }
+    tally.write(txn, backend).await?;
     // A `Retry-After` on 429 or 503 pauses the whole endpoint, on every process.
     let mut pauses: BTreeMap<Uuid, Duration> = BTreeMap::new();
     for (index, ..) in &fresh {

@@ -13,6 +13,8 @@ use uuid::Uuid;
 use crate::db::sql::fill;
 use crate::db::Db;
 use crate::error::error_chain;
+use crate::service::deliveries::tally::Tally;
+use entity::webhook_delivery::DeliveryState;
 
 /// Deliveries deleted per transaction: small, so each one is brief.
 pub const BATCH: i64 = 500;
@@ -32,15 +34,16 @@ WITH doomed AS (
     DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM doomed)
 ), deliveries AS (
     DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM doomed)
-    RETURNING submission_id
+    RETURNING submission_id, endpoint_id, state
+), submissions AS (
+    DELETE FROM submissions WHERE id IN (SELECT submission_id FROM deliveries)
 )
-DELETE FROM submissions WHERE id IN (SELECT submission_id FROM deliveries)
-RETURNING id";
+SELECT endpoint_id, state FROM deliveries";
 
 /// SQLite, step 1 (inside the write transaction, which excludes every other writer): the
 /// oldest settled deliveries past the cut-off.
 const DOOMED_SQLITE: &str = "\
-SELECT id, submission_id FROM webhook_deliveries
+SELECT id, submission_id, endpoint_id, state FROM webhook_deliveries
 WHERE state IN ('delivered', 'failed') AND updated_at < {after($1)}
 ORDER BY updated_at
 LIMIT $2";
@@ -105,17 +108,20 @@ pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> 
 pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
     match db.backend() {
         DbBackend::Postgres => {
-            let rows = db
+            let pruned = db
                 .transaction(|txn| async move {
                     let clock = db.clock();
-                    txn.query_all_raw(clock.statement(
-                        PRUNE_POSTGRES,
-                        [clock.before(retention(days)), limit.into()],
-                    ))
-                    .await
+                    let rows = txn
+                        .query_all_raw(clock.statement(
+                            PRUNE_POSTGRES,
+                            [clock.before(retention(days)), limit.into()],
+                        ))
+                        .await?;
+                    untally(&*txn, db.backend(), &rows).await?;
+                    Ok(rows.len() as u64)
                 })
                 .await?;
-            Ok(rows.len() as u64)
+            Ok(pruned)
         }
         backend => {
             let txn = db.begin_write().await?;
@@ -149,10 +155,26 @@ pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
                 ))
                 .await?;
             }
+            untally(&txn, backend, &doomed).await?;
             txn.commit().await?;
             Ok(doomed.len() as u64)
         }
     }
+}
+
+/// Takes the pruned `rows` (each with its `endpoint_id` and `state`) out of the delivered
+/// counts, in the transaction that deleted them.
+async fn untally(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+    rows: &[sea_orm::QueryResult],
+) -> Result<(), DbErr> {
+    let mut tally = Tally::new();
+    for row in rows {
+        let state: DeliveryState = row.try_get("", "state")?;
+        tally.moved(row.try_get("", "endpoint_id")?, Some(state), None);
+    }
+    tally.write(txn, backend).await
 }
 
 /// Prunes every `interval` until `shutdown` (not at all when `days` is 0).

@@ -2,8 +2,10 @@
 //! and resend live in [`replay`].
 
 mod replay;
+pub mod tally;
 
 pub use self::replay::{ReplayFilter, REPLAY_BATCH};
+pub use self::tally::StateCounts;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,36 +16,16 @@ use entity::webhook_delivery::{self, DeliveryState};
 use entity::{delivery_attempt, submission};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
-    Statement,
 };
 use uuid::Uuid;
 
 use crate::auth::Identity;
 use crate::bus::ChangeBus;
 use crate::bus::Wakeup;
-use crate::db::sql::fill;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::service::pagination::{Page, PageRequest};
-
-/// Deliveries per state for a set of endpoints (`{ids}`: a [`Db::id_list`]).
-const COUNTS: &str = "\
-SELECT endpoint_id, state, COUNT(*) AS n FROM webhook_deliveries
-WHERE endpoint_id {ids} GROUP BY endpoint_id, state";
-
-/// How many deliveries of an endpoint are in each state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StateCounts {
-    /// Waiting for an attempt.
-    pub pending: i64,
-    /// Being attempted.
-    pub processing: i64,
-    /// Accepted by the endpoint.
-    pub delivered: i64,
-    /// Out of attempts.
-    pub failed: i64,
-}
 
 /// Which deliveries a listing shows.
 #[derive(Debug, Clone, Default)]
@@ -195,38 +177,9 @@ impl Deliveries {
             .unwrap_or(0))
     }
 
-    /// Per-state counts for each of these endpoints (no scope check).
+    /// Per-state counts for each of these endpoints (no scope check), without counting
+    /// history (see [`tally`]).
     pub async fn counts(&self, endpoint_ids: &[Uuid]) -> Result<HashMap<Uuid, StateCounts>> {
-        let mut counts: HashMap<Uuid, StateCounts> = endpoint_ids
-            .iter()
-            .map(|id| (*id, StateCounts::default()))
-            .collect();
-        if endpoint_ids.is_empty() {
-            return Ok(counts);
-        }
-        let (list, values) = Db::id_list(self.db.backend(), 1, endpoint_ids, false);
-        let sql = fill(COUNTS, &[("ids", &list)]);
-        let rows = self
-            .db
-            .conn()
-            .query_all_raw(Statement::from_sql_and_values(
-                self.db.backend(),
-                &sql,
-                values,
-            ))
-            .await?;
-        for row in rows {
-            let endpoint: Uuid = row.try_get("", "endpoint_id")?;
-            let state: DeliveryState = row.try_get("", "state")?;
-            let n: i64 = row.try_get("", "n")?;
-            let entry = counts.entry(endpoint).or_default();
-            match state {
-                DeliveryState::Pending => entry.pending = n,
-                DeliveryState::Processing => entry.processing = n,
-                DeliveryState::Delivered => entry.delivered = n,
-                DeliveryState::Failed => entry.failed = n,
-            }
-        }
-        Ok(counts)
+        Ok(tally::counts(&self.db, endpoint_ids).await?)
     }
 }

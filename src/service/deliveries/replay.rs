@@ -8,6 +8,7 @@ use entity::webhook_delivery::{self, DeliveryState};
 use sea_orm::{ActiveEnum as _, ConnectionTrait, FromQueryResult, Statement, Value};
 use uuid::Uuid;
 
+use super::tally::Tally;
 use super::Deliveries;
 use crate::auth::Identity;
 use crate::bus::{Staged, StateChange};
@@ -121,6 +122,13 @@ impl Deliveries {
                     return Ok(None);
                 };
                 let restarted = webhook_delivery::Model::from_query_result(&row, "")?;
+                let mut tally = Tally::new();
+                tally.moved(
+                    restarted.endpoint_id,
+                    Some(from),
+                    Some(DeliveryState::Pending),
+                );
+                tally.write(&*txn, db.backend()).await?;
                 let staged = announce(
                     &*txn,
                     db,

@@ -2,6 +2,7 @@
 //! settled by one conditional update, and recovery after an outage (bulk replay, resend,
 //! test events).
 
+mod counts;
 mod listings;
 mod recovery;
 mod replay;
