@@ -47,6 +47,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// When the delivery last changed.
     pub updated_at: DateTimeUtc,
+    /// Its submission's event type, kept here too so listings by type read one index.
+    pub event_type: Option<String>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

@@ -8,6 +8,7 @@ mod m20261201_000001_endpoint_lifecycle;
 mod m20261202_000001_flow_control;
 mod m20261203_000001_outage_recovery;
 mod m20261204_000001_delivered_counts;
+mod m20261204_000002_listing_indexes;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000001_flow_control::Migration),
             Box::new(m20261203_000001_outage_recovery::Migration),
             Box::new(m20261204_000001_delivered_counts::Migration),
+            Box::new(m20261204_000002_listing_indexes::Migration),
         ]
     }
 }

@@ -317,11 +317,7 @@ fn conditions(
     }
     if let Some(event_type) = &filter.event_type {
         values.push(Value::from(event_type.clone()));
-        sql.push_str(&format!(
-            " AND EXISTS (SELECT 1 FROM submissions s \
-             WHERE s.id = webhook_deliveries.submission_id AND s.event_type = ${})",
-            values.len()
-        ));
+        sql.push_str(&format!(" AND event_type = ${}", values.len()));
     }
     (sql, values)
 }

@@ -57,8 +57,9 @@ WITH targets AS (
     SELECT submission_id, endpoint_id, NULL, $4, $5, $6, $7, $8, $9 FROM targets
 )
 INSERT INTO webhook_deliveries
-    (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
-SELECT delivery_id, submission_id, endpoint_id, 'pending', 0, $7, $7, $7 FROM targets";
+    (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at,
+     event_type)
+SELECT delivery_id, submission_id, endpoint_id, 'pending', 0, $7, $7, $7, $9 FROM targets";
 
 /// Rows per statement when fanning out on SQLite (its limit on bound parameters).
 const SQLITE_CHUNK: usize = 500;

@@ -46,9 +46,10 @@ valid AS (
     RETURNING id, created_at
 ), stored_deliveries AS (
     INSERT INTO webhook_deliveries
-        (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at)
+        (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at,
+         event_type)
     SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
-           s.created_at, s.created_at, s.created_at
+           s.created_at, s.created_at, s.created_at, NULLIF(valid.event_type, '')
     FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
     RETURNING id, endpoint_id, created_at
 ), woken AS (
@@ -128,6 +129,7 @@ pub fn prepare(rows: NewRows) -> Prepared {
         last_error: None,
         created_at: now,
         updated_at: now,
+        event_type: submission.event_type.clone(),
     };
     let created = StateChange {
         delivery_id: delivery.id,

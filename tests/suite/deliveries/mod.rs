@@ -4,5 +4,6 @@
 
 mod counts;
 mod listings;
+mod plans;
 mod recovery;
 mod replay;

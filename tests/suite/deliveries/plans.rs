@@ -1,0 +1,305 @@
+//! Listings stay index-backed as history grows: every `deliveries` filter and combination,
+//! and paging deep into them, run against 300,000 deliveries of history written in the
+//! shape Courier writes them, first on tables never analyzed, then analyzed. The measure
+//! is the work each page actually did (`EXPLAIN (ANALYZE, BUFFERS)`): pages of the table
+//! or its indexes touched, which a scan of history would multiply.
+//!
+//! Three combinations are not held to this yet, because PostgreSQL still plans them as a
+//! bitmap over every matching row (never analyzed: one endpoint's deliveries of one event
+//! type, and failed deliveries of one event type) or walks the failed index filtering the
+//! endpoint (analyzed: one endpoint's failed deliveries, which then reads that endpoint's
+//! share of all failures rather than of history).
+
+use chrono::{Duration, Utc};
+use courier::auth::{self, Identity, Role};
+use courier::service::deliveries::DeliveryFilter;
+use courier::service::pagination::PageRequest;
+use entity::webhook_delivery::DeliveryState;
+use sea_orm::{ConnectionTrait, Statement};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::support::fixtures::rows;
+use crate::support::{Backend, TestApp, TestDb};
+
+/// Deliveries of history.
+const HISTORY: i64 = 300_000;
+/// Endpoints they are spread over.
+const ENDPOINTS: usize = 20;
+/// Most buffers (8 KiB pages) one page of a listing may touch: a scan of this history
+/// touches thousands.
+const MOST_BUFFERS: i64 = 600;
+
+/// A time-ordered id for `at` (a UUIDv7 as Courier mints them), in SQL.
+const V7: &str = "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') \
+     || '7' || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid";
+
+/// History over 30 days, newest last: submissions (a third each `order.paid`,
+/// `order.shipped` and none) and their deliveries, nearly all delivered, one in 300
+/// failed and the hundred newest pending.
+async fn seed_history(app: &TestApp) {
+    let db = &app.state.db;
+    for table in ["webhook_deliveries", "submissions", "delivery_attempts"] {
+        rows(
+            db,
+            &format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"),
+            vec![],
+        )
+        .await;
+    }
+    let id = |at: &str| V7.replace("{at}", at);
+    let sql = format!(
+        "WITH e AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM endpoints),
+         h AS (SELECT i, now() - interval '30 days' + (i * interval '30 days' / {HISTORY}) AS at
+               FROM generate_series(1, {HISTORY}) AS i),
+         s AS (
+           INSERT INTO submissions (id, endpoint_id, payload, payload_hash, created_at, event_type)
+           SELECT {sid}, e.id, jsonb_build_object('n', h.i), md5(h.i::text), h.at,
+                  (ARRAY['order.paid', 'order.shipped', NULL])[1 + h.i % 3]
+           FROM h JOIN e ON e.n = h.i % {ENDPOINTS}
+           RETURNING id, endpoint_id, created_at, event_type)
+         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, state, cycle_attempts,
+                                         next_attempt_at, created_at, updated_at, event_type)
+         SELECT {did}, s.id, s.endpoint_id,
+                CASE WHEN s.created_at > now() - interval '100 seconds' THEN 'pending'
+                     WHEN random() < 1.0 / 300 THEN 'failed' ELSE 'delivered' END,
+                1, NULL, s.created_at, s.created_at + interval '1 second', s.event_type
+         FROM s",
+        sid = id("h.at"),
+        did = id("s.created_at"),
+    );
+    rows(db, &sql, vec![]).await;
+    rows(
+        db,
+        "UPDATE webhook_deliveries SET next_attempt_at = updated_at WHERE state = 'pending'",
+        vec![],
+    )
+    .await;
+}
+
+/// Buffers touched by running `statement`.
+async fn buffers(app: &TestApp, statement: &Statement) -> (i64, String) {
+    let explained = Statement::from_sql_and_values(
+        statement.db_backend,
+        format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", statement.sql),
+        statement.values.clone().map(|v| v.0).unwrap_or_default(),
+    );
+    let plan = app
+        .state
+        .db
+        .conn()
+        .query_all_raw(explained)
+        .await
+        .expect("explain");
+    let plan: Value = plan[0].try_get("", "QUERY PLAN").expect("a plan");
+    let top = &plan[0]["Plan"];
+    let touched = ["Shared Hit Blocks", "Shared Read Blocks"]
+        .iter()
+        .map(|key| top[*key].as_i64().unwrap_or(0))
+        .sum();
+    (touched, plan.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_listing_reads_a_page_not_the_history() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let mut endpoints = Vec::new();
+    for _ in 0..ENDPOINTS {
+        let (id, _) = app
+            .create_endpoint(&admin, "https://example.com/hook")
+            .await;
+        endpoints.push(Uuid::parse_str(&id).expect("uuid"));
+    }
+    seed_history(&app).await;
+    let caller: Identity = auth::authenticate(&app.state.db, Some(&format!("Bearer {admin}")))
+        .await
+        .expect("caller");
+    let partner_token = app.token(Role::Partner, &endpoints[..3]).await;
+    let partner: Identity =
+        auth::authenticate(&app.state.db, Some(&format!("Bearer {partner_token}")))
+            .await
+            .expect("partner");
+    // Deep pages: after the delivery 290,000 from the newest, and one endpoint's oldest.
+    let deep = rows(
+        &app.state.db,
+        "SELECT id FROM webhook_deliveries ORDER BY id DESC OFFSET 290000 LIMIT 1",
+        vec![],
+    )
+    .await[0]
+        .try_get::<Uuid>("", "id")
+        .expect("id");
+    let now = Utc::now();
+    let in_the_day = rows(
+        &app.state.db,
+        "SELECT id FROM webhook_deliveries WHERE created_at < now() - interval '10 days' \
+         ORDER BY created_at DESC, id DESC OFFSET 5000 LIMIT 1",
+        vec![],
+    )
+    .await[0]
+        .try_get::<Uuid>("", "id")
+        .expect("id");
+    let endpoint = Some(endpoints[7]);
+    let filter = |f: fn(&mut DeliveryFilter)| {
+        let mut filter = DeliveryFilter::default();
+        f(&mut filter);
+        filter
+    };
+    let cases: Vec<(&str, &Identity, DeliveryFilter, Option<Uuid>)> = vec![
+        ("everything", &caller, DeliveryFilter::default(), None),
+        (
+            "everything, deep",
+            &caller,
+            DeliveryFilter::default(),
+            Some(deep),
+        ),
+        (
+            "one endpoint",
+            &caller,
+            DeliveryFilter {
+                endpoint_id: endpoint,
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "one endpoint, deep",
+            &caller,
+            DeliveryFilter {
+                endpoint_id: endpoint,
+                ..Default::default()
+            },
+            Some(deep),
+        ),
+        (
+            "failed",
+            &caller,
+            filter(|f| f.state = Some(DeliveryState::Failed)),
+            None,
+        ),
+        (
+            "failed, deep",
+            &caller,
+            filter(|f| f.state = Some(DeliveryState::Failed)),
+            Some(deep),
+        ),
+        (
+            "pending",
+            &caller,
+            filter(|f| f.state = Some(DeliveryState::Pending)),
+            None,
+        ),
+        (
+            "processing (none)",
+            &caller,
+            filter(|f| f.state = Some(DeliveryState::Processing)),
+            None,
+        ),
+        (
+            "delivered",
+            &caller,
+            filter(|f| f.state = Some(DeliveryState::Delivered)),
+            None,
+        ),
+        (
+            "one endpoint's pending",
+            &caller,
+            DeliveryFilter {
+                endpoint_id: endpoint,
+                state: Some(DeliveryState::Pending),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "an event type",
+            &caller,
+            filter(|f| f.event_type = Some("order.paid".into())),
+            None,
+        ),
+        (
+            "an event type nobody has",
+            &caller,
+            filter(|f| f.event_type = Some("nobody.has".into())),
+            None,
+        ),
+        (
+            "one day, ten days ago",
+            &caller,
+            DeliveryFilter {
+                created_after: Some(now - Duration::days(11)),
+                created_before: Some(now - Duration::days(10)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "one day, deep",
+            &caller,
+            DeliveryFilter {
+                created_after: Some(now - Duration::days(11)),
+                created_before: Some(now - Duration::days(10)),
+                ..Default::default()
+            },
+            Some(in_the_day),
+        ),
+        (
+            "one endpoint's day",
+            &caller,
+            DeliveryFilter {
+                endpoint_id: endpoint,
+                created_after: Some(now - Duration::days(11)),
+                created_before: Some(now - Duration::days(10)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "a partner's three endpoints",
+            &partner,
+            DeliveryFilter::default(),
+            None,
+        ),
+        (
+            "a partner's failed",
+            &partner,
+            filter(|f| f.state = Some(DeliveryState::Failed)),
+            None,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for analyzed in [false, true] {
+        if analyzed {
+            rows(&app.state.db, "ANALYZE", vec![]).await;
+        }
+        for (name, who, filter, after) in &cases {
+            let page = PageRequest {
+                first: 50,
+                after: *after,
+            };
+            let statement = app
+                .state
+                .deliveries
+                .listing_statement(who, filter.clone(), &page)
+                .await
+                .expect("a statement");
+            let (touched, plan) = buffers(&app, &statement).await;
+            if touched > MOST_BUFFERS {
+                failures.push(format!(
+                    "{name} ({}): {touched} buffers\n{plan}",
+                    if analyzed {
+                        "analyzed"
+                    } else {
+                        "never analyzed"
+                    }
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "listings that read history:\n{}",
+        failures.join("\n\n")
+    );
+}
