@@ -13,8 +13,9 @@
 //! `BENCH_BACKLOGS` (`10000,100000`: the drains measured, each to one endpoint),
 //! `BENCH_SPREAD` (50: the largest backlog is drained again spread over this many
 //! endpoints; 1 skips it), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
-//! subset of `submit,drain,latency,neighbours,publish,replay`; pgbench always runs),
-//! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice). `courier serve` processes inherit the environment, so `COURIER_*`
+//! subset of `submit,drain,latency,neighbours,publish,replay,retention`; pgbench always runs),
+//! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
+//! (500000: expired deliveries retention prunes). `courier serve` processes inherit the environment, so `COURIER_*`
 //! variables set for a run change their settings (the figures in the README use none).
 //! `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
 //! Results are printed and written to `target/courier-bench.json`.
@@ -27,6 +28,7 @@ mod pgbench;
 mod process;
 mod receiver;
 mod replay;
+mod retention;
 mod workloads;
 
 use std::time::Duration;
@@ -231,6 +233,23 @@ async fn main() {
             }));
         }
         results["replay"] = json!(figures);
+    }
+
+    if runs("retention") {
+        let expired = env_or("BENCH_HISTORY", 500_000i64);
+        let pruning = retention::prune_rate(&server, expired, connections).await;
+        println!(
+            "retention: {} expired deliveries (each with its submission and attempt) pruned \
+             in {:.2} s from spawn = {:.0}/s",
+            pruning.expired,
+            pruning.elapsed.as_secs_f64(),
+            pruning.per_second
+        );
+        results["retention"] = json!({
+            "expired": pruning.expired,
+            "seconds": pruning.elapsed.as_secs_f64(),
+            "per_second": pruning.per_second,
+        });
     }
 
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/courier-bench.json");
