@@ -9,6 +9,7 @@ mod m20261202_000001_flow_control;
 mod m20261203_000001_outage_recovery;
 mod m20261204_000001_delivered_counts;
 mod m20261204_000002_listing_indexes;
+mod m20261204_000003_payload_once;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000001_outage_recovery::Migration),
             Box::new(m20261204_000001_delivered_counts::Migration),
             Box::new(m20261204_000002_listing_indexes::Migration),
+            Box::new(m20261204_000003_payload_once::Migration),
         ]
     }
 }

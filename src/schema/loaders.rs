@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
-use entity::{delivery_attempt, endpoint, submission, webhook_delivery};
+use entity::{delivery_attempt, endpoint, event, submission, webhook_delivery};
 use uuid::Uuid;
 
 use super::error::ApiError;
@@ -45,6 +45,8 @@ pub struct Loaders {
     pub attempts: Cached<AttemptsLoader>,
     /// Per-state counts by endpoint id.
     pub counts: Cached<CountsLoader>,
+    /// Events by id.
+    pub events: Cached<EventLoader>,
 }
 
 impl Loaders {
@@ -62,6 +64,7 @@ impl Loaders {
             deliveries_by_submission: loader(DeliveryBySubmissionLoader(state.clone()), cached),
             attempts: loader(AttemptsLoader(state.clone()), cached),
             counts: loader(CountsLoader(state.clone()), cached),
+            events: loader(EventLoader(state.clone()), cached),
         }
     }
 
@@ -145,6 +148,8 @@ pub struct DeliveryBySubmissionLoader(AppState);
 pub struct AttemptsLoader(AppState);
 /// Loads per-state counts of each endpoint.
 pub struct CountsLoader(AppState);
+/// Loads events by id.
+pub struct EventLoader(AppState);
 
 impl Loader<Uuid> for EndpointLoader {
     type Value = endpoint::Model;
@@ -202,5 +207,15 @@ impl Loader<Uuid> for CountsLoader {
 
     async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
         Ok(self.0.deliveries.counts(keys).await?)
+    }
+}
+
+impl Loader<Uuid> for EventLoader {
+    type Value = event::Model;
+    type Error = ApiError;
+
+    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+        let events = self.0.fanout.load_many(keys).await?;
+        Ok(events.into_iter().map(|event| (event.id, event)).collect())
     }
 }

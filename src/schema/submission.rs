@@ -31,9 +31,14 @@ impl Submission {
     async fn idempotency_key(&self) -> Option<&str> {
         self.0.idempotency_key.as_deref()
     }
-    /// The submitted JSON, delivered as the webhook body.
-    async fn payload(&self) -> Json {
-        Json(self.0.payload.clone())
+    /// The submitted JSON, delivered as the webhook body (a published event's payload,
+    /// stored once on the event).
+    async fn payload(&self, ctx: &Context<'_>) -> ApiResult<Json> {
+        let Some(event_id) = self.0.event_id else {
+            return Ok(Json(self.0.payload.clone()));
+        };
+        let found = loaders(ctx)?.events.load_one(event_id).await?;
+        Ok(Json(found.ok_or_else(|| missing("event"))?.payload))
     }
     /// Its delivery.
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
@@ -56,7 +61,7 @@ impl Submission {
         let Some(event_id) = self.0.event_id else {
             return Ok(None);
         };
-        let found = state(ctx)?.fanout.load(event_id).await?;
+        let found = loaders(ctx)?.events.load_one(event_id).await?;
         Ok(Some(Event(found.ok_or_else(|| missing("event"))?)))
     }
 }

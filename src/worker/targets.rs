@@ -22,8 +22,11 @@ JOIN endpoints e ON e.id = d.endpoint_id
 WHERE d.id {ids}";
 
 /// The columns a target is read from, given `s` (the submission) and `e` (the endpoint):
-/// one definition for [`LOAD_TARGETS`] and the PostgreSQL claim, which returns them.
-const TARGET_COLUMNS: &str = "s.payload, e.url, e.signing_secret,
+/// one definition for [`LOAD_TARGETS`] and the PostgreSQL claim, which returns them. A
+/// published event's payload is stored once, on the event, and read from there.
+const TARGET_COLUMNS: &str = "CASE WHEN s.event_id IS NULL THEN s.payload
+            ELSE (SELECT ev.payload FROM events ev WHERE ev.id = s.event_id) END AS payload,
+       e.url, e.signing_secret,
        CASE WHEN e.previous_secret_expires_at > {now} THEN e.previous_signing_secret END AS previous_secret";
 
 /// `template` with its `{target_columns}` slot filled with the columns a target is read

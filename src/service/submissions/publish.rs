@@ -253,7 +253,7 @@ impl Fanout {
                         Value::from(submission_ids),
                         Value::from(delivery_ids),
                         Value::from(endpoint_ids),
-                        event.payload.clone().into(),
+                        serde_json::Value::Null.into(),
                         event.payload_hash.clone().into(),
                         event.published_by.into(),
                         event.created_at.into(),
@@ -339,6 +339,15 @@ impl Fanout {
     pub async fn load(&self, id: Uuid) -> Result<Option<event::Model>> {
         Ok(event::Entity::find_by_id(id).one(self.db.conn()).await?)
     }
+
+    /// The events with these ids, with no scope check.
+    pub async fn load_many(&self, ids: &[Uuid]) -> Result<Vec<event::Model>> {
+        use sea_orm::{ColumnTrait, QueryFilter};
+        Ok(event::Entity::find()
+            .filter(event::Column::Id.is_in(ids.iter().copied()))
+            .all(self.db.conn())
+            .await?)
+    }
 }
 
 /// One submission, its `pending` delivery (due when the event was stored) and its creation
@@ -352,7 +361,9 @@ fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
                     id: Uuid::now_v7(),
                     endpoint_id,
                     idempotency_key: None,
-                    payload: event.payload.clone(),
+                    // The event holds the payload, once however many endpoints it
+                    // reaches; its submissions keep a JSON null in its place.
+                    payload: serde_json::Value::Null,
                     payload_hash: event.payload_hash.clone(),
                     submitted_by: Some(event.published_by),
                     created_at: event.created_at,

@@ -6,6 +6,7 @@
 
 mod races;
 mod routing;
+mod storage;
 
 use std::collections::HashSet;
 
