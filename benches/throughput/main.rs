@@ -13,9 +13,10 @@
 //! `BENCH_BACKLOGS` (`10000,100000`: the drains measured, each to one endpoint),
 //! `BENCH_SPREAD` (50: the largest backlog is drained again spread over this many
 //! endpoints; 1 skips it), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
-//! subset of `submit,drain,latency,neighbours,publish,replay,retention`; pgbench always runs),
+//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history`; pgbench always runs),
 //! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
-//! (500000: expired deliveries retention prunes). `courier serve` processes inherit the environment, so `COURIER_*`
+//! (500000: expired deliveries retention prunes), `BENCH_HISTORY_SIZES` (`100000,10000000`:
+//! the histories the operator's queries are timed against). `courier serve` processes inherit the environment, so `COURIER_*`
 //! variables set for a run change their settings (the figures in the README use none).
 //! `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
 //! Results are printed and written to `target/courier-bench.json`.
@@ -23,6 +24,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod drain;
+mod history;
 mod neighbours;
 mod pgbench;
 mod process;
@@ -250,6 +252,40 @@ async fn main() {
             "seconds": pruning.elapsed.as_secs_f64(),
             "per_second": pruning.per_second,
         });
+    }
+
+    if runs("history") {
+        let sizes: Vec<i64> = std::env::var("BENCH_HISTORY_SIZES")
+            .unwrap_or_else(|_| "100000,10000000".to_owned())
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect();
+        let mut measured = Vec::new();
+        for size in sizes {
+            let history = history::measure(&server, size, connections).await;
+            println!(
+                "history of {} deliveries (seeded in {:.0} s): {:.0} bytes per delivery",
+                history.deliveries, history.seed_seconds, history.bytes_per_delivery
+            );
+            measured.push(history);
+        }
+        if let Some(first) = measured.first() {
+            for (n, (name, _)) in first.medians_ms.iter().enumerate() {
+                let figures: Vec<String> = measured
+                    .iter()
+                    .map(|h| format!("{:.1} ms at {}", h.medians_ms[n].1, h.deliveries))
+                    .collect();
+                println!("  {name}: {}", figures.join(", "));
+            }
+        }
+        results["history"] = json!(measured
+            .iter()
+            .map(|h| json!({
+                "deliveries": h.deliveries,
+                "bytes_per_delivery": h.bytes_per_delivery,
+                "median_ms": h.medians_ms.iter().map(|(name, ms)| json!({ "query": name, "ms": ms })).collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>());
     }
 
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/courier-bench.json");

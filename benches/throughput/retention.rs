@@ -60,8 +60,8 @@ pub async fn prune_rate(server_url: &str, expired: i64, connections: usize) -> P
         .expect("seed history");
     db.conn()
         .execute_unprepared(&format!(
-            "INSERT INTO endpoint_delivered_counts (endpoint_id, shard, delivered) \
-             SELECT id, 1, {expired} FROM endpoints"
+            "INSERT INTO endpoint_settled_counts (endpoint_id, shard, delivered, failed) \
+             SELECT id, 1, {expired}, 0 FROM endpoints"
         ))
         .await
         .expect("seed the count");

@@ -7,7 +7,7 @@ mod m20261130_000010_event_fanout;
 mod m20261201_000001_endpoint_lifecycle;
 mod m20261202_000001_flow_control;
 mod m20261203_000001_outage_recovery;
-mod m20261204_000001_delivered_counts;
+mod m20261204_000001_settled_counts;
 mod m20261204_000002_listing_indexes;
 mod m20261204_000003_payload_once;
 
@@ -23,7 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000001_endpoint_lifecycle::Migration),
             Box::new(m20261202_000001_flow_control::Migration),
             Box::new(m20261203_000001_outage_recovery::Migration),
-            Box::new(m20261204_000001_delivered_counts::Migration),
+            Box::new(m20261204_000001_settled_counts::Migration),
             Box::new(m20261204_000002_listing_indexes::Migration),
             Box::new(m20261204_000003_payload_once::Migration),
         ]

@@ -252,6 +252,15 @@ impl Deliveries {
                         row.try_get::<DateTime<Utc>>("", "updated_at")?,
                     ));
                 }
+                let mut tally = Tally::new();
+                for (_, endpoint_id, _) in &replayed {
+                    tally.moved(
+                        *endpoint_id,
+                        Some(DeliveryState::Failed),
+                        Some(DeliveryState::Pending),
+                    );
+                }
+                tally.write(&*txn, backend).await?;
                 let staged = announce(&*txn, db, bus, DeliveryState::Failed, &replayed).await?;
                 Ok((replayed.len() as u64, staged))
             })

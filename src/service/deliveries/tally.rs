@@ -1,8 +1,8 @@
 //! How many deliveries each endpoint has in each state, without counting history: the
-//! delivered count is kept in sharded rows that every change into or out of `delivered`
-//! adjusts in its own transaction (one upsert that adds, as the rate limit does), and the
-//! other states, which hold only work in progress and failures, are counted from their
-//! partial indexes.
+//! settled counts (delivered, failed) are kept in sharded rows that every change into or
+//! out of those states adjusts in its own transaction (one upsert that adds, as the rate
+//! limit does), and the work in progress (pending, processing) is counted from its partial
+//! index.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -13,37 +13,35 @@ use uuid::Uuid;
 use crate::db::sql::{fill, Rows};
 use crate::db::Db;
 
-/// Rows per endpoint that delivered counts are spread over, so that concurrent recorders
+/// Rows per endpoint that settled counts are spread over, so that concurrent recorders
 /// of one busy endpoint rarely wait for each other's row.
 pub const SHARDS: i16 = 16;
 
-/// Adds each row's `delta` to its endpoint's shard. `{rows}` is a [`Rows`] of
+/// Adds each row's deltas to its endpoint's shard. `{rows}` is a [`Rows`] of
 /// [`DELTA_COLUMNS`], at most one per endpoint and shard (a statement may not change one
 /// row twice). `WHERE true` lets SQLite tell `ON CONFLICT` from a join.
-const ADD_DELIVERED: &str = "\
-WITH v (endpoint_id, shard, delta) AS ({rows})
-INSERT INTO endpoint_delivered_counts (endpoint_id, shard, delivered)
-SELECT endpoint_id, shard, delta FROM v WHERE true
+const ADD_SETTLED: &str = "\
+WITH v (endpoint_id, shard, delivered, failed) AS ({rows})
+INSERT INTO endpoint_settled_counts (endpoint_id, shard, delivered, failed)
+SELECT endpoint_id, shard, delivered, failed FROM v WHERE true
 ON CONFLICT (endpoint_id, shard)
-DO UPDATE SET delivered = endpoint_delivered_counts.delivered + excluded.delivered";
+DO UPDATE SET delivered = endpoint_settled_counts.delivered + excluded.delivered,
+              failed = endpoint_settled_counts.failed + excluded.failed";
 
-/// The types of [`ADD_DELIVERED`]'s rows.
-const DELTA_COLUMNS: &[&str] = &["uuid", "int2", "int8"];
+/// The types of [`ADD_SETTLED`]'s rows.
+const DELTA_COLUMNS: &[&str] = &["uuid", "int2", "int8", "int8"];
 
-/// The delivered count of each of `{ids}` (a [`Db::id_list`]); `SUM` of a bigint is
-/// numeric on PostgreSQL, hence the cast.
-pub const DELIVERED: &str = "\
-SELECT endpoint_id, CAST(SUM(delivered) AS BIGINT) AS n FROM endpoint_delivered_counts
-WHERE endpoint_id {ids} GROUP BY endpoint_id";
+/// The settled counts of each of `{ids}` (a [`Db::id_list`]); `SUM` of a bigint is
+/// numeric on PostgreSQL, hence the casts.
+pub const SETTLED: &str = "\
+SELECT endpoint_id, CAST(SUM(delivered) AS BIGINT) AS delivered,
+       CAST(SUM(failed) AS BIGINT) AS failed
+FROM endpoint_settled_counts WHERE endpoint_id {ids} GROUP BY endpoint_id";
 
-/// The states of work in progress and of failures, each from its partial index: the
-/// pending and processing rows from the due index, the failed ones from theirs.
+/// The work in progress, from the due index (which holds only pending and processing rows).
 pub const UNSETTLED: &str = "\
 SELECT endpoint_id, state, COUNT(*) AS n FROM webhook_deliveries
-WHERE endpoint_id {ids} AND state IN ('pending', 'processing') GROUP BY endpoint_id, state
-UNION ALL
-SELECT endpoint_id, state, COUNT(*) AS n FROM webhook_deliveries
-WHERE endpoint_id {ids} AND state = 'failed' GROUP BY endpoint_id, state";
+WHERE endpoint_id {ids} AND state IN ('pending', 'processing') GROUP BY endpoint_id, state";
 
 /// How many deliveries of an endpoint are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,11 +56,11 @@ pub struct StateCounts {
     pub failed: i64,
 }
 
-/// Changes to delivered counts, gathered per endpoint, to write with [`Tally::write`]
-/// in the transaction that made them.
+/// Changes to settled counts, gathered per endpoint (delivered, failed), to write with
+/// [`Tally::write`] in the transaction that made them.
 #[derive(Debug, Default)]
 pub struct Tally {
-    deltas: BTreeMap<Uuid, i64>,
+    deltas: BTreeMap<Uuid, [i64; 2]>,
 }
 
 impl Tally {
@@ -79,10 +77,17 @@ impl Tally {
         from: Option<DeliveryState>,
         to: Option<DeliveryState>,
     ) {
-        let delivered = |state| state == Some(DeliveryState::Delivered);
-        let delta = i64::from(delivered(to)) - i64::from(delivered(from));
-        if delta != 0 {
-            *self.deltas.entry(endpoint_id).or_default() += delta;
+        let counted = |state: Option<DeliveryState>| match state {
+            Some(DeliveryState::Delivered) => [1, 0],
+            Some(DeliveryState::Failed) => [0, 1],
+            _ => [0, 0],
+        };
+        let (to, from) = (counted(to), counted(from));
+        let delta = [to[0] - from[0], to[1] - from[1]];
+        if delta != [0, 0] {
+            let entry = self.deltas.entry(endpoint_id).or_default();
+            entry[0] += delta[0];
+            entry[1] += delta[1];
         }
     }
 
@@ -91,15 +96,16 @@ impl Tally {
     pub async fn write(self, conn: &impl ConnectionTrait, backend: DbBackend) -> Result<(), DbErr> {
         let mut rows = Rows::new(backend, DELTA_COLUMNS);
         let mut any = false;
-        for (endpoint_id, delta) in self.deltas {
-            if delta == 0 {
+        for (endpoint_id, [delivered, failed]) in self.deltas {
+            if delivered == 0 && failed == 0 {
                 continue;
             }
             let shard = i16::from(rand::random::<u8>()) % SHARDS;
             rows.push([
                 Value::from(endpoint_id),
                 Value::from(shard),
-                Value::from(delta),
+                Value::from(delivered),
+                Value::from(failed),
             ])?;
             any = true;
         }
@@ -107,7 +113,7 @@ impl Tally {
             return Ok(());
         }
         let (rows, values) = rows.render(1);
-        let sql = fill(ADD_DELIVERED, &[("rows", &rows)]);
+        let sql = fill(ADD_SETTLED, &[("rows", &rows)]);
         conn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
             .await?;
         Ok(())
@@ -126,7 +132,6 @@ pub async fn counts(db: &Db, endpoint_ids: &[Uuid]) -> Result<HashMap<Uuid, Stat
     let backend = db.backend();
     let conn = db.conn();
     let (list, values) = Db::id_list(backend, 1, endpoint_ids, false);
-    // Both halves name the same numbered parameters.
     let unsettled = fill(UNSETTLED, &[("ids", &list)]);
     for row in conn
         .query_all_raw(Statement::from_sql_and_values(
@@ -143,18 +148,20 @@ pub async fn counts(db: &Db, endpoint_ids: &[Uuid]) -> Result<HashMap<Uuid, Stat
         match state {
             DeliveryState::Pending => entry.pending = n,
             DeliveryState::Processing => entry.processing = n,
-            DeliveryState::Failed => entry.failed = n,
-            DeliveryState::Delivered => {}
+            DeliveryState::Delivered | DeliveryState::Failed => {}
         }
     }
-    let delivered = fill(DELIVERED, &[("ids", &list)]);
+    let settled = fill(SETTLED, &[("ids", &list)]);
     for row in conn
-        .query_all_raw(Statement::from_sql_and_values(backend, &delivered, values))
+        .query_all_raw(Statement::from_sql_and_values(backend, &settled, values))
         .await?
     {
         let endpoint: Uuid = row.try_get("", "endpoint_id")?;
-        let n: i64 = row.try_get("", "n")?;
-        counts.entry(endpoint).or_default().delivered = n.max(0);
+        let delivered: i64 = row.try_get("", "delivered")?;
+        let failed: i64 = row.try_get("", "failed")?;
+        let entry = counts.entry(endpoint).or_default();
+        entry.delivered = delivered.max(0);
+        entry.failed = failed.max(0);
     }
     Ok(counts)
 }

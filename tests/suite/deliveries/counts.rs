@@ -1,11 +1,12 @@
-//! `deliveryCounts` without counting history: the delivered count is kept in sharded rows
-//! that recording, resending and pruning adjust in their own transactions, exact however
-//! many instances record at once; the other states come from their partial indexes.
+//! `deliveryCounts` without counting history: the delivered and failed counts are kept in
+//! sharded rows that recording, replaying, resending and pruning adjust in their own
+//! transactions, exact however many instances record at once; the work in progress comes
+//! from its partial index.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use courier::service::deliveries::tally::{DELIVERED, UNSETTLED};
+use courier::service::deliveries::tally::{SETTLED, UNSETTLED};
 use migration::MigratorTrait;
 use sea_orm::Value as SqlValue;
 use serde_json::{json, Value};
@@ -76,19 +77,27 @@ async fn delivered_counts_stay_exact(backend: Backend) {
     const SUBMISSIONS: usize = 240;
     let db = TestDb::new(backend).await;
     let receiver = Receiver::start(|n| Reply::status(if n == 1 { 500 } else { 200 })).await;
+    let configure = |config: &mut courier::config::ServeArgs| {
+        quick_worker(config);
+        // The failing endpoint stays enabled through its failures.
+        config.disable_after_failures = 0;
+    };
     let apps = [
-        TestApp::spawn_with(&db, quick_worker).await,
-        TestApp::spawn_with(&db, quick_worker).await,
+        TestApp::spawn_with(&db, configure).await,
+        TestApp::spawn_with(&db, configure).await,
     ];
     let admin = apps[0].admin_token().await;
     let mut endpoints = Vec::new();
     for path in ["a", "b", "c"] {
         endpoints.push(endpoint_on(&apps[0], &admin, &receiver, path).await);
     }
+    // A fourth endpoint whose receiver always fails: its deliveries end FAILED.
+    let down = Receiver::start(|_| Reply::status(500)).await;
+    endpoints.push(endpoint_on(&apps[0], &admin, &down, "down").await);
     let mut ids = Vec::new();
     for chunk in (0..SUBMISSIONS).collect::<Vec<_>>().chunks(40) {
         let submits = chunk.iter().map(|n| {
-            let (app, admin, endpoint) = (&apps[n % 2], &admin, &endpoints[n % 3]);
+            let (app, admin, endpoint) = (&apps[n % 2], &admin, &endpoints[n % 4]);
             async move { submit(app, admin, endpoint, json!({ "n": n }), None).await }
         });
         for answer in futures_util::future::join_all(submits).await {
@@ -101,25 +110,56 @@ async fn delivered_counts_stay_exact(backend: Backend) {
         }
     }
     let pool = &apps[0].state.db;
-    let all_delivered = || async {
+    let all_settled = || async {
         count(
             pool,
-            "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
+            "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state IN ('delivered', 'failed')",
             vec![],
         )
         .await
             == SUBMISSIONS as i64
     };
     eventually(
-        "every delivery is delivered",
+        "every delivery is settled",
         Duration::from_secs(60),
-        all_delivered,
+        all_settled,
     )
     .await;
     assert_counts_exact(&apps[0], &admin, "after delivering").await;
 
-    // Each of 30 deliveries resent twice at once, once through each instance.
-    let resends = ids[..30].iter().flat_map(|id| {
+    // The failed ones replayed, in bulk on one instance racing single replays on the
+    // other, and failed again.
+    let failed_ids: Vec<String> = ids.iter().skip(3).step_by(4).cloned().collect();
+    let singles = failed_ids.iter().take(10).map(|id| {
+        apps[1].graphql(
+            &admin,
+            "mutation($id: ID!) { replayDelivery(id: $id) { id } }",
+            json!({ "id": id }),
+        )
+    });
+    let bulk = apps[0].graphql(
+        &admin,
+        "mutation { replayDeliveries(filter: {}) { replayed } }",
+        json!({}),
+    );
+    let (_, bulk) = tokio::join!(futures_util::future::join_all(singles), bulk);
+    assert!(bulk.get("errors").is_none(), "{bulk}");
+    eventually(
+        "the replayed fail again",
+        Duration::from_secs(60),
+        all_settled,
+    )
+    .await;
+    assert_counts_exact(&apps[0], &admin, "after replaying").await;
+
+    // Each of 30 delivered deliveries resent twice at once, once through each instance.
+    let delivered_ids: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| n % 4 != 3)
+        .map(|(_, id)| id.clone())
+        .collect();
+    let resends = delivered_ids[..30].iter().flat_map(|id| {
         let admin = &admin;
         apps.iter()
             .map(move |app| async move { app.graphql(admin, RESEND, json!({ "id": id })).await })
@@ -137,7 +177,7 @@ async fn delivered_counts_stay_exact(backend: Backend) {
     eventually(
         "the resent are delivered again",
         Duration::from_secs(60),
-        all_delivered,
+        all_settled,
     )
     .await;
     assert_counts_exact(&apps[0], &admin, "after resending").await;
@@ -213,7 +253,7 @@ async fn count_statements_never_scan_history() {
     )
     .await;
     let ids = format!("= ANY('{{{endpoint}}}'::uuid[])");
-    for statement in [UNSETTLED, DELIVERED] {
+    for statement in [UNSETTLED, SETTLED] {
         let sql = statement.replace("{ids}", &ids);
         let plan = rows(pool, &format!("EXPLAIN (FORMAT JSON) {sql}"), vec![]).await;
         let plan: Value = plan[0].try_get("", "QUERY PLAN").expect("a plan");
@@ -230,7 +270,7 @@ async fn count_statements_never_scan_history() {
                     "idx_webhook_deliveries_due_by_endpoint",
                     "idx_webhook_deliveries_in_flight",
                     "idx_webhook_deliveries_failed_by_endpoint",
-                    "endpoint_delivered_counts_pkey",
+                    "endpoint_settled_counts_pkey",
                 ]
                 .contains(&index.as_str()),
                 "a count reads {index}, which holds history: {sql}\n{text}"
@@ -241,8 +281,8 @@ async fn count_statements_never_scan_history() {
     let reported = reported(&app, &admin).await;
     assert_eq!(
         reported[&endpoint],
-        json!({ "pending": 4, "processing": 0, "delivered": 0, "failed": 2, "total": 6 }),
-        "rows written behind Courier's back are not counted as delivered; the states in \
+        json!({ "pending": 4, "processing": 0, "delivered": 0, "failed": 0, "total": 4 }),
+        "rows written behind Courier's back are not counted as settled; the states in \
          progress are counted from the table itself"
     );
 }

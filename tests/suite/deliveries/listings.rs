@@ -124,6 +124,17 @@ async fn filters_and_partner_scope_apply(backend: Backend) {
         .execute_unprepared("UPDATE webhook_deliveries SET state = 'failed', next_attempt_at = NULL WHERE id IN (SELECT id FROM webhook_deliveries ORDER BY id LIMIT 2)")
         .await
         .expect("fail two");
+    // Counted as Courier counts a failure it records.
+    app.state
+        .db
+        .conn()
+        .execute_unprepared(
+            "INSERT INTO endpoint_settled_counts (endpoint_id, shard, delivered, failed) \
+             SELECT endpoint_id, 0, 0, COUNT(*) FROM webhook_deliveries WHERE state = 'failed' \
+             GROUP BY endpoint_id",
+        )
+        .await
+        .expect("count the two");
 
     let all = walk(&app, &admin, 100, Value::Null, async |_| {}).await;
     assert_eq!(all.len(), 7);
