@@ -18,8 +18,9 @@ use crate::workloads::graphql;
 /// Endpoints the history is spread over.
 const ENDPOINTS: usize = 50;
 
-/// A time-ordered id for `{at}` (a UUIDv7 as Courier mints them), in SQL.
-const V7: &str = "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') \
+/// A time-ordered id for `{at}` (a UUIDv7 as Courier mints them), in SQL; the seeding of
+/// every history the benches build uses it.
+pub const V7: &str = "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') \
      || '7' || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid";
 
 /// The queries, by name.

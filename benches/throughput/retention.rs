@@ -9,6 +9,7 @@ use courier::db::Db;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
 use crate::drain::fill;
+use crate::history::V7;
 use crate::process::{admin_token, Scratch, Server};
 use crate::receiver;
 
@@ -17,10 +18,6 @@ pub struct Pruning {
     pub elapsed: Duration,
     pub per_second: f64,
 }
-
-/// A time-ordered id for `{at}` (a UUIDv7 as Courier mints them), in SQL.
-const V7: &str = "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') \
-     || '7' || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid";
 
 /// `expired` deliveries settled 31 to 60 days ago, spread over one endpoint's history.
 pub async fn prune_rate(server_url: &str, expired: i64, connections: usize) -> Pruning {
