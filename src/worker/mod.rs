@@ -9,6 +9,7 @@
 //! written do not keep the next requests from starting, and claimed but unrecorded
 //! deliveries stay bounded (at most three times the concurrency).
 
+pub mod answer;
 pub mod claim;
 pub mod dispatch;
 pub mod ended;

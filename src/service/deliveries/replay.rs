@@ -122,13 +122,6 @@ impl Deliveries {
                     return Ok(None);
                 };
                 let restarted = webhook_delivery::Model::from_query_result(&row, "")?;
-                let mut tally = Tally::new();
-                tally.moved(
-                    restarted.endpoint_id,
-                    Some(from),
-                    Some(DeliveryState::Pending),
-                );
-                tally.write(&*txn, db.backend()).await?;
                 let staged = announce(
                     &*txn,
                     db,
@@ -252,15 +245,6 @@ impl Deliveries {
                         row.try_get::<DateTime<Utc>>("", "updated_at")?,
                     ));
                 }
-                let mut tally = Tally::new();
-                for (_, endpoint_id, _) in &replayed {
-                    tally.moved(
-                        *endpoint_id,
-                        Some(DeliveryState::Failed),
-                        Some(DeliveryState::Pending),
-                    );
-                }
-                tally.write(&*txn, backend).await?;
                 let staged = announce(&*txn, db, bus, DeliveryState::Failed, &replayed).await?;
                 Ok((replayed.len() as u64, staged))
             })
@@ -274,8 +258,8 @@ impl Deliveries {
     }
 }
 
-/// In the transaction that restarted them: wakes the deliveries' endpoints and stages
-/// their change from `from` to `pending` for subscribers.
+/// In the transaction that restarted them: takes the deliveries out of the `from` count,
+/// wakes their endpoints, and stages their change from `from` to `pending` for subscribers.
 async fn announce(
     txn: &impl ConnectionTrait,
     db: &Db,
@@ -283,6 +267,11 @@ async fn announce(
     from: DeliveryState,
     restarted: &[(Uuid, Uuid, DateTime<Utc>)],
 ) -> std::result::Result<Staged, sea_orm::DbErr> {
+    let mut tally = Tally::new();
+    for (_, endpoint_id, _) in restarted {
+        tally.moved(*endpoint_id, Some(from), Some(DeliveryState::Pending));
+    }
+    tally.write(txn, db.backend()).await?;
     let endpoints: Vec<Uuid> = restarted.iter().map(|(_, endpoint, _)| *endpoint).collect();
     flow::wake_endpoints(txn, db.backend(), &endpoints).await?;
     let changes = restarted

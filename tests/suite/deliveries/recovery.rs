@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use courier::auth::Role;
 use courier::service::deliveries::REPLAY_BATCH;
+use sea_orm::ActiveEnum as _;
 use sea_orm::Value as SqlValue;
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
@@ -16,8 +17,8 @@ use uuid::Uuid;
 
 use crate::on_both_backends;
 use crate::support::fixtures::{
-    count, delivery_id, endpoint_on, eventually, quick_worker, rows, seed_spread, settle, submit,
-    wait_for_state,
+    count, delivery, delivery_id, endpoint_on, eventually, quick_worker, rows, seed_spread, settle,
+    submit, wait_for_state,
 };
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -59,27 +60,14 @@ async fn outsider(app: &TestApp, admin: &str) -> String {
 
 /// The endpoint of delivery `id`.
 async fn endpoint_of(app: &TestApp, id: Uuid) -> Uuid {
-    rows(
-        &app.state.db,
-        "SELECT endpoint_id FROM webhook_deliveries WHERE id = $1",
-        vec![SqlValue::from(id)],
-    )
-    .await[0]
-        .try_get::<Uuid>("", "endpoint_id")
-        .expect("endpoint")
+    delivery(&app.state.db, id).await.endpoint_id
 }
 
-/// The states of `ids`, in order.
+/// The states of `ids`, in order, as stored.
 async fn states(app: &TestApp, ids: &[Uuid]) -> Vec<String> {
     let mut states = Vec::with_capacity(ids.len());
     for id in ids {
-        let row = rows(
-            &app.state.db,
-            "SELECT state FROM webhook_deliveries WHERE id = $1",
-            vec![SqlValue::from(*id)],
-        )
-        .await;
-        states.push(row[0].try_get::<String>("", "state").expect("state"));
+        states.push(delivery(&app.state.db, *id).await.state.to_value());
     }
     states
 }
