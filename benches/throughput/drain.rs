@@ -55,10 +55,26 @@ pub async fn drain(
 ) -> Drain {
     let scratch = Scratch::create(server_url, "drain").await;
     let token = admin_token(&scratch.url);
+    let drain = drain_in(&scratch.url, &token, backlog, connections, endpoints).await;
+    scratch.drop_now().await;
+    drain
+}
+
+/// [`drain`] in the database at `database_url`, whatever it already holds: the backlog
+/// goes to new endpoints, and only deliveries created from now on are waited for.
+pub async fn drain_in(
+    database_url: &str,
+    token: &str,
+    backlog: usize,
+    connections: usize,
+    endpoints: usize,
+) -> Drain {
     let (receiver_url, arrivals) = receiver::start().await;
+    let db = Db::connect(database_url, 1).await.expect("connect");
+    let since = database_now(&db).await;
     let fill = fill(
-        &scratch.url,
-        &token,
+        database_url,
+        token,
         &receiver_url,
         backlog,
         connections,
@@ -71,18 +87,17 @@ pub async fn drain(
         "nothing drains while the backlog is built"
     );
 
-    let db = Db::connect(&scratch.url, 1).await.expect("connect");
     let (updates_before, hot_before) = update_counts(&db).await;
     let receiver_cpu_before = cpu_seconds(std::process::id());
     let started = Instant::now();
     let server = Server::start(
-        &scratch.url,
+        database_url,
         &[("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into())],
     );
     // Arrivals are watched in process; the database is asked only once they are all in,
     // so the watching costs the drain nothing.
     loop {
-        if arrivals.count() >= backlog && delivered(&db).await >= backlog as i64 {
+        if arrivals.count() >= backlog && delivered_since(&db, &since).await >= backlog as i64 {
             break;
         }
         assert!(
@@ -95,14 +110,13 @@ pub async fn drain(
     let elapsed = started.elapsed();
     let peak_rss_mb = server.peak_rss_mb();
     let cpu_courier = server.cpu_seconds();
-    let cpu_postgres = backend_cpu_seconds(&scratch.name);
+    let cpu_postgres = backend_cpu_seconds(database_name(database_url));
     let cpu_receiver = cpu_seconds(std::process::id()) - receiver_cpu_before;
     server.stop();
     // The statistics collector reports with a short delay.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let (updates_after, hot_after) = update_counts(&db).await;
     db.close().await.expect("close");
-    scratch.drop_now().await;
 
     let mut times = arrivals.times();
     times.sort();
@@ -217,12 +231,37 @@ pub async fn fill(
     }
 }
 
-async fn delivered(db: &Db) -> i64 {
+/// The database's clock, as text it parses back.
+async fn database_now(db: &Db) -> String {
+    db.conn()
+        .query_one_raw(Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT now()::text AS now",
+        ))
+        .await
+        .expect("now")
+        .expect("row")
+        .try_get("", "now")
+        .expect("now")
+}
+
+/// The database name at the end of `database_url`.
+fn database_name(database_url: &str) -> &str {
+    let path = database_url.split('?').next().unwrap_or(database_url);
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Deliveries created since `since` and delivered (read through the time index, so a
+/// history already there costs nothing).
+async fn delivered_since(db: &Db, since: &str) -> i64 {
     let row = db
         .conn()
         .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
-            "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
+            format!(
+                "SELECT COUNT(*) AS n FROM webhook_deliveries \
+                 WHERE created_at >= '{since}'::timestamptz AND state = 'delivered'"
+            ),
         ))
         .await
         .expect("count")

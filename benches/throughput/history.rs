@@ -4,16 +4,16 @@
 //! response, the settled counts), over 50 endpoints and 30 days, then analyzed as
 //! autovacuum would. Also the bytes each delivered webhook costs the database.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use courier::db::Db;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde_json::{json, Value};
 
-use crate::drain::fill;
+use crate::drain::{drain_in, fill};
 use crate::process::{admin_token, Scratch, Server};
 use crate::receiver;
-use crate::workloads::graphql;
+use crate::workloads::{graphql, latency_in, submit_throughput_in, Latency};
 
 /// Endpoints the history is spread over.
 const ENDPOINTS: usize = 50;
@@ -42,10 +42,25 @@ pub struct History {
     pub medians_ms: Vec<(String, f64)>,
     /// Deliveries, submissions and attempts with their indexes and TOAST, per delivery.
     pub bytes_per_delivery: f64,
+    /// The load on top of this history: `submit` per second, the drain of a backlog of
+    /// [`LOAD_BACKLOG`] to one new endpoint, and submit-to-arrival latency.
+    pub submit_per_second: f64,
+    pub drain_per_second: f64,
+    pub latency: Latency,
 }
 
-/// Seeds `deliveries` of history and times every query.
-pub async fn measure(server_url: &str, deliveries: i64, connections: usize) -> History {
+/// The backlog drained on top of each history.
+pub const LOAD_BACKLOG: usize = 50_000;
+
+/// Seeds `deliveries` of history, times every query, then measures submit, a drain and
+/// latency on top of it (submit for `seconds`).
+pub async fn measure(
+    server_url: &str,
+    deliveries: i64,
+    connections: usize,
+    seconds: u64,
+    samples: usize,
+) -> History {
     let scratch = Scratch::create(server_url, "history").await;
     let token = admin_token(&scratch.url);
     let (receiver_url, _arrivals) = receiver::start().await;
@@ -104,12 +119,24 @@ pub async fn measure(server_url: &str, deliveries: i64, connections: usize) -> H
     }
     server.stop();
     db.close().await.expect("close");
+    let submit = submit_throughput_in(
+        &scratch.url,
+        &token,
+        connections,
+        Duration::from_secs(seconds),
+    )
+    .await;
+    let drain = drain_in(&scratch.url, &token, LOAD_BACKLOG, connections, 1).await;
+    let latency = latency_in(&scratch.url, &token, samples).await;
     scratch.drop_now().await;
     History {
         deliveries: total,
         seed_seconds,
         medians_ms,
         bytes_per_delivery: bytes as f64 / total.max(1) as f64,
+        submit_per_second: submit.per_second,
+        drain_per_second: drain.per_second,
+        latency,
     }
 }
 

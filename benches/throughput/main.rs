@@ -15,7 +15,8 @@
 //! endpoints; 1 skips it), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
 //! subset of `submit,drain,latency,neighbours,publish,replay,retention,history`; pgbench always runs),
 //! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
-//! (500000: expired deliveries retention prunes), `BENCH_HISTORY_SIZES` (`100000,10000000`:
+//! (500000: expired deliveries retention prunes), `BENCH_RETENTION_BACKLOG` (100000: the
+//! backlog drained while it prunes), `BENCH_HISTORY_SIZES` (`100000,10000000`:
 //! the histories the operator's queries are timed against). `courier serve` processes inherit the environment, so `COURIER_*`
 //! variables set for a run change their settings (the figures in the README use none).
 //! `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
@@ -205,8 +206,17 @@ async fn main() {
             "publish to {} endpoints: p50 {:.1} ms, max {:.1} ms",
             publish.endpoints, publish.p50_ms, publish.max_ms
         );
+        println!(
+            "publish of a {} KB payload to {} endpoints: {:.0} KB of WAL, {:.0} KB stored",
+            workloads::LARGE_PAYLOAD / 1000,
+            publish.endpoints,
+            publish.large_wal_bytes as f64 / 1024.0,
+            publish.large_stored_bytes as f64 / 1024.0
+        );
         results["publish_300_p50_ms"] = json!(publish.p50_ms);
         results["publish_300_max_ms"] = json!(publish.max_ms);
+        results["publish_300_large_wal_bytes"] = json!(publish.large_wal_bytes);
+        results["publish_300_large_stored_bytes"] = json!(publish.large_stored_bytes);
     }
 
     if runs("replay") {
@@ -239,18 +249,27 @@ async fn main() {
 
     if runs("retention") {
         let expired = env_or("BENCH_HISTORY", 500_000i64);
-        let pruning = retention::prune_rate(&server, expired, connections).await;
+        let backlog = env_or("BENCH_RETENTION_BACKLOG", 100_000usize);
+        let pruning = retention::prune_rate(&server, expired, backlog, connections).await;
         println!(
             "retention: {} expired deliveries (each with its submission and attempt) pruned \
-             in {:.2} s from spawn = {:.0}/s",
+             in {:.2} s from spawn = {:.0}/s, while a backlog of {} to one endpoint drained at \
+             {:.0}/s ({:.0}/s without expired history: {:.2}x)",
             pruning.expired,
             pruning.elapsed.as_secs_f64(),
-            pruning.per_second
+            pruning.per_second,
+            pruning.backlog,
+            pruning.drain_during,
+            pruning.drain_without,
+            pruning.drain_during / pruning.drain_without
         );
         results["retention"] = json!({
             "expired": pruning.expired,
             "seconds": pruning.elapsed.as_secs_f64(),
             "per_second": pruning.per_second,
+            "backlog": pruning.backlog,
+            "drain_during_per_second": pruning.drain_during,
+            "drain_without_per_second": pruning.drain_without,
         });
     }
 
@@ -262,7 +281,7 @@ async fn main() {
             .collect();
         let mut measured = Vec::new();
         for size in sizes {
-            let history = history::measure(&server, size, connections).await;
+            let history = history::measure(&server, size, connections, seconds, samples).await;
             println!(
                 "history of {} deliveries (seeded in {:.0} s): {:.0} bytes per delivery",
                 history.deliveries, history.seed_seconds, history.bytes_per_delivery
@@ -277,6 +296,20 @@ async fn main() {
                     .collect();
                 println!("  {name}: {}", figures.join(", "));
             }
+            for h in &measured {
+                println!(
+                    "  on top of {} deliveries: submit {:.0}/s ({:.2}x pgbench), drain of {} to \
+                     one endpoint {:.0}/s ({:.2}x), submit-to-arrival p50 {:.1} ms, p99 {:.1} ms",
+                    h.deliveries,
+                    h.submit_per_second,
+                    h.submit_per_second / pgbench_tps,
+                    history::LOAD_BACKLOG,
+                    h.drain_per_second,
+                    h.drain_per_second / pgbench_tps,
+                    h.latency.p50_ms,
+                    h.latency.p99_ms
+                );
+            }
         }
         results["history"] = json!(measured
             .iter()
@@ -284,6 +317,10 @@ async fn main() {
                 "deliveries": h.deliveries,
                 "bytes_per_delivery": h.bytes_per_delivery,
                 "median_ms": h.medians_ms.iter().map(|(name, ms)| json!({ "query": name, "ms": ms })).collect::<Vec<_>>(),
+                "submit_per_second": h.submit_per_second,
+                "drain_per_second": h.drain_per_second,
+                "latency_p50_ms": h.latency.p50_ms,
+                "latency_p99_ms": h.latency.p99_ms,
             }))
             .collect::<Vec<_>>());
     }

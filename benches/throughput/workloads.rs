@@ -101,8 +101,21 @@ pub async fn submit_throughput(
 ) -> Throughput {
     let scratch = Scratch::create(server_url, "submit").await;
     let token = admin_token(&scratch.url);
+    let throughput = submit_throughput_in(&scratch.url, &token, connections, duration).await;
+    scratch.drop_now().await;
+    throughput
+}
+
+/// [`submit_throughput`] in the database at `database_url`, whatever it already holds.
+pub async fn submit_throughput_in(
+    database_url: &str,
+    token: &str,
+    connections: usize,
+    duration: Duration,
+) -> Throughput {
+    let token = token.to_owned();
     let server = Server::start(
-        &scratch.url,
+        database_url,
         &[
             ("COURIER_WORKER_CONCURRENCY", "0".into()),
             ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
@@ -162,7 +175,6 @@ pub async fn submit_throughput(
         let _ = task.await;
     }
     server.stop();
-    scratch.drop_now().await;
     Throughput {
         per_second: ok.load(Ordering::Relaxed) as f64 / duration.as_secs_f64(),
         errors: errors.load(Ordering::Relaxed),
@@ -176,27 +188,35 @@ pub async fn submit_throughput(
 pub async fn latency(server_url: &str, samples: usize) -> Latency {
     let scratch = Scratch::create(server_url, "latency").await;
     let token = admin_token(&scratch.url);
+    let latency = latency_in(&scratch.url, &token, samples).await;
+    scratch.drop_now().await;
+    latency
+}
+
+/// [`latency`] in the database at `database_url`, whatever it already holds, to a new
+/// endpoint.
+pub async fn latency_in(database_url: &str, token: &str, samples: usize) -> Latency {
     let (receiver_url, arrivals) = receiver::start().await;
     let client = reqwest::Client::new();
     let setup = Server::start(
-        &scratch.url,
+        database_url,
         &[
             ("COURIER_WORKER_CONCURRENCY", "0".into()),
             ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
         ],
     );
-    let endpoint = create_endpoint(&client, &setup, &token, &receiver_url).await;
+    let endpoint = create_endpoint(&client, &setup, token, &receiver_url).await;
     setup.stop();
 
     let server = Server::start(
-        &scratch.url,
+        database_url,
         &[("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into())],
     );
     let mut from_sent = Vec::with_capacity(samples);
     let mut from_answered = Vec::with_capacity(samples);
     for n in 0..samples {
         let sent = Instant::now();
-        let id = submit_one(&client, &server, &token, &endpoint, n).await;
+        let id = submit_one(&client, &server, token, &endpoint, n).await;
         let answered = Instant::now();
         let arrived = arrivals
             .wait_for(&id, answered, Duration::from_secs(30))
@@ -206,7 +226,6 @@ pub async fn latency(server_url: &str, samples: usize) -> Latency {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.stop();
-    scratch.drop_now().await;
     let first_ms = from_sent.iter().take(5).copied().collect();
     from_sent.sort_by(f64::total_cmp);
     from_answered.sort_by(f64::total_cmp);
@@ -229,7 +248,14 @@ pub struct Publish {
     pub endpoints: usize,
     pub p50_ms: f64,
     pub max_ms: f64,
+    /// One publish of a [`LARGE_PAYLOAD`]-byte payload: the WAL it wrote, and what it
+    /// added to the tables and their indexes (TOAST included).
+    pub large_wal_bytes: i64,
+    pub large_stored_bytes: i64,
 }
+
+/// The size of the large payload published once, in bytes of JSON.
+pub const LARGE_PAYLOAD: usize = 20_000;
 
 /// `publish` to `endpoints` subscribed endpoints, all created through the API, on one
 /// `courier serve` with default settings (API only, so nothing drains meanwhile): the time
@@ -292,6 +318,7 @@ pub async fn publish_fanout(server_url: &str, endpoints: usize, samples: usize) 
             took.push(elapsed.as_secs_f64() * 1000.0);
         }
     }
+    let (large_wal_bytes, large_stored_bytes) = publish_large(&client, &server, &token, &db).await;
     server.stop();
     let _ = db.close().await;
     scratch.drop_now().await;
@@ -300,5 +327,68 @@ pub async fn publish_fanout(server_url: &str, endpoints: usize, samples: usize) 
         endpoints,
         p50_ms: took[took.len() / 2],
         max_ms: took[took.len() - 1],
+        large_wal_bytes,
+        large_stored_bytes,
     }
+}
+
+/// Publishes one payload of [`LARGE_PAYLOAD`] bytes (order lines with hex digests, which
+/// compress about as well as real JSON does) to every subscribed endpoint: the WAL bytes
+/// the database wrote meanwhile, and the bytes the tables and indexes grew by. Nothing else
+/// writes to the database then (the process is API only); the WAL counts the whole server.
+async fn publish_large(
+    client: &reqwest::Client,
+    server: &Server,
+    token: &str,
+    db: &Db,
+) -> (i64, i64) {
+    let mut lines = Vec::new();
+    let mut size = 0;
+    let mut n = 0u64;
+    while size < LARGE_PAYLOAD {
+        let line = json!({
+            "sku": format!("SKU-{n:06}"),
+            "quantity": n % 7 + 1,
+            "digest": format!("{:016x}{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15), n.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)),
+        });
+        size += line.to_string().len() + 1;
+        lines.push(line);
+        n += 1;
+    }
+    let payload = json!({ "order": "large", "lines": lines });
+    let measure = "SELECT pg_current_wal_lsn()::text AS lsn, (pg_total_relation_size('webhook_deliveries')          + pg_total_relation_size('submissions') + pg_total_relation_size('events'))::bigint AS stored";
+    let read = |row: sea_orm::QueryResult| -> (String, i64) {
+        (
+            row.try_get("", "lsn").expect("lsn"),
+            row.try_get("", "stored").expect("stored"),
+        )
+    };
+    let query = |sql: String| {
+        let db = db.clone();
+        async move {
+            db.conn()
+                .query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
+                .await
+                .expect("measure")
+                .expect("row")
+        }
+    };
+    let (lsn_before, stored_before) = read(query(measure.to_owned()).await);
+    let body = graphql(
+        client,
+        server,
+        token,
+        "mutation($input: PublishInput!) { publish(input: $input) { created event { id } } }",
+        json!({ "input": { "eventType": "order.paid", "payload": payload } }),
+    )
+    .await;
+    assert!(body["errors"].is_null(), "{body}");
+    let (_, stored_after) = read(query(measure.to_owned()).await);
+    let wal: i64 = query(format!(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn_before}')::bigint AS lsn, 0::bigint AS stored"
+    ))
+    .await
+    .try_get("", "lsn")
+    .expect("wal");
+    (wal, stored_after - stored_before)
 }

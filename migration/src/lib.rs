@@ -10,6 +10,7 @@ mod m20261203_000001_outage_recovery;
 mod m20261204_000001_settled_counts;
 mod m20261204_000002_listing_indexes;
 mod m20261204_000003_payload_once;
+mod m20261204_000004_failed_listing;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000001_settled_counts::Migration),
             Box::new(m20261204_000002_listing_indexes::Migration),
             Box::new(m20261204_000003_payload_once::Migration),
+            Box::new(m20261204_000004_failed_listing::Migration),
         ]
     }
 }

@@ -98,6 +98,20 @@ impl Db {
         }
     }
 
+    /// Starts a read-only transaction for one page of a keyset listing. On PostgreSQL,
+    /// bitmap scans are off in it: a bitmap scan gathers every matching row and sorts them
+    /// before the first one comes back, which is how a planner without statistics (a table
+    /// never analyzed) or with misleading ones turns a page of history into a read of all
+    /// of it. Without bitmaps the page walks an index in the listing's order and stops.
+    pub async fn begin_listing(&self) -> Result<DatabaseTransaction, DbErr> {
+        let txn = self.conn.begin().await?;
+        if self.backend() == DbBackend::Postgres {
+            txn.execute_unprepared("SET LOCAL enable_bitmapscan = off")
+                .await?;
+        }
+        Ok(txn)
+    }
+
     /// Starts a transaction that will write, outside the race policy (migrations). On
     /// SQLite it takes the write lock up front, like every write transaction here.
     pub async fn begin_write(&self) -> Result<DatabaseTransaction, DbErr> {

@@ -115,25 +115,37 @@ impl Deliveries {
         filter: DeliveryFilter,
         page: PageRequest,
     ) -> Result<Page<webhook_delivery::Model>> {
-        let rows = self
-            .listing(caller, filter, &page)
-            .await?
-            .all(self.db.conn())
-            .await?;
+        let query = self.listing(caller, filter, &page).await?;
+        let txn = self.db.begin_listing().await?;
+        let rows = query.all(&txn).await?;
+        txn.commit().await?;
         Ok(Page::from_overfetch(rows, &page))
     }
 
-    /// The statement [`Deliveries::list`] runs, for checking its plan.
-    pub async fn listing_statement(
+    /// The plan and the work of one page of [`Deliveries::list`], run as it runs
+    /// (`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`, PostgreSQL only): for checking that a
+    /// listing reads a page, not the history.
+    pub async fn explain_listing(
         &self,
         caller: &Identity,
         filter: DeliveryFilter,
         page: &PageRequest,
-    ) -> Result<sea_orm::Statement> {
-        Ok(self
+    ) -> Result<serde_json::Value> {
+        let statement = self
             .listing(caller, filter, page)
             .await?
-            .build(self.db.backend()))
+            .build(self.db.backend());
+        let explained = sea_orm::Statement::from_sql_and_values(
+            statement.db_backend,
+            format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", statement.sql),
+            statement.values.map(|values| values.0).unwrap_or_default(),
+        );
+        let txn = self.db.begin_listing().await?;
+        let plan = txn.query_one_raw(explained).await?;
+        txn.commit().await?;
+        let plan =
+            plan.ok_or_else(|| Error::Database(sea_orm::DbErr::RecordNotFound("a plan".into())))?;
+        Ok(plan.try_get("", "QUERY PLAN")?)
     }
 
     /// The query of one page of a listing, refusing a filter outside the caller's scope.
