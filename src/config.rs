@@ -55,6 +55,26 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     ApiKey(ApiKeyCommand),
+    /// Manage tenants (the customers endpoints are grouped by).
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+}
+
+/// `courier tenant ...`
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant and print its id, alone on stdout.
+    Create(CreateTenantArgs),
+    /// Print every tenant, one per line.
+    List,
+}
+
+/// Arguments of `courier tenant create`.
+#[derive(Debug, clap::Args)]
+pub struct CreateTenantArgs {
+    /// The tenant's name, 1 to 200 characters.
+    #[arg(long)]
+    pub name: String,
 }
 
 /// `courier api-key ...`
@@ -85,8 +105,12 @@ pub struct CreateApiKeyArgs {
     #[arg(long, value_parser = role_parser())]
     pub role: crate::auth::Role,
     /// An endpoint id the key may use (partner keys; repeat for several).
-    #[arg(long = "endpoint", value_name = "ID")]
+    #[arg(long = "endpoint", value_name = "ID", conflicts_with = "tenant")]
     pub endpoints: Vec<uuid::Uuid>,
+    /// The tenant whose endpoints the key may use and manage, those created later
+    /// included (partner keys, instead of `--endpoint`).
+    #[arg(long, value_name = "ID")]
+    pub tenant: Option<uuid::Uuid>,
 }
 
 /// Parses `--role` into a role by its stored value (`admin`, `partner`).
@@ -95,6 +119,18 @@ fn role_parser() -> impl clap::builder::TypedValueParser<Value = crate::auth::Ro
     use sea_orm::ActiveEnum as _;
     clap::builder::PossibleValuesParser::new(["admin", "partner"])
         .try_map(|name| crate::auth::Role::try_from_value(&name))
+}
+
+/// Parses COURIER_PUBLIC_URL: an `http` or `https` URL with a host, no query or fragment.
+fn parse_public_url(text: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(text.trim()).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("must be an http or https URL with a host".to_owned());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("must have no query or fragment".to_owned());
+    }
+    Ok(url)
 }
 
 /// Log output format.
@@ -153,6 +189,11 @@ pub struct ServeArgs {
     /// Address the HTTP API listens on.
     #[arg(long, env = "COURIER_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
+
+    /// Where users reach this Courier (scheme, host, port, any path prefix), for the
+    /// console URLs portal links hand out; default `http://` + COURIER_BIND.
+    #[arg(long, env = "COURIER_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<url::Url>,
 
     /// Deliveries in flight per process (requests being sent); 0 runs the API only, with no
     /// worker. Their outcomes then wait to be recorded in batches, at most twice as many.
@@ -277,6 +318,15 @@ impl ServeArgs {
             }
         }
         Ok(())
+    }
+
+    /// Where users reach this Courier, without a trailing slash: COURIER_PUBLIC_URL, or
+    /// `http://` + COURIER_BIND.
+    pub fn public_url(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.as_str().trim_end_matches('/').to_owned(),
+            None => format!("http://{}", self.bind),
+        }
     }
 
     /// How deliveries are retried: the listed schedule when COURIER_RETRY_SCHEDULE is set,

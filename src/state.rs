@@ -12,6 +12,7 @@ use crate::bus::Wakeup;
 use crate::config::ServeArgs;
 use crate::db::Db;
 use crate::metrics::Metrics;
+use crate::service::access::Access;
 use crate::service::api_keys::ApiKeys;
 use crate::service::deliveries::Deliveries;
 use crate::service::endpoints::Endpoints;
@@ -20,6 +21,7 @@ use crate::service::submissions::group_commit::GroupCommit;
 use crate::service::submissions::intake::Intake;
 use crate::service::submissions::publish::Fanout;
 use crate::service::submissions::Submissions;
+use crate::service::tenants::Tenants;
 
 /// Everything a request or a background task needs, behind one reference count: a request
 /// clones it several times, and cloning each service's pools and counters instead (dozens
@@ -54,8 +56,12 @@ pub struct Services {
     pub keys: Arc<KeyCache>,
     /// The keys open sessions and subscriptions hold, ended when found revoked.
     pub revocations: Revocations,
+    /// Who may reach which endpoint, decided once for every operation.
+    pub access: Access,
     /// Endpoint operations.
     pub endpoints: Endpoints,
+    /// Tenant operations and portal links.
+    pub tenants: Tenants,
     /// API key operations.
     pub api_keys: ApiKeys,
     /// Submission operations.
@@ -87,22 +93,33 @@ impl AppState {
             wakeup.clone(),
             metrics.clone(),
         );
+        let access = Access::new(db.clone());
         AppState(Arc::new(Services {
+            tenants: Tenants::new(db.clone(), access.clone(), &config.public_url()),
             keys: Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms))),
             revocations: Revocations::default(),
             api_keys: ApiKeys::new(db.clone()),
             endpoints: Endpoints::new(
                 db.clone(),
+                access.clone(),
                 config.allow_private_destinations,
                 config.secret_keys(),
             ),
             submissions: Submissions::new(
                 db.clone(),
+                access.clone(),
                 intake.clone(),
                 GroupCommit::start(db.clone(), bus.clone(), metrics.clone()),
             ),
-            deliveries: Deliveries::new(db.clone(), bus.clone(), wakeup.clone(), metrics.clone()),
-            fanout: Fanout::new(db.clone(), bus.clone(), intake),
+            deliveries: Deliveries::new(
+                db.clone(),
+                access.clone(),
+                bus.clone(),
+                wakeup.clone(),
+                metrics.clone(),
+            ),
+            fanout: Fanout::new(db.clone(), access.clone(), bus.clone(), intake),
+            access,
             bus,
             submit_rate_limiter,
             wakeup,

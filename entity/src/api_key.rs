@@ -25,8 +25,13 @@ pub struct Model {
     pub name: String,
     /// What it may do.
     pub role: Role,
-    /// For partners: JSON array of endpoint ids the key may use.
+    /// For partners limited to a list: JSON array of endpoint ids the key may use.
     pub endpoint_scope: Option<Json>,
+    /// For partners of a tenant: the tenant whose endpoints (all of them, including ones
+    /// created later) the key may use and manage.
+    pub tenant_id: Option<Uuid>,
+    /// When the key stops authenticating (a portal link's); `None`: never.
+    pub expires_at: Option<DateTimeUtc>,
     /// SHA-256 (hex) of the token.
     #[sea_orm(unique)]
     pub token_hash: String,

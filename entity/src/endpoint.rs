@@ -41,6 +41,8 @@ pub struct Model {
     pub rate_limit: Option<i32>,
     /// Until when a `429`/`503` with `Retry-After` holds every delivery back (database time).
     pub paused_until: Option<DateTimeUtc>,
+    /// The tenant it belongs to, fixed at creation; `None`: no tenant (admins' only).
+    pub tenant_id: Option<Uuid>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

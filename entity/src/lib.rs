@@ -6,4 +6,5 @@ pub mod endpoint;
 pub mod event;
 pub mod rate_limit_counter;
 pub mod submission;
+pub mod tenant;
 pub mod webhook_delivery;

@@ -11,6 +11,7 @@ mod m20261204_000001_settled_counts;
 mod m20261204_000002_listing_indexes;
 mod m20261204_000003_payload_once;
 mod m20261204_000004_failed_listing;
+mod m20261205_000001_tenants;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000002_listing_indexes::Migration),
             Box::new(m20261204_000003_payload_once::Migration),
             Box::new(m20261204_000004_failed_listing::Migration),
+            Box::new(m20261205_000001_tenants::Migration),
         ]
     }
 }

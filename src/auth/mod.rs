@@ -9,11 +9,15 @@ use base64::Engine as _;
 use entity::api_key;
 use rand::RngCore as _;
 use sea_orm::sea_query::Expr;
+use sea_orm::ExprTrait as _;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, Set,
     Statement, Value,
 };
 use sha2::{Digest, Sha256};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::bus::{self, KEYS_CHANNEL};
@@ -25,15 +29,20 @@ const TOKEN_PREFIX: &str = "courier_";
 
 pub use entity::api_key::Role;
 
-/// The authenticated caller of one request or WebSocket connection.
+/// The authenticated caller of one request or WebSocket connection. What it may reach is
+/// decided in one place, [`crate::service::access`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// The API key's id (also the rate-limit subject).
     pub key_id: Uuid,
     /// What the key may do.
     pub role: Role,
-    /// For partners, the endpoints the key may use.
+    /// For partners limited to a list, the endpoints the key may use.
     pub scope: Vec<Uuid>,
+    /// For a tenant's partner key, the tenant whose endpoints it may use and manage.
+    pub tenant: Option<Uuid>,
+    /// When the key stops authenticating (a portal link's), by the database's clock.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl Identity {
@@ -44,31 +53,21 @@ impl Identity {
             Role::Partner => Err(Error::Forbidden("this operation requires an admin key")),
         }
     }
-
-    /// Whether the caller may see and use `endpoint_id`.
-    pub fn can_access(&self, endpoint_id: Uuid) -> bool {
-        self.role == Role::Admin || self.scope.contains(&endpoint_id)
-    }
-
-    /// Refuses an endpoint outside the caller's scope.
-    pub fn require_access(&self, endpoint_id: Uuid) -> Result<()> {
-        if self.can_access(endpoint_id) {
-            Ok(())
-        } else {
-            Err(Error::Forbidden(
-                "this endpoint is outside the API key's scope",
-            ))
-        }
-    }
-
-    /// The endpoints a listing must be limited to: `None` for admins (everything).
-    pub fn visible_endpoints(&self) -> Option<&[Uuid]> {
-        match self.role {
-            Role::Admin => None,
-            Role::Partner => Some(&self.scope),
-        }
-    }
 }
+
+/// What a new key is limited to, besides its role.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyLimits<'a> {
+    /// A partner key's list of endpoints.
+    pub endpoints: &'a [Uuid],
+    /// A partner key's tenant (instead of a list).
+    pub tenant: Option<Uuid>,
+    /// How long the key lives, by the database's clock; `None`: until revoked.
+    pub expires_in: Option<Duration>,
+}
+
+/// Sets a new key's expiry from the database's clock (`$2` bound by [`db::Clock::after`]).
+const SET_EXPIRY: &str = "UPDATE api_keys SET expires_at = {after($2)} WHERE id = $1";
 
 /// A key just created: its id and the token, which is never stored and never shown again.
 #[derive(Debug)]
@@ -81,23 +80,46 @@ pub struct NewApiKey {
     pub key: api_key::Model,
 }
 
-/// Creates an API key and returns its token. Partner keys need at least one endpoint,
-/// and every endpoint named must exist.
-pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> Result<NewApiKey> {
+/// Creates an API key and returns its token. A partner key is limited either to a list
+/// of endpoints (each must exist) or to a tenant (which must exist); an admin key to
+/// neither.
+pub async fn create_api_key(
+    db: &Db,
+    name: &str,
+    role: Role,
+    limits: KeyLimits<'_>,
+) -> Result<NewApiKey> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 200 {
         return Err(Error::bad_input("name must be 1 to 200 characters"));
     }
-    match role {
-        Role::Partner if scope.is_empty() => {
+    let scope = limits.endpoints;
+    match (role, limits.tenant) {
+        (Role::Partner, None) if scope.is_empty() => {
             return Err(Error::bad_input(
-                "a partner key needs at least one endpoint",
+                "a partner key needs a tenant or at least one endpoint",
             ));
         }
-        Role::Admin if !scope.is_empty() => {
-            return Err(Error::bad_input("an admin key is not limited to endpoints"));
+        (Role::Partner, Some(_)) if !scope.is_empty() => {
+            return Err(Error::bad_input(
+                "a partner key is limited to a tenant or to endpoints, not both",
+            ));
+        }
+        (Role::Admin, _) if !scope.is_empty() || limits.tenant.is_some() => {
+            return Err(Error::bad_input(
+                "an admin key is not limited to endpoints or a tenant",
+            ));
         }
         _ => {}
+    }
+    if let Some(tenant) = limits.tenant {
+        if entity::tenant::Entity::find_by_id(tenant)
+            .one(db.conn())
+            .await?
+            .is_none()
+        {
+            return Err(Error::bad_input(format!("tenant {tenant} does not exist")));
+        }
     }
     let found = entity::endpoint::Entity::find()
         .filter(entity::endpoint::Column::Id.is_in(scope.iter().copied()))
@@ -111,20 +133,37 @@ pub async fn create_api_key(db: &Db, name: &str, role: Role, scope: &[Uuid]) -> 
 
     let token = mint_token();
     let id = Uuid::now_v7();
-    let scope_json = (role == Role::Partner)
+    let scope_json = (role == Role::Partner && limits.tenant.is_none())
         .then(|| serde_json::Value::Array(scope.iter().map(|id| id.to_string().into()).collect()));
-    let key = api_key::ActiveModel {
+    let row = api_key::ActiveModel {
         id: Set(id),
         name: Set(name.to_owned()),
         role: Set(role),
         endpoint_scope: Set(scope_json),
+        tenant_id: Set(limits.tenant),
+        expires_at: Set(None),
         token_hash: Set(hash_token(&token)),
         created_at: Set(db::now()),
         revoked_at: Set(None),
         last_used_at: Set(None),
-    }
-    .insert(db.conn())
-    .await?;
+    };
+    let (row, expires_in) = (&row, limits.expires_in);
+    let key = db
+        .transaction(|txn| async move {
+            row.clone().insert(&*txn).await?;
+            if let Some(expires_in) = expires_in {
+                txn.execute_raw(
+                    db.clock()
+                        .statement(SET_EXPIRY, [id.into(), db.clock().after(expires_in)]),
+                )
+                .await?;
+            }
+            api_key::Entity::find_by_id(id)
+                .one(&*txn)
+                .await?
+                .ok_or_else(|| sea_orm::DbErr::RecordNotFound("the key just created".into()))
+        })
+        .await?;
     Ok(NewApiKey { id, token, key })
 }
 
@@ -185,15 +224,16 @@ pub async fn revoke_api_key(db: &Db, id: Uuid) -> Result<RevokeOutcome> {
     }
 }
 
-// Which of the keys in use are revoked (the revocation watcher's poll). PostgreSQL binds
+// Which of the keys in use are revoked or expired (the revocation watcher's poll). PostgreSQL binds
 // the ids as one uuid array, SQLite (which stores uuids as 16-byte blobs) as one JSON array
 // of hex strings, so each backend prepares one statement whatever the number of keys.
-const REVOKED_AMONG_POSTGRES: &str =
-    "SELECT id FROM api_keys WHERE id = ANY($1::uuid[]) AND revoked_at IS NOT NULL";
+const REVOKED_AMONG_POSTGRES: &str = "SELECT id FROM api_keys WHERE id = ANY($1::uuid[]) \
+     AND (revoked_at IS NOT NULL OR expires_at <= statement_timestamp())";
 const REVOKED_AMONG_SQLITE: &str = "SELECT id FROM api_keys \
-     WHERE id IN (SELECT unhex(value) FROM json_each($1)) AND revoked_at IS NOT NULL";
+     WHERE id IN (SELECT unhex(value) FROM json_each($1)) \
+     AND (revoked_at IS NOT NULL OR (expires_at IS NOT NULL AND expires_at <= $2))";
 
-/// The keys among `ids` that have been revoked, by whatever means.
+/// The keys among `ids` that have been revoked, by whatever means, or have expired.
 pub async fn revoked_among(db: &Db, ids: &[Uuid]) -> Result<Vec<Uuid>> {
     let statement = match db.backend() {
         DbBackend::Postgres => Statement::from_sql_and_values(
@@ -205,7 +245,11 @@ pub async fn revoked_among(db: &Db, ids: &[Uuid]) -> Result<Vec<Uuid>> {
             let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
             let hex =
                 serde_json::to_string(&hex).map_err(|err| sea_orm::DbErr::Json(err.to_string()))?;
-            Statement::from_sql_and_values(backend, REVOKED_AMONG_SQLITE, [hex.into()])
+            Statement::from_sql_and_values(
+                backend,
+                REVOKED_AMONG_SQLITE,
+                [hex.into(), db::now().into()],
+            )
         }
     };
     let rows = db.conn().query_all_raw(statement).await?;
@@ -222,25 +266,35 @@ pub async fn authenticate(db: &Db, authorization: Option<&str>) -> Result<Identi
     authenticate_hash(db, &hash_token(token)).await
 }
 
-/// Resolves a token hash to the caller of a live (unrevoked) key.
+/// Resolves a token hash to the caller of a live key: not revoked, not expired (by the
+/// database's clock).
 pub async fn authenticate_hash(db: &Db, token_hash: &str) -> Result<Identity> {
+    let unexpired = match db.backend() {
+        DbBackend::Postgres => {
+            Expr::cust("(expires_at IS NULL OR expires_at > statement_timestamp())")
+        }
+        _ => api_key::Column::ExpiresAt
+            .is_null()
+            .or(api_key::Column::ExpiresAt.gt(db::now())),
+    };
     let key = api_key::Entity::find()
         .filter(api_key::Column::TokenHash.eq(token_hash))
         .filter(api_key::Column::RevokedAt.is_null())
+        .filter(unexpired)
         .one(db.conn())
         .await?
         .ok_or(Error::Unauthenticated)?;
-    identity_of(key)
+    Ok(identity_of(key))
 }
 
-fn identity_of(key: api_key::Model) -> Result<Identity> {
-    let role = key.role;
-    let scope = scope_of(&key);
-    Ok(Identity {
+fn identity_of(key: api_key::Model) -> Identity {
+    Identity {
         key_id: key.id,
-        role,
-        scope,
-    })
+        role: key.role,
+        scope: scope_of(&key),
+        tenant: key.tenant_id,
+        expires_at: key.expires_at,
+    }
 }
 
 /// The endpoints a key is limited to (empty for admins).
@@ -301,18 +355,5 @@ mod tests {
         );
         assert_eq!(hash_token(&a).len(), 64);
         assert_ne!(hash_token(&a), hash_token(&b));
-    }
-
-    #[test]
-    fn partners_see_only_their_scope() {
-        let endpoint = Uuid::now_v7();
-        let partner = Identity {
-            key_id: Uuid::now_v7(),
-            role: Role::Partner,
-            scope: vec![endpoint],
-        };
-        assert!(partner.can_access(endpoint));
-        assert!(!partner.can_access(Uuid::now_v7()));
-        assert!(partner.require_admin().is_err());
     }
 }

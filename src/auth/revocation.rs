@@ -1,5 +1,6 @@
-//! Revoked API keys, felt by every process within a second: a watcher checks the keys this
-//! process has in use, evicts revoked ones from the key cache and ends their sessions.
+//! Revoked and expired API keys, felt by every process within a second: a watcher checks the
+//! keys this process has in use, evicts revoked or expired ones from the key cache and ends
+//! their sessions (an expiry, a portal link's, is judged by the database's clock).
 //!
 //! Whatever wrote `api_keys.revoked_at` (this process, another one, plain SQL), the watcher
 //! finds it on its next poll, every [`POLL_INTERVAL`]. On PostgreSQL a `NOTIFY` on
@@ -161,7 +162,7 @@ pub async fn watch(
                 keys.evict(&revoked);
                 revocations.revoke(&revoked);
                 for key_id in &revoked {
-                    tracing::info!(%key_id, "API key revoked: its sessions end");
+                    tracing::info!(%key_id, "API key revoked or expired: its sessions end");
                 }
             }
             Err(err) => {

@@ -9,13 +9,15 @@ use crate::app::App;
 use sea_orm::ActiveEnum as _;
 
 use crate::auth::{self, RevokeOutcome};
-use crate::config::{ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, ServeArgs};
+use crate::config::{
+    ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, ServeArgs, TenantCommand,
+};
 use crate::db::{self, Db};
 use crate::error::Error;
 use crate::schema;
-use crate::service::api_keys;
 use crate::service::pagination::{PageRequest, MAX_PAGE_SIZE};
 use crate::service::sealing;
+use crate::service::{api_keys, tenants};
 use uuid::Uuid;
 
 /// Why a command failed. Each message names what to change; `main` prints it once, on one line.
@@ -67,7 +69,48 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
         Some(Command::ApiKey(ApiKeyCommand::Revoke(args))) => {
             revoke_api_key(&cli.database, args.id).await
         }
+        Some(Command::Tenant(TenantCommand::Create(args))) => {
+            let db = connect(&cli.database).await?;
+            let tenant = tenants::create(&db, &args.name).await?;
+            db.close().await?;
+            print_stdout(&tenant.id.to_string())?;
+            Ok(())
+        }
+        Some(Command::Tenant(TenantCommand::List)) => list_tenants(&cli.database).await,
     }
+}
+
+/// Prints every tenant, one tab-separated line each: id, name, created.
+async fn list_tenants(database: &DatabaseArgs) -> Result<(), CommandError> {
+    let db = connect(database).await?;
+    let mut lines = vec!["id\tname\tcreated".to_owned()];
+    let mut after = None;
+    loop {
+        let request = PageRequest {
+            first: MAX_PAGE_SIZE,
+            after,
+        };
+        let page = tenants::list(&db, request).await?;
+        for tenant in &page.items {
+            let name: String = tenant
+                .name
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            lines.push(format!(
+                "{}\t{name}\t{}",
+                tenant.id,
+                tenant.created_at.to_rfc3339()
+            ));
+        }
+        match page.items.last() {
+            Some(last) if page.has_next_page => after = Some(last.id),
+            _ => break,
+        }
+    }
+    db.close().await?;
+    print_stdout(&lines.join("\n"))?;
+    Ok(())
 }
 
 /// Connects and applies pending migrations.
@@ -130,7 +173,12 @@ async fn create_api_key(
 ) -> Result<(), CommandError> {
     let db = connect(database).await?;
     let role = args.role;
-    let key = auth::create_api_key(&db, &args.name, role, &args.endpoints).await?;
+    let limits = auth::KeyLimits {
+        endpoints: &args.endpoints,
+        tenant: args.tenant,
+        expires_in: None,
+    };
+    let key = auth::create_api_key(&db, &args.name, role, limits).await?;
     db.close().await?;
     tracing::info!(
         api_key_id = %key.id,
@@ -165,7 +213,9 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
         let page = api_keys::list(&db, request).await?;
         for key in &page.items {
             let scope = auth::scope_of(key);
-            let endpoints = if scope.is_empty() {
+            let endpoints = if let Some(tenant) = key.tenant_id {
+                format!("tenant:{tenant}")
+            } else if scope.is_empty() {
                 "-".to_owned()
             } else {
                 scope

@@ -1,5 +1,5 @@
-//! GraphQL for API keys (admin only): `apiKeys`, `createApiKey`, `revokeApiKey`. Tokens are
-//! shown once, at creation; hashes never.
+//! GraphQL for API keys: `apiKeys`, `createApiKey`, `revokeApiKey` (admin only) and
+//! `currentKey` (any key, itself). Tokens are shown once, at creation; hashes never.
 
 use async_graphql::connection::Connection;
 use async_graphql::{Context, Enum, InputObject, Object, SimpleObject, ID};
@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::context::{caller, parse_id, relay_page, state};
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
+use super::tenant::Tenant;
 use crate::auth;
 use crate::service::pagination::PageRequest;
 
@@ -51,6 +52,18 @@ impl ApiKey {
         found.sort_by_key(|endpoint| scope.iter().position(|id| *id == endpoint.id));
         Ok(found.into_iter().map(Endpoint).collect())
     }
+    /// For a tenant's partner key, the tenant whose endpoints it uses and manages.
+    async fn tenant(&self, ctx: &Context<'_>) -> ApiResult<Option<Tenant>> {
+        let Some(tenant) = self.0.tenant_id else {
+            return Ok(None);
+        };
+        let found = state(ctx)?.tenants.load(tenant).await?;
+        Ok(found.map(Tenant))
+    }
+    /// When it stops authenticating (a portal link's key); null: never.
+    async fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.0.expires_at
+    }
     /// When it was created.
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
@@ -81,8 +94,11 @@ pub struct CreateApiKeyInput {
     name: String,
     /// What the key may do.
     role: Role,
-    /// For partner keys (required for them): the endpoints it may use.
+    /// For partner keys limited to a list: the endpoints it may use.
     endpoint_ids: Option<Vec<ID>>,
+    /// For a tenant's partner key (instead of `endpointIds`): the tenant whose endpoints,
+    /// those created later included, it may use and manage.
+    tenant_id: Option<ID>,
 }
 
 /// API key queries.
@@ -92,6 +108,13 @@ pub struct ApiKeyQuery;
 /// API key queries.
 #[Object]
 impl ApiKeyQuery {
+    /// The API key this request is made with, whatever its role: who is signed in (its
+    /// role, tenant and expiry).
+    async fn current_key(&self, ctx: &Context<'_>) -> ApiResult<ApiKey> {
+        let key = state(ctx)?.api_keys.current(caller(ctx)?).await?;
+        Ok(ApiKey(key))
+    }
+
     /// Every API key, revoked ones included, oldest first (admin only).
     #[graphql(complexity = "crate::service::pagination::page_cost(first) * child_complexity")]
     async fn api_keys(
@@ -125,9 +148,19 @@ impl ApiKeyMutation {
             .iter()
             .map(|id| parse_id(id, "endpointIds"))
             .collect::<Result<Vec<Uuid>, _>>()?;
+        let tenant = input
+            .tenant_id
+            .as_ref()
+            .map(|id| parse_id(id, "tenantId"))
+            .transpose()?;
+        let limits = auth::KeyLimits {
+            endpoints: &scope,
+            tenant,
+            expires_in: None,
+        };
         let created = state(ctx)?
             .api_keys
-            .create(caller(ctx)?, &input.name, input.role.into(), &scope)
+            .create(caller(ctx)?, &input.name, input.role.into(), limits)
             .await?;
         Ok(ApiKeyWithToken {
             api_key: ApiKey(created.key),

@@ -154,6 +154,8 @@ pub struct DeliveryFilter {
     created_after: Option<DateTime<Utc>>,
     /// Only deliveries created before this moment.
     created_before: Option<DateTime<Utc>>,
+    /// Only deliveries to endpoints of this tenant.
+    tenant_id: Option<ID>,
 }
 
 /// Which `FAILED` deliveries `replayDeliveries` replays; every field narrows, none set
@@ -231,6 +233,11 @@ impl DeliveryQuery {
             event_id: None,
             created_after: filter.created_after,
             created_before: filter.created_before,
+            tenant_id: filter
+                .tenant_id
+                .as_ref()
+                .map(|id| parse_id(id, "filter.tenantId"))
+                .transpose()?,
         };
         delivery_page(ctx, filter, first, after).await
     }

@@ -8,6 +8,7 @@ use entity::endpoint;
 use super::context::{caller, loaders, parse_id, relay_page, state};
 use super::error::ApiResult;
 use super::loaders::Selected;
+use super::tenant::Tenant;
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
 use crate::service::event_types;
 use crate::service::pagination::PageRequest;
@@ -82,6 +83,14 @@ impl Endpoint {
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
+    /// The tenant it belongs to (fixed at creation); null for none.
+    async fn tenant(&self, ctx: &Context<'_>) -> ApiResult<Option<Tenant>> {
+        let Some(tenant) = self.0.tenant_id else {
+            return Ok(None);
+        };
+        let found = state(ctx)?.tenants.load(tenant).await?;
+        Ok(found.map(Tenant))
+    }
     /// When the endpoint last changed.
     async fn updated_at(&self) -> DateTime<Utc> {
         self.0.updated_at
@@ -151,6 +160,9 @@ pub struct CreateEndpointInput {
     max_in_flight: Option<i32>,
     /// Request starts per second across every process, 1 to 100000; omitted or null: unlimited.
     rate_limit: Option<i32>,
+    /// The tenant it belongs to, for good. An admin may name any tenant or none; a tenant's
+    /// key creates endpoints of its own tenant (omitted: its own).
+    tenant_id: Option<ID>,
 }
 
 /// Input of `updateEndpoint`; omitted fields stay as they are.
@@ -203,7 +215,10 @@ impl EndpointQuery {
         after: Option<String>,
     ) -> ApiResult<Connection<String, Endpoint>> {
         let request = PageRequest::new(first, after.as_deref())?;
-        let page = state(ctx)?.endpoints.list(caller(ctx)?, request).await?;
+        let page = state(ctx)?
+            .endpoints
+            .list(caller(ctx)?, None, request)
+            .await?;
         if Selected::counts_of_endpoint_nodes(ctx) {
             let ids = page.items.iter().map(|row| row.id);
             loaders(ctx)?.counts.load_many(ids).await?;
@@ -219,13 +234,20 @@ pub struct EndpointMutation;
 /// Endpoint mutations.
 #[Object]
 impl EndpointMutation {
-    /// Creates an endpoint and mints its signing secret (admin only).
+    /// Creates an endpoint and mints its signing secret (admins; a tenant's key for its own
+    /// tenant).
     async fn create_endpoint(
         &self,
         ctx: &Context<'_>,
         input: CreateEndpointInput,
     ) -> ApiResult<EndpointWithSecret> {
+        let tenant_id = input
+            .tenant_id
+            .as_ref()
+            .map(|id| parse_id(id, "tenantId"))
+            .transpose()?;
         let input = NewEndpoint {
+            tenant_id,
             name: input.name,
             url: input.url,
             event_types: input.event_types,
@@ -236,7 +258,7 @@ impl EndpointMutation {
         Ok(created.into())
     }
 
-    /// Changes an endpoint (admin only). A new URL mints a new secret, returned here once.
+    /// Changes an endpoint (admins; a tenant's key for its tenant's endpoints). A new URL mints a new secret, returned here once.
     async fn update_endpoint(
         &self,
         ctx: &Context<'_>,

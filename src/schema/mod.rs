@@ -11,6 +11,7 @@ pub mod limits;
 pub mod loaders;
 mod submission;
 mod subscription;
+mod tenant;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema};
 
@@ -34,6 +35,7 @@ pub struct QueryRoot(
     delivery::DeliveryQuery,
     event::EventQuery,
     api_key::ApiKeyQuery,
+    tenant::TenantQuery,
 );
 
 /// Every mutation, merged from the domain modules.
@@ -45,6 +47,7 @@ pub struct MutationRoot(
     delivery::DeliveryMutation,
     event::EventMutation,
     api_key::ApiKeyMutation,
+    tenant::TenantMutation,
 );
 
 /// Every subscription, merged from the domain modules.

@@ -16,6 +16,7 @@ use crate::auth::Identity;
 use crate::bus::{ChangeMessage, StateChange};
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::service::access::Access;
 
 /// How long a new subscription waits for this process to be listening for changes.
 const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -76,10 +77,10 @@ impl DeliverySubscription {
             .as_ref()
             .map(|id| parse_id(id, "endpointId"))
             .transpose()?;
-        if let Some(endpoint) = endpoint {
-            caller.require_access(endpoint)?;
-        }
         let app = state(ctx)?;
+        if let Some(endpoint) = endpoint {
+            app.access.require(&caller, endpoint).await?;
+        }
         // Subscribe first, then check that this process hears every process's changes: a
         // listener lost in between leaves its gap marker in this receiver, where the other
         // order could check "live", miss the marker, and then silently miss events.
@@ -90,6 +91,7 @@ impl DeliverySubscription {
         let watch = Watch {
             receiver,
             key: app.revocations.register(caller.key_id),
+            access: app.access.clone(),
             caller,
             endpoint,
             metrics: app.metrics.clone(),
@@ -105,6 +107,7 @@ struct Watch {
     receiver: tokio::sync::broadcast::Receiver<ChangeMessage>,
     /// The caller's key, watched for revocation.
     key: KeyInUse,
+    access: Access,
     caller: Identity,
     endpoint: Option<Uuid>,
     metrics: Arc<Metrics>,
@@ -113,10 +116,16 @@ struct Watch {
 }
 
 impl Watch {
-    fn wants(&self, change: &StateChange) -> bool {
+    /// Whether the change is of the endpoint asked for, and within the caller's scope (an
+    /// endpoint whose tenant cannot be read now is not shown).
+    async fn wants(&self, change: &StateChange) -> bool {
         self.endpoint
             .is_none_or(|endpoint| endpoint == change.endpoint_id)
-            && self.caller.can_access(change.endpoint_id)
+            && self
+                .access
+                .allows(&self.caller, change.endpoint_id)
+                .await
+                .unwrap_or(false)
     }
 
     async fn next(mut self) -> Option<(ApiResult<DeliveryStateChange>, Watch)> {
@@ -136,7 +145,7 @@ impl Watch {
             };
             match received {
                 Ok(ChangeMessage::Change(change)) => {
-                    if self.wants(&change) {
+                    if self.wants(&change).await {
                         return Some((Ok(DeliveryStateChange(change)), self));
                     }
                 }

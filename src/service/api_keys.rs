@@ -1,17 +1,17 @@
-//! API keys for administrators: creating, listing with keyset pages, and revoking. Tokens and
-//! their hashes never leave this layer except a new token, once.
+//! API keys for administrators: creating, listing with keyset pages, and revoking; and any
+//! key's own record. Tokens and their hashes never leave this layer except a new token, once.
 
 use entity::api_key;
 use sea_orm::ActiveEnum as _;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
-use crate::auth::{self, Identity, NewApiKey, RevokeOutcome, Role};
+use crate::auth::{self, Identity, KeyLimits, NewApiKey, RevokeOutcome, Role};
 use crate::db::Db;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::service::pagination::{Page, PageRequest};
 
-/// API key operations (admin only).
+/// API key operations (admin only, but for a key reading itself).
 #[derive(Clone, Debug)]
 pub struct ApiKeys {
     db: Db,
@@ -30,10 +30,10 @@ impl ApiKeys {
         caller: &Identity,
         name: &str,
         role: Role,
-        scope: &[Uuid],
+        limits: KeyLimits<'_>,
     ) -> Result<NewApiKey> {
         caller.require_admin()?;
-        let created = auth::create_api_key(&self.db, name, role, scope).await?;
+        let created = auth::create_api_key(&self.db, name, role, limits).await?;
         tracing::info!(api_key_id = %created.id, role = %role.to_value(), "API key created");
         Ok(created)
     }
@@ -46,6 +46,14 @@ impl ApiKeys {
         Ok(match outcome {
             RevokeOutcome::Revoked(key) | RevokeOutcome::AlreadyRevoked(key) => key,
         })
+    }
+
+    /// The caller's own key, whatever its role.
+    pub async fn current(&self, caller: &Identity) -> Result<api_key::Model> {
+        api_key::Entity::find_by_id(caller.key_id)
+            .one(self.db.conn())
+            .await?
+            .ok_or(Error::Unauthenticated)
     }
 
     /// Every key, revoked ones included, oldest first.

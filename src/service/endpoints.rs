@@ -14,8 +14,10 @@ use crate::crypto::signing;
 use crate::db::{self, Db};
 use crate::destination;
 use crate::error::{Error, Result};
+use crate::service::access::{Access, Visible};
 use crate::service::pagination::{Page, PageRequest};
 use crate::service::switch::{self, DisabledReason};
+use crate::service::tenants;
 use crate::service::{event_types, flow};
 
 /// A rotation: the new sealed secret, the replaced one while its grace lasts (`$3`, NULL for
@@ -56,6 +58,9 @@ pub struct NewEndpoint {
     pub max_in_flight: Option<i32>,
     /// Request starts per second; `None`: unlimited.
     pub rate_limit: Option<i32>,
+    /// The tenant it belongs to, for good; `None`: the caller's own for a tenant's key,
+    /// none for an admin.
+    pub tenant_id: Option<Uuid>,
 }
 
 /// Fields of `updateEndpoint`; `None` leaves a field unchanged.
@@ -79,6 +84,7 @@ pub struct EndpointPatch {
 #[derive(Clone, Debug)]
 pub struct Endpoints {
     db: Db,
+    access: Access,
     allow_private_destinations: bool,
     keys: SecretKeys,
 }
@@ -86,22 +92,31 @@ pub struct Endpoints {
 impl Endpoints {
     /// Endpoint operations on `db`; private destinations are refused unless allowed, and
     /// secrets are stored sealed with `keys` (as they are when it holds none).
-    pub fn new(db: Db, allow_private_destinations: bool, keys: SecretKeys) -> Self {
+    pub fn new(db: Db, access: Access, allow_private_destinations: bool, keys: SecretKeys) -> Self {
         Endpoints {
             db,
+            access,
             allow_private_destinations,
             keys,
         }
     }
 
-    /// Creates an endpoint with a fresh signing secret (admin only).
+    /// Creates an endpoint with a fresh signing secret: an admin's (of any tenant, or none)
+    /// or a tenant's key's (of its own tenant).
     #[tracing::instrument(skip_all)]
     pub async fn create(
         &self,
         caller: &Identity,
         input: NewEndpoint,
     ) -> Result<EndpointWithSecret> {
-        caller.require_admin()?;
+        let tenant_id = self
+            .access
+            .tenant_for_new_endpoint(caller, input.tenant_id)?;
+        if let Some(tenant) = tenant_id {
+            if !tenants::exists(&self.db, tenant).await? {
+                return Err(Error::bad_input(format!("tenant {tenant} does not exist")));
+            }
+        }
         let name = validate_name(&input.name)?;
         let url = destination::validate_url(&input.url, self.allow_private_destinations)?;
         let event_types = event_types::subscription(input.event_types.unwrap_or_default())?;
@@ -127,6 +142,7 @@ impl Endpoints {
             max_in_flight: Set(max_in_flight),
             rate_limit: Set(rate_limit),
             paused_until: Set(None),
+            tenant_id: Set(tenant_id),
         };
         let (db, row) = (&self.db, &row);
         // The endpoint and its turn in the claims' round robin (see `flow`) go together.
@@ -148,7 +164,7 @@ impl Endpoints {
         })
     }
 
-    /// Updates an endpoint (admin only). The row is locked for the whole
+    /// Updates an endpoint (admins, and the key of its tenant). The row is locked for the whole
     /// transaction (`FOR UPDATE` on PostgreSQL, the write lock on SQLite), so
     /// concurrent updates are serialised and each caller gets back exactly the
     /// row it committed; a URL change mints a new secret, returned only here.
@@ -159,7 +175,7 @@ impl Endpoints {
         id: Uuid,
         patch: EndpointPatch,
     ) -> Result<EndpointWithSecret> {
-        caller.require_admin()?;
+        self.access.require_manage(caller, id).await?;
         let name = patch.name.as_deref().map(validate_name).transpose()?;
         let url = patch
             .url
@@ -271,7 +287,7 @@ impl Endpoints {
         Ok(EndpointWithSecret { endpoint, secret })
     }
 
-    /// Mints a new signing secret (admin only), returned once. For `grace_secs` (default a
+    /// Mints a new signing secret (admins, and the key of the endpoint's tenant), returned once. For `grace_secs` (default a
     /// day; 0 for none) the replaced secret keeps signing beside the new one, so receivers
     /// can switch at their pace; its expiry is stored, so every process stops using it at
     /// the same moment. A rotation during a grace period replaces the older secret.
@@ -282,7 +298,7 @@ impl Endpoints {
         id: Uuid,
         grace_secs: Option<i64>,
     ) -> Result<EndpointWithSecret> {
-        caller.require_admin()?;
+        self.access.require_manage(caller, id).await?;
         let grace_secs = grace_secs.unwrap_or(DEFAULT_ROTATION_GRACE_SECS);
         if !(0..=MAX_ROTATION_GRACE_SECS).contains(&grace_secs) {
             return Err(Error::bad_input(format!(
@@ -328,7 +344,7 @@ impl Endpoints {
 
     /// One endpoint, if it exists; `FORBIDDEN` outside a partner's scope.
     pub async fn get(&self, caller: &Identity, id: Uuid) -> Result<Option<endpoint::Model>> {
-        caller.require_access(id)?;
+        self.access.require(caller, id).await?;
         Ok(endpoint::Entity::find_by_id(id).one(self.db.conn()).await?)
     }
 
@@ -340,15 +356,25 @@ impl Endpoints {
             .await?)
     }
 
-    /// Endpoints the caller may see, oldest first.
+    /// Endpoints the caller may see (of one tenant, if given), oldest first.
     pub async fn list(
         &self,
         caller: &Identity,
+        tenant: Option<Uuid>,
         page: PageRequest,
     ) -> Result<Page<endpoint::Model>> {
         let mut query = endpoint::Entity::find().order_by_asc(endpoint::Column::Id);
-        if let Some(scope) = caller.visible_endpoints() {
-            query = query.filter(endpoint::Column::Id.is_in(scope.iter().copied()));
+        match caller.visible() {
+            Visible::Everything => {}
+            Visible::Endpoints(scope) => {
+                query = query.filter(endpoint::Column::Id.is_in(scope.iter().copied()));
+            }
+            Visible::Tenant(own) => {
+                query = query.filter(endpoint::Column::TenantId.eq(own));
+            }
+        }
+        if let Some(tenant) = tenant {
+            query = query.filter(endpoint::Column::TenantId.eq(tenant));
         }
         if let Some(after) = page.after {
             query = query.filter(endpoint::Column::Id.gt(after));

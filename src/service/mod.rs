@@ -1,5 +1,6 @@
 //! Domain operations and their transactions. No GraphQL types here: resolvers call in, errors come out as [`crate::error::Error`].
 
+pub mod access;
 pub mod api_keys;
 pub mod deliveries;
 pub mod endpoints;
@@ -11,3 +12,4 @@ pub mod rate_limit;
 pub mod sealing;
 pub mod submissions;
 pub(crate) mod switch;
+pub mod tenants;

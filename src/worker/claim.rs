@@ -38,9 +38,15 @@ pub const DEFAULT_MAX_IN_FLIGHT: u32 = 32;
 /// requests that have ended and wait to be recorded), then its due rows in due order
 /// (`pending` and due, or `processing` with an expired lease: a `processing` row's
 /// `next_attempt_at` is its lease expiry), at most its free slots, locked skipping rows
-/// another transaction holds; the UPDATE re-checks that each row is still due (the guard)
-/// and gives it a fresh token and a lease of `$4`, on the database's clock. A row is claimed
-/// only if this UPDATE returned it. What to send (see [`crate::worker::targets`]) comes back
+/// another transaction holds; the UPDATE gives each a fresh token and a lease of `$4`, on
+/// the database's clock. A row is claimed only if this UPDATE returned it. The lock is the
+/// guard: `FOR UPDATE` evaluates the due conditions on the newest version of each row it
+/// locks (a row changed since the statement's snapshot is re-checked, at READ COMMITTED;
+/// at a stricter level the change is a serialization failure, retried), and nothing can
+/// change a locked row before this statement commits. So the UPDATE finds its rows by
+/// primary key alone: repeating the conditions there invites PostgreSQL, with statistics
+/// taken when little was pending, to read every due row of the table through the due index
+/// and match it against the batch, which with a large backlog cost a second a claim. What to send (see [`crate::worker::targets`]) comes back
 /// with each claimed row, saving a query per batch.
 const CLAIM_POSTGRES: &str = "\
 WITH turns AS (
@@ -67,8 +73,6 @@ FROM due
 JOIN submissions s ON s.id = due.submission_id
 JOIN endpoints e ON e.id = due.endpoint_id
 WHERE w.id = due.id
-  AND w.state IN ('pending', 'processing')
-  AND w.next_attempt_at <= {now}
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
           w.claim_expires_at, w.updated_at, due.previous_state, {target_columns}";
 
@@ -83,7 +87,8 @@ const DUE_SQLITE: &str = "SELECT id, state AS previous_state FROM webhook_delive
      WHERE endpoint_id = $1 AND state IN ('pending', 'processing') AND next_attempt_at <= {now} \
      ORDER BY next_attempt_at LIMIT $2";
 
-/// ... and the same guarded UPDATE as on PostgreSQL; `randomblob(16)` is a fresh UUID's bytes.
+/// ... and the UPDATE, guarded by the due conditions again (the write transaction excludes
+/// every other writer, so they hold); `randomblob(16)` is a fresh UUID's bytes.
 const CLAIM_SQLITE: &str = "\
 UPDATE webhook_deliveries
 SET state = 'processing', claim_token = randomblob(16), claim_expires_at = {after($1)},

@@ -15,4 +15,5 @@ mod retention;
 mod schema;
 mod submissions;
 mod support;
+mod tenants;
 mod worker;

@@ -1,6 +1,8 @@
-// Courier's operator console: endpoints, a live delivery feed, a delivery's detail, replay
-// (one or every failed delivery of an endpoint), resend, test events and a throughput chart. It speaks Courier's public GraphQL API like any other client and
-// shows exactly what its API key may see.
+// Courier's operator console: endpoints (created and managed by admins and tenants' keys), a
+// live delivery feed, a delivery's detail, replay (one or every failed delivery of an
+// endpoint), resend, test events and a throughput chart. Signed in with a tenant's key (a
+// portal link) it is that tenant's portal. It speaks Courier's public GraphQL API like any
+// other client and shows exactly what its API key may see.
 "use strict";
 
 import { LiveSubscription } from "./console-socket.js";
@@ -36,8 +38,23 @@ const REPLAY_FAILED = `mutation ReplayFailed($endpointId: ID!) {
 }`;
 const RESEND = `mutation Resend($id: ID!) { resendDelivery(id: $id) { id state } }`;
 const TEST_EVENT = `mutation TestEvent($endpointId: ID!) { sendTestEvent(endpointId: $endpointId) { id state } }`;
+const WHO = `query Who { currentKey { role tenant { id name } expiresAt } }`;
+const TENANTS = `query Tenants($first: Int) { tenants(first: $first) { edges { node { id name } } } }`;
+const CREATE_ENDPOINT = `mutation CreateEndpoint($input: CreateEndpointInput!) {
+  createEndpoint(input: $input) { endpoint { id name } secret }
+}`;
+const UPDATE_ENDPOINT = `mutation UpdateEndpoint($id: ID!, $input: UpdateEndpointInput!) {
+  updateEndpoint(id: $id, input: $input) { endpoint { id name disabled } secret }
+}`;
+const ROTATE_SECRET = `mutation RotateSecret($id: ID!) {
+  rotateEndpointSecret(id: $id) { endpoint { id name } secret }
+}`;
 /** Endpoint fields that newer Courier versions add; read only when the schema has them. */
-const OPTIONAL_FIELDS = ["disabledReason", "eventTypes", "maxInFlight", "rateLimit", "pausedUntil"];
+const OPTIONAL_FIELDS = ["disabledReason", "eventTypes", "maxInFlight", "rateLimit", "pausedUntil", "tenant"];
+/** How an optional field is selected (fields with sub-fields). */
+const OPTIONAL_SELECTION = { tenant: "tenant { id name }" };
+/** Tenants read for an admin's tenant column and filter. */
+const TENANT_PAGE = 100;
 
 const $ = (id) => document.getElementById(id);
 const timeFormat = new Intl.DateTimeFormat(undefined, {
@@ -52,12 +69,18 @@ const page = {
   live: null,
   chart: null,
   optional: new Set(),
+  /** Who is signed in: { role, tenant: { id, name } | null, expiresAt }. */
+  identity: null,
+  /** An admin's tenants, id -> { id, name }. */
+  tenants: new Map(),
   endpoints: new Map(),
   /** id -> { id, endpointId, state, since, el } */
   rows: new Map(),
   /** Ids of the rows, newest first. */
   order: [],
-  filter: { endpointId: "", state: "" },
+  filter: { endpointId: "", state: "", tenantId: "" },
+  /** The endpoint the editor is changing; null while it creates one. */
+  editing: null,
   /** Ids changed by events while a re-read is in flight: the read must not overwrite them. */
   touched: null,
   readGeneration: 0,
@@ -187,6 +210,9 @@ function showSignIn(message = "") {
 function signOut(message = "") {
   sessionStorage.removeItem(TOKEN_KEY);
   page.token = null;
+  page.identity = null;
+  page.tenants = new Map();
+  renderIdentity();
   if (page.live) page.live.stop();
   page.live = null;
   clearInterval(page.endpointTimer);
@@ -198,6 +224,7 @@ async function signIn(token) {
   page.token = token;
   try {
     await discoverOptionalFields();
+    await readIdentity();
   } catch (err) {
     const refused = err.code === "UNAUTHENTICATED" || err.code === "FORBIDDEN";
     signOut(refused ? "Courier refused that token." : `Courier could not be reached: ${err.message}`);
@@ -235,10 +262,54 @@ async function discoverOptionalFields() {
   }
 }
 
+// ---------- who is signed in
+
+/** Reads the key's role and tenant; an admin's tenants too, for the tenant column and filter. */
+async function readIdentity() {
+  page.identity = (await gql(WHO)).currentKey;
+  page.tenants = new Map();
+  if (page.identity.role === "ADMIN") {
+    const data = await gql(TENANTS, { first: TENANT_PAGE });
+    for (const { node } of data.tenants.edges) page.tenants.set(node.id, node);
+  }
+  renderIdentity();
+}
+
+/** Whether this key may create and change endpoints: admins and tenants' keys. */
+function canManage() {
+  return Boolean(page.identity && (page.identity.role === "ADMIN" || page.identity.tenant));
+}
+
+/** Whether the endpoints table shows each endpoint's tenant (an admin with tenants). */
+function showsTenants() {
+  return Boolean(page.identity && page.identity.role === "ADMIN" && page.tenants.size && page.optional.has("tenant"));
+}
+
+function renderIdentity() {
+  const identity = page.identity;
+  const node = $("identity");
+  node.hidden = !identity;
+  if (identity) {
+    node.textContent = identity.tenant ? `${identity.tenant.name} portal`
+      : identity.role === "ADMIN" ? "Admin" : "Partner";
+    node.title = identity.expiresAt ? `Signed in until ${formatDateTime(identity.expiresAt)}` : "";
+    document.title = identity.tenant ? `${identity.tenant.name}: Courier portal` : "Courier console";
+  }
+  $("new-endpoint").hidden = !canManage();
+  for (const cell of document.querySelectorAll('[data-column="tenant"]')) cell.hidden = !showsTenants();
+  $("dashboard").classList.toggle("with-tenants", showsTenants());
+  $("tenant-filter").hidden = !showsTenants();
+  const select = $("filter-tenant");
+  select.replaceChildren(
+    el("option", { value: "", text: "All tenants" }),
+    ...[...page.tenants.values()].map((t) => el("option", { value: t.id, text: t.name })));
+  select.value = page.tenants.has(page.filter.tenantId) ? page.filter.tenantId : "";
+}
+
 // ---------- endpoints
 
 function endpointsQuery() {
-  const optional = [...page.optional].join(" ");
+  const optional = [...page.optional].map((name) => OPTIONAL_SELECTION[name] || name).join(" ");
   return `query Endpoints($first: Int) {
     endpoints(first: $first) {
       edges { node { id name url disabled ${optional}
@@ -260,7 +331,9 @@ async function readEndpoints() {
 function renderEndpoints() {
   const body = $("endpoints").tBodies[0];
   const rows = [];
+  const tenants = showsTenants();
   for (const endpoint of page.endpoints.values()) {
+    if (!inChosenTenant(endpoint)) continue;
     const status = endpoint.disabled
       ? "Disabled" + (endpoint.disabledReason ? ` (${endpoint.disabledReason})` : "")
       : "Enabled";
@@ -281,6 +354,10 @@ function renderEndpoints() {
           type: "button", class: "link", text: endpoint.name,
           title: "Show only this endpoint's deliveries", "data-filter-endpoint": endpoint.id,
         })),
+      tenants ? el("td", {
+        class: "tenant", text: endpoint.tenant ? endpoint.tenant.name : "—",
+        title: endpoint.tenant ? endpoint.tenant.name : "no tenant",
+      }) : null,
       el("td", { class: "url", text: endpoint.url, title: endpoint.url }),
       el("td", { class: endpoint.disabled ? "disabled" : "enabled", text: status }),
       page.optional.has("eventTypes") ? el("td", { text: types }) : null,
@@ -296,14 +373,15 @@ function renderEndpoints() {
       }))));
   }
   if (!rows.length) {
-    rows.push(el("tr", {}, el("td", { colSpan: 9, class: "note", text: "No endpoints this key may see." })));
+    rows.push(el("tr", {}, el("td", { colSpan: 10, class: "note", text: "No endpoints this key may see." })));
   }
   body.replaceChildren(...rows);
   const select = $("filter-endpoint");
   const chosen = page.filter.endpointId;
   select.replaceChildren(
     el("option", { value: "", text: "All endpoints" }),
-    ...[...page.endpoints.values()].map((e) => el("option", { value: e.id, text: e.name })));
+    ...[...page.endpoints.values()].filter(inChosenTenant)
+      .map((e) => el("option", { value: e.id, text: e.name })));
   select.value = page.endpoints.has(chosen) ? chosen : "";
   renderEndpointActions();
 }
@@ -330,6 +408,14 @@ function renderEndpointActions() {
   group.hidden = !endpoint;
   if (!endpoint) return;
   const failed = endpoint.deliveryCounts.failed;
+  const manage = canManage();
+  for (const button of group.querySelectorAll("[data-manage]")) {
+    button.hidden = !manage;
+    button.dataset.endpointId = endpoint.id;
+  }
+  const toggle = group.querySelector('[data-action="toggle-endpoint"]');
+  toggle.textContent = endpoint.disabled ? "Enable" : "Disable";
+  toggle.setAttribute("aria-label", `${endpoint.disabled ? "Enable" : "Disable"} ${endpoint.name}`);
   const test = group.querySelector('[data-action="test-event"]');
   const replayFailed = group.querySelector('[data-action="replay-failed"]');
   for (const button of [test, replayFailed]) button.dataset.endpointId = endpoint.id;
@@ -342,8 +428,18 @@ function renderEndpointActions() {
 // ---------- the feed
 
 function matchesFilter(row) {
-  const { endpointId, state } = page.filter;
+  const { endpointId, state, tenantId } = page.filter;
+  if (tenantId) {
+    const endpoint = page.endpoints.get(row.endpointId);
+    if (!endpoint || !inChosenTenant(endpoint)) return false;
+  }
   return (!endpointId || row.endpointId === endpointId) && (!state || row.state === state);
+}
+
+/** Whether the endpoint belongs to the tenant an admin chose (any, when none is chosen). */
+function inChosenTenant(endpoint) {
+  const chosen = page.filter.tenantId;
+  return !chosen || Boolean(endpoint.tenant && endpoint.tenant.id === chosen);
 }
 
 /** Reads endpoints and the newest deliveries; events that arrive meanwhile win over the read. */
@@ -353,6 +449,7 @@ async function reread() {
   const filter = {};
   if (page.filter.endpointId) filter.endpointId = page.filter.endpointId;
   if (page.filter.state) filter.state = page.filter.state;
+  if (page.filter.tenantId) filter.tenantId = page.filter.tenantId;
   try {
     const [, data] = await Promise.all([
       readEndpoints(),
@@ -570,6 +667,97 @@ async function sendTestEvent(endpointId, button) {
   }
 }
 
+// ---------- managing endpoints (admins and tenants' keys)
+
+/** Opens the editor: empty to create an endpoint, or filled with `endpoint` to change it. */
+function openEditor(endpoint) {
+  page.editing = endpoint || null;
+  $("editor-heading").textContent = endpoint ? `Edit ${endpoint.name}` : "New endpoint";
+  $("editor-name").value = endpoint ? endpoint.name : "";
+  $("editor-url").value = endpoint ? endpoint.url : "";
+  $("editor-types").value = endpoint && endpoint.eventTypes ? endpoint.eventTypes.join(", ") : "";
+  $("editor-in-flight").value = endpoint && endpoint.maxInFlight != null ? String(endpoint.maxInFlight) : "";
+  $("editor-rate").value = endpoint && endpoint.rateLimit != null ? String(endpoint.rateLimit) : "";
+  $("editor-error").textContent = "";
+  $("endpoint-editor").showModal();
+  $("editor-name").focus();
+}
+
+/** A whole number from an editor field, or null when it is empty. */
+function numberField(id) {
+  const text = $(id).value.trim();
+  return text === "" ? null : Number.parseInt(text, 10);
+}
+
+async function saveEditor() {
+  const eventTypes = $("editor-types").value.split(",").map((t) => t.trim()).filter(Boolean);
+  const fields = {
+    name: $("editor-name").value.trim(),
+    url: $("editor-url").value.trim(),
+    eventTypes,
+    maxInFlight: numberField("editor-in-flight"),
+    rateLimit: numberField("editor-rate"),
+  };
+  const save = $("editor-save");
+  save.disabled = true;
+  try {
+    let result;
+    if (page.editing) {
+      result = (await gql(UPDATE_ENDPOINT, { id: page.editing.id, input: fields })).updateEndpoint;
+      notify(`Saved ${result.endpoint.name}.`);
+    } else {
+      const input = { ...fields };
+      if (page.identity.role === "ADMIN" && page.filter.tenantId) input.tenantId = page.filter.tenantId;
+      result = (await gql(CREATE_ENDPOINT, { input })).createEndpoint;
+      notify(`Created ${result.endpoint.name}.`);
+    }
+    $("endpoint-editor").close();
+    if (result.secret) showSecret(result.endpoint.name, result.secret);
+    await readEndpoints();
+  } catch (err) {
+    $("editor-error").textContent = `${err.code}: ${err.message}`;
+  } finally {
+    save.disabled = false;
+  }
+}
+
+/** Mints a new signing secret for the endpoint and shows it, once. */
+async function rotateSecret(endpointId, button) {
+  button.disabled = true;
+  try {
+    const data = (await gql(ROTATE_SECRET, { id: endpointId })).rotateEndpointSecret;
+    showSecret(data.endpoint.name, data.secret);
+    await readEndpoints();
+  } catch (err) {
+    notify(`Secret not rotated (${err.code}): ${err.message}`, "error");
+  } finally {
+    button.disabled = false;
+  }
+}
+
+/** Disables an enabled endpoint (its deliveries wait) or enables a disabled one. */
+async function toggleEndpoint(endpointId, button) {
+  const endpoint = page.endpoints.get(endpointId);
+  if (!endpoint) return;
+  button.disabled = true;
+  try {
+    const data = await gql(UPDATE_ENDPOINT, { id: endpointId, input: { disabled: !endpoint.disabled } });
+    const changed = data.updateEndpoint.endpoint;
+    notify(`${changed.name} is ${changed.disabled ? "disabled: its deliveries wait" : "enabled"}.`);
+    await readEndpoints();
+  } catch (err) {
+    notify(`Not changed (${err.code}): ${err.message}`, "error");
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function showSecret(name, secret) {
+  $("secret-for").textContent = `The new signing secret of ${name}:`;
+  $("secret-value").textContent = secret;
+  $("secret-shown").showModal();
+}
+
 // ---------- detail
 
 async function showDetail(id, open = true) {
@@ -659,6 +847,22 @@ function wire() {
     renderEndpointActions();
     reread();
   });
+  $("filter-tenant").addEventListener("change", (event) => {
+    page.filter.tenantId = event.target.value;
+    const chosen = page.endpoints.get(page.filter.endpointId);
+    if (chosen && !inChosenTenant(chosen)) page.filter.endpointId = "";
+    renderEndpoints();
+    reread();
+  });
+  $("new-endpoint").addEventListener("click", () => openEditor(null));
+  $("editor-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    saveEditor();
+  });
+  $("editor-cancel").addEventListener("click", () => $("endpoint-editor").close());
+  $("secret-close").addEventListener("click", () => $("secret-shown").close());
+  // The secret leaves the page with its dialog, however it is closed.
+  $("secret-shown").addEventListener("close", () => { $("secret-value").textContent = ""; });
   $("filter-state").addEventListener("change", (event) => {
     page.filter.state = event.target.value;
     reread();
@@ -666,8 +870,12 @@ function wire() {
   $("endpoint-actions").addEventListener("click", (event) => {
     const action = event.target.closest("[data-action]");
     if (!action || !action.dataset.endpointId) return;
-    if (action.dataset.action === "test-event") sendTestEvent(action.dataset.endpointId, action);
-    else if (action.dataset.action === "replay-failed") replayFailed(action.dataset.endpointId, action);
+    const id = action.dataset.endpointId;
+    if (action.dataset.action === "test-event") sendTestEvent(id, action);
+    else if (action.dataset.action === "replay-failed") replayFailed(id, action);
+    else if (action.dataset.action === "edit-endpoint") openEditor(page.endpoints.get(id));
+    else if (action.dataset.action === "rotate-secret") rotateSecret(id, action);
+    else if (action.dataset.action === "toggle-endpoint") toggleEndpoint(id, action);
   });
   $("endpoints").addEventListener("click", (event) => {
     const button = event.target.closest("[data-filter-endpoint]");

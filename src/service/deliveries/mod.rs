@@ -28,6 +28,7 @@ use crate::bus::Wakeup;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::service::access::Access;
 use crate::service::pagination::{Page, PageRequest};
 
 /// Which deliveries a listing shows.
@@ -45,12 +46,15 @@ pub struct DeliveryFilter {
     pub created_after: Option<DateTime<Utc>>,
     /// Only those created before this moment.
     pub created_before: Option<DateTime<Utc>>,
+    /// Only those to endpoints of this tenant.
+    pub tenant_id: Option<Uuid>,
 }
 
 /// Delivery operations.
 #[derive(Clone, Debug)]
 pub struct Deliveries {
     db: Db,
+    access: Access,
     bus: ChangeBus,
     wakeup: Wakeup,
     metrics: Arc<Metrics>,
@@ -58,9 +62,16 @@ pub struct Deliveries {
 
 impl Deliveries {
     /// Delivery operations on `db`.
-    pub fn new(db: Db, bus: ChangeBus, wakeup: Wakeup, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        db: Db,
+        access: Access,
+        bus: ChangeBus,
+        wakeup: Wakeup,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Deliveries {
             db,
+            access,
             bus,
             wakeup,
             metrics,
@@ -75,7 +86,7 @@ impl Deliveries {
     ) -> Result<Option<webhook_delivery::Model>> {
         let found = self.load(id).await?;
         if let Some(found) = &found {
-            caller.require_access(found.endpoint_id)?;
+            self.access.require(caller, found.endpoint_id).await?;
         }
         Ok(found)
     }
@@ -170,16 +181,18 @@ impl Deliveries {
             query = query.order_by_desc(webhook_delivery::Column::CreatedAt);
         }
         query = query.order_by_desc(webhook_delivery::Column::Id);
-        match (filter.endpoint_id, caller.visible_endpoints()) {
-            (Some(endpoint), _) => {
-                caller.require_access(endpoint)?;
+        match filter.endpoint_id {
+            Some(endpoint) => {
+                self.access.require(caller, endpoint).await?;
                 query = query.filter(webhook_delivery::Column::EndpointId.eq(endpoint));
             }
-            (None, Some(scope)) => {
-                query =
-                    query.filter(webhook_delivery::Column::EndpointId.is_in(scope.iter().copied()));
+            None => {
+                if let Some(in_scope) =
+                    Access::endpoint_condition(caller, webhook_delivery::Column::EndpointId)
+                {
+                    query = query.filter(in_scope);
+                }
             }
-            (None, None) => {}
         }
         if let Some(state) = filter.state {
             // Written into the statement rather than bound, so that even a generic plan
@@ -194,6 +207,17 @@ impl Deliveries {
         }
         if let Some(event_type) = filter.event_type {
             query = query.filter(webhook_delivery::Column::EventType.eq(event_type));
+        }
+        if let Some(tenant) = filter.tenant_id {
+            query = query.filter(
+                webhook_delivery::Column::EndpointId.in_subquery(
+                    entity::endpoint::Entity::find()
+                        .select_only()
+                        .column(entity::endpoint::Column::Id)
+                        .filter(entity::endpoint::Column::TenantId.eq(tenant))
+                        .into_query(),
+                ),
+            );
         }
         if let Some(event_id) = filter.event_id {
             let submissions = submission::Entity::find()

@@ -16,6 +16,7 @@ use crate::db::parking::with_parking;
 use crate::db::sql::fill;
 use crate::db::{Db, Progress};
 use crate::error::{Error, Result};
+use crate::service::access::Visible;
 use crate::service::flow;
 
 /// A new cycle for one delivery in state `$2`: pending, due now on the database's clock (or
@@ -101,14 +102,10 @@ impl Deliveries {
         id: Uuid,
         from: DeliveryState,
     ) -> Result<webhook_delivery::Model> {
-        if let Some(scope) = caller.visible_endpoints() {
+        if caller.visible() != Visible::Everything {
             // A delivery never changes endpoint, so its scope can be checked before the race.
             let found = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
-            if !scope.contains(&found.endpoint_id) {
-                return Err(Error::Forbidden(
-                    "this endpoint is outside the API key's scope",
-                ));
-            }
+            self.access.require(caller, found.endpoint_id).await?;
         }
         let (db, bus) = (&self.db, &self.bus);
         let restarted = db
@@ -164,12 +161,12 @@ impl Deliveries {
                 return Err(Error::bad_input("filter.since is later than filter.until"));
             }
         }
-        let scope = match (filter.endpoint_id, caller.visible_endpoints()) {
+        let scope = match (filter.endpoint_id, caller.visible()) {
             (Some(endpoint), _) => {
-                caller.require_access(endpoint)?;
-                None
+                self.access.require(caller, endpoint).await?;
+                Visible::Everything
             }
-            (None, Some([])) => return Ok(0),
+            (None, Visible::Endpoints([])) => return Ok(0),
             (None, scope) => scope,
         };
         let (filters, mut values) = conditions(self.db.backend(), filter, scope);
@@ -293,17 +290,29 @@ async fn announce(
 fn conditions(
     backend: sea_orm::DbBackend,
     filter: &ReplayFilter,
-    scope: Option<&[Uuid]>,
+    scope: Visible<'_>,
 ) -> (String, Vec<Value>) {
     let mut sql = String::new();
     let mut values = vec![Value::from(Uuid::nil())];
     if let Some(endpoint) = filter.endpoint_id {
         values.push(Value::from(endpoint));
         sql.push_str(&format!(" AND endpoint_id = ${}", values.len()));
-    } else if let Some(scope) = scope {
-        let (list, scoped) = Db::id_list(backend, values.len() + 1, scope, false);
-        values.extend(scoped);
-        sql.push_str(&format!(" AND endpoint_id {list}"));
+    } else {
+        match scope {
+            Visible::Everything => {}
+            Visible::Endpoints(scope) => {
+                let (list, scoped) = Db::id_list(backend, values.len() + 1, scope, false);
+                values.extend(scoped);
+                sql.push_str(&format!(" AND endpoint_id {list}"));
+            }
+            Visible::Tenant(tenant) => {
+                values.push(Value::from(tenant));
+                sql.push_str(&format!(
+                    " AND endpoint_id IN (SELECT id FROM endpoints WHERE tenant_id = ${})",
+                    values.len()
+                ));
+            }
+        }
     }
     if let Some(since) = filter.since {
         values.push(Value::from(since));

@@ -18,6 +18,7 @@ use crate::auth::Identity;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::SubmissionOutcome;
+use crate::service::access::Access;
 use crate::service::event_types;
 
 pub use self::intake::MAX_IDEMPOTENCY_KEY_CHARS;
@@ -53,15 +54,17 @@ pub struct SubmitOutcome {
 #[derive(Clone, Debug)]
 pub struct Submissions {
     db: Db,
+    access: Access,
     intake: Intake,
     group_commit: GroupCommit,
 }
 
 impl Submissions {
     /// Submission operations on `db`, through `intake`, stored by `group_commit`.
-    pub fn new(db: Db, intake: Intake, group_commit: GroupCommit) -> Self {
+    pub fn new(db: Db, access: Access, intake: Intake, group_commit: GroupCommit) -> Self {
         Submissions {
             db,
+            access,
             intake,
             group_commit,
         }
@@ -76,7 +79,7 @@ impl Submissions {
     /// its own, which sees it committed.
     #[tracing::instrument(level = "debug", skip_all, fields(endpoint_id = %input.endpoint_id))]
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
-        caller.require_access(input.endpoint_id)?;
+        self.access.require(caller, input.endpoint_id).await?;
         let event_type = input
             .event_type
             .as_deref()
@@ -185,7 +188,7 @@ impl Submissions {
     pub async fn get(&self, caller: &Identity, id: Uuid) -> Result<Option<submission::Model>> {
         let found = self.load(id).await?;
         if let Some(found) = &found {
-            caller.require_access(found.endpoint_id)?;
+            self.access.require(caller, found.endpoint_id).await?;
         }
         Ok(found)
     }

@@ -14,6 +14,7 @@ use crate::bus::ChangeBus;
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::SubmissionOutcome;
+use crate::service::access::{Access, Visible};
 use crate::service::submissions::intake::Intake;
 use crate::service::submissions::store::{prepare, NewRows, Prepared};
 use crate::service::{event_types, flow};
@@ -31,16 +32,17 @@ RETURNING id, created_at";
 /// or the fan-out waits for it and then reads the endpoint as it committed. Either way no
 /// due delivery is left on a disabled endpoint. `$2` is a partner's scope (NULL: everything).
 const TARGETS_POSTGRES: &str = "\
-SELECT id FROM endpoints
+SELECT id, tenant_id FROM endpoints
 WHERE NOT disabled
   AND (event_types = '[]'::jsonb OR event_types @> jsonb_build_array($1::text))
   AND ($2::uuid[] IS NULL OR id = ANY($2))
+  AND ($3::uuid IS NULL OR tenant_id = $3)
 ORDER BY id
 FOR SHARE";
 
 /// SQLite: the write transaction (`BEGIN IMMEDIATE`) already excludes every other writer.
 const TARGETS_SQLITE: &str = "\
-SELECT id FROM endpoints
+SELECT id, tenant_id FROM endpoints
 WHERE NOT disabled
   AND (json_array_length(event_types) = 0
        OR EXISTS (SELECT 1 FROM json_each(endpoints.event_types) WHERE json_each.value = $1))
@@ -90,14 +92,20 @@ pub struct PublishOutcome {
 #[derive(Clone, Debug)]
 pub struct Fanout {
     db: Db,
+    access: Access,
     bus: ChangeBus,
     intake: Intake,
 }
 
 impl Fanout {
     /// Event operations on `db`, through `intake`; `bus` carries the deliveries' creation.
-    pub fn new(db: Db, bus: ChangeBus, intake: Intake) -> Self {
-        Fanout { db, bus, intake }
+    pub fn new(db: Db, access: Access, bus: ChangeBus, intake: Intake) -> Self {
+        Fanout {
+            db,
+            access,
+            bus,
+            intake,
+        }
     }
 
     /// Publishes an event: stores it and fans it out to every matching endpoint in one
@@ -204,30 +212,34 @@ impl Fanout {
         let backend = self.db.backend();
         let statement = match backend {
             DbBackend::Postgres => {
+                let (listed, tenant) = match caller.visible() {
+                    Visible::Everything => (None, None),
+                    Visible::Endpoints(scope) => (Some(scope), None),
+                    Visible::Tenant(tenant) => (None, Some(tenant)),
+                };
                 let scope = Value::Array(
                     sea_orm::sea_query::ArrayType::Uuid,
-                    caller
-                        .visible_endpoints()
-                        .map(|scope| Box::new(scope.iter().map(|id| Value::from(*id)).collect())),
+                    listed.map(|scope| Box::new(scope.iter().map(|id| Value::from(*id)).collect())),
                 );
                 Statement::from_sql_and_values(
                     backend,
                     TARGETS_POSTGRES,
-                    [event_type.into(), scope],
+                    [event_type.into(), scope, tenant.into()],
                 )
             }
             _ => Statement::from_sql_and_values(backend, TARGETS_SQLITE, [event_type.into()]),
         };
         let rows = txn.query_all_raw(statement).await?;
-        let ids = rows
-            .iter()
-            .map(|row| row.try_get::<Uuid>("", "id"))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        // SQLite has no array parameter; the scope is applied to the few rows read.
-        Ok(ids
-            .into_iter()
-            .filter(|id| caller.can_access(*id))
-            .collect())
+        let mut ids = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: Uuid = row.try_get("", "id")?;
+            let tenant: Option<Uuid> = row.try_get("", "tenant_id")?;
+            // SQLite has no array parameter; the scope is applied to the few rows read.
+            if self.access.allows_known(caller, id, tenant) {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
     }
 
     /// Inserts every submission and its `pending` delivery, due now.
@@ -316,7 +328,8 @@ impl Fanout {
         let Some(found) = self.load(id).await? else {
             return Ok(None);
         };
-        let Some(scope) = caller.visible_endpoints() else {
+        let Some(in_scope) = Access::endpoint_condition(caller, submission::Column::EndpointId)
+        else {
             return Ok(Some(found));
         };
         if found.published_by == caller.key_id {
@@ -324,7 +337,7 @@ impl Fanout {
         }
         let reached = submission::Entity::find()
             .filter(submission::Column::EventId.eq(id))
-            .filter(submission::Column::EndpointId.is_in(scope.iter().copied()))
+            .filter(in_scope)
             .one(self.db.conn())
             .await?;
         match reached {

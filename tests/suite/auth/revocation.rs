@@ -153,7 +153,7 @@ async fn revocation_reaches_every_instance(backend: Backend, revoker: Revoker) {
     let (endpoint, _) = a
         .create_endpoint(&admin, "https://example.com/revocation")
         .await;
-    let doomed = auth::create_api_key(&a.state.db, "doomed", Role::Admin, &[])
+    let doomed = auth::create_api_key(&a.state.db, "doomed", Role::Admin, Default::default())
         .await
         .expect("key");
 
@@ -246,7 +246,7 @@ async fn revoking_with_plain_sql_ends_sessions_everywhere(backend: Backend) {
 async fn racing_revocations_settle_on_one(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
-    let key = auth::create_api_key(&app.state.db, "raced", Role::Admin, &[])
+    let key = auth::create_api_key(&app.state.db, "raced", Role::Admin, Default::default())
         .await
         .expect("key");
     let mut pools = Vec::new();

@@ -3,6 +3,7 @@
 //! stream of events.
 
 mod flow_column;
+mod portal;
 mod recovery;
 
 use std::sync::atomic::Ordering;
@@ -422,7 +423,7 @@ async fn a_partner_key_sees_only_its_endpoints() {
 async fn a_revoked_key_signs_the_console_out() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
-    let key = auth::create_api_key(&app.state.db, "ops", Role::Admin, &[])
+    let key = auth::create_api_key(&app.state.db, "ops", Role::Admin, Default::default())
         .await
         .unwrap();
     let browser = TestBrowser::launch().await;

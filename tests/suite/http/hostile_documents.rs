@@ -140,10 +140,11 @@ async fn websocket_document(addr: &str, token: &str, query: &str) -> Value {
 async fn deeply_nested_literals_never_abort_the_process() {
     let db = TestDb::new(Backend::Postgres).await;
     let pool = db.connect(1).await;
-    let admin = courier::auth::create_api_key(&pool, "ops", courier::auth::Role::Admin, &[])
-        .await
-        .expect("key")
-        .token;
+    let admin =
+        courier::auth::create_api_key(&pool, "ops", courier::auth::Role::Admin, Default::default())
+            .await
+            .expect("key")
+            .token;
     let (mut child, addr) = spawn_serve(&db.url, &[("COURIER_WORKER_CONCURRENCY", "0")]);
     let base_url = format!("http://{addr}");
 

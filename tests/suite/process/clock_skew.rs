@@ -75,7 +75,7 @@ const SUBMIT: &str = "mutation($id: ID!, $n: JSON!) { submit(input: {endpointId:
 /// An admin token, made directly in the database.
 async fn admin_token(db: &TestDb) -> String {
     let pool = db.connect(1).await;
-    let token = auth::create_api_key(&pool, "skew", Role::Admin, &[])
+    let token = auth::create_api_key(&pool, "skew", Role::Admin, Default::default())
         .await
         .expect("create an API key")
         .token;
@@ -241,7 +241,7 @@ async fn the_shared_rate_limit_stays_exact_across_skewed_clocks() {
     let pool = db.connect(1).await;
     // A burst may straddle a window boundary of the database's clock; then try again.
     for _ in 0..3 {
-        let key = auth::create_api_key(&pool, "burst", Role::Admin, &[])
+        let key = auth::create_api_key(&pool, "burst", Role::Admin, Default::default())
             .await
             .expect("create an API key");
         let answers = futures_util::future::join_all((0..10).map(|n| {

@@ -75,7 +75,11 @@ impl TestApp {
 
     /// Creates an API key directly in the database and returns its token.
     pub async fn token(&self, role: Role, scope: &[Uuid]) -> String {
-        auth::create_api_key(&self.state.db, "test", role, scope)
+        let limits = auth::KeyLimits {
+            endpoints: scope,
+            ..Default::default()
+        };
+        auth::create_api_key(&self.state.db, "test", role, limits)
             .await
             .expect("create an API key")
             .token

@@ -299,6 +299,38 @@ impl TestPage {
         urls
     }
 
+    /// Everything the page sent and received besides URLs: request bodies, and WebSocket
+    /// frames both ways.
+    pub fn traffic(&self) -> Vec<String> {
+        let session = self.session.as_str();
+        let mut traffic: Vec<String> = self
+            .connection
+            .events(session, "Network.requestWillBeSent", 0)
+            .iter()
+            .filter_map(|e| {
+                e["params"]["request"]["postData"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        for kind in [
+            "Network.webSocketFrameSent",
+            "Network.webSocketFrameReceived",
+        ] {
+            traffic.extend(
+                self.connection
+                    .events(session, kind, 0)
+                    .iter()
+                    .filter_map(|e| {
+                        e["params"]["response"]["payloadData"]
+                            .as_str()
+                            .map(str::to_owned)
+                    }),
+            );
+        }
+        traffic
+    }
+
     /// Evaluates `expression` (awaiting a promise) and returns its value.
     pub async fn eval<T: DeserializeOwned>(&self, expression: &str) -> T {
         let result = self

@@ -88,6 +88,8 @@ async fn publish_to_300_endpoints_writes_every_row_at_once() {
         key_id: uuid::Uuid::now_v7(),
         role: Role::Admin,
         scope: Vec::new(),
+        tenant: None,
+        expires_at: None,
     };
     for n in 0..300 {
         let input = courier::service::endpoints::NewEndpoint {
@@ -96,6 +98,7 @@ async fn publish_to_300_endpoints_writes_every_row_at_once() {
             event_types: Some(vec!["bulk".into()]),
             max_in_flight: None,
             rate_limit: None,
+            tenant_id: None,
         };
         app.state
             .endpoints

@@ -1,0 +1,243 @@
+//! The console as a tenant's portal, opened from a portal link in a real browser: the
+//! tenant's endpoints only, an endpoint created from the page (its secret shown once),
+//! a failed delivery replayed, and nothing of another tenant shown, sent or received.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{open_console, row, row_in_state};
+use crate::support::console::{assert_only_courier, WAIT};
+use crate::support::fixtures::{delivery_id, quick_worker, submit, wait_for_state};
+use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
+
+/// Creates a tenant and one endpoint of it at `receiver`'s `path`; returns both ids.
+async fn tenant_with_endpoint(
+    app: &TestApp,
+    admin: &str,
+    name: &str,
+    receiver: &Receiver,
+    path: &str,
+) -> (String, String) {
+    let tenant = app
+        .graphql(
+            admin,
+            "mutation($name: String!) { createTenant(input: {name: $name}) { id } }",
+            json!({ "name": name }),
+        )
+        .await;
+    let tenant = tenant["data"]["createTenant"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{tenant}"))
+        .to_owned();
+    let created = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } secret } }",
+            json!({ "input": { "name": format!("{name} hooks"), "url": receiver.url(path), "tenantId": tenant } }),
+        )
+        .await;
+    let endpoint = created["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    receiver.set_secret(
+        path,
+        created["data"]["createEndpoint"]["secret"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+    (tenant, endpoint)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_manages_its_endpoints_in_its_portal() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.max_attempts = Some(1);
+        config.disable_after_failures = 0;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let (receiver, healthy) = Receiver::switchable(503, || Reply::status(204)).await;
+    let (acme, acme_endpoint) = tenant_with_endpoint(&app, &admin, "Acme", &receiver, "acme").await;
+    let (globex, globex_endpoint) =
+        tenant_with_endpoint(&app, &admin, "Globex", &receiver, "globex").await;
+    let failed =
+        delivery_id(&submit(&app, &admin, &acme_endpoint, json!({ "order": 1 }), None).await);
+    wait_for_state(&app, &admin, &failed, "FAILED", WAIT).await;
+    let foreign =
+        delivery_id(&submit(&app, &admin, &globex_endpoint, json!({ "order": 2 }), None).await);
+    wait_for_state(&app, &admin, &foreign, "FAILED", WAIT).await;
+
+    let link = app
+        .graphql(
+            &admin,
+            "mutation($tenant: ID!) { createPortalLink(tenantId: $tenant, ttlSeconds: 600) { url token } }",
+            json!({ "tenant": acme }),
+        )
+        .await;
+    let token = link["data"]["createPortalLink"]["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{link}"))
+        .to_owned();
+    assert!(
+        link["data"]["createPortalLink"]["url"]
+            .as_str()
+            .is_some_and(|url| url.ends_with(&format!("/#token={token}"))),
+        "{link}"
+    );
+
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &token, "").await;
+    page.wait_for(
+        "document.getElementById('identity').textContent === 'Acme portal'",
+        "the portal's name",
+        WAIT,
+    )
+    .await;
+    page.wait_for(&row(&failed), "the tenant's failed delivery", WAIT)
+        .await;
+    let endpoints: usize = page
+        .eval("document.querySelectorAll('#endpoints tr[data-endpoint-id]').length")
+        .await;
+    assert_eq!(endpoints, 1, "the tenant's endpoint only");
+
+    // A new endpoint, from the page: its secret is shown once, and it is the tenant's.
+    page.click("#new-endpoint").await;
+    page.wait_for(
+        "document.getElementById('endpoint-editor').open",
+        "the editor",
+        WAIT,
+    )
+    .await;
+    page.click("#editor-name").await;
+    page.type_text("Acme orders").await;
+    page.click("#editor-url").await;
+    page.type_text(&receiver.url("acme-new")).await;
+    page.click("#editor-types").await;
+    page.type_text("order.paid, order.shipped").await;
+    page.click("#editor-save").await;
+    page.wait_for(
+        "document.getElementById('secret-shown').open && document.getElementById('secret-value').textContent.startsWith('whsec_')",
+        "the new endpoint's secret, shown once",
+        WAIT,
+    )
+    .await;
+    page.click("#secret-close").await;
+    page.wait_for(
+        "!document.getElementById('secret-shown').open && document.getElementById('secret-value').textContent === ''",
+        "the secret to leave the page with its dialog",
+        WAIT,
+    )
+    .await;
+    page.wait_for(
+        "document.querySelectorAll('#endpoints tr[data-endpoint-id]').length === 2",
+        "the new endpoint's row",
+        WAIT,
+    )
+    .await;
+    let listed = app
+        .graphql(
+            &admin,
+            "query($tenant: ID!) { tenant(id: $tenant) { endpoints { edges { node { name url eventTypes tenant { id } } } } } }",
+            json!({ "tenant": acme }),
+        )
+        .await;
+    let created = &listed["data"]["tenant"]["endpoints"]["edges"][1]["node"];
+    assert_eq!(created["name"], "Acme orders", "{listed}");
+    assert_eq!(created["url"], receiver.url("acme-new"), "{listed}");
+    assert_eq!(
+        created["eventTypes"],
+        json!(["order.paid", "order.shipped"]),
+        "{listed}"
+    );
+
+    // The failed delivery, replayed from the page once the receiver is back.
+    healthy.store(true, Ordering::SeqCst);
+    page.click(&format!(
+        "[data-delivery-id=\"{failed}\"] [data-action=\"replay\"]"
+    ))
+    .await;
+    page.wait_for(
+        &row_in_state(&failed, "DELIVERED"),
+        "the replayed delivery, delivered",
+        WAIT,
+    )
+    .await;
+
+    // The other tenant keeps working meanwhile; none of it reaches the page.
+    let later =
+        delivery_id(&submit(&app, &admin, &globex_endpoint, json!({ "order": 3 }), None).await);
+    wait_for_state(&app, &admin, &later, "DELIVERED", WAIT).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let html: String = page.eval("document.documentElement.outerHTML").await;
+    for theirs in [
+        &globex,
+        &globex_endpoint,
+        &foreign,
+        &later,
+        &"Globex".to_owned(),
+    ] {
+        assert!(!html.contains(theirs.as_str()), "the portal shows {theirs}");
+        for message in page.traffic() {
+            assert!(
+                !message.contains(theirs.as_str()),
+                "the portal sent or received {theirs}: {message}"
+            );
+        }
+    }
+    assert_only_courier(&page, &app, &token);
+    browser.close().await;
+}
+
+/// An admin's console shows each endpoint's tenant and filters the page by tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_filters_the_console_by_tenant() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (acme, acme_endpoint) = tenant_with_endpoint(&app, &admin, "Acme", &receiver, "acme").await;
+    let (_, globex_endpoint) =
+        tenant_with_endpoint(&app, &admin, "Globex", &receiver, "globex").await;
+    let mine = delivery_id(&submit(&app, &admin, &acme_endpoint, json!({ "n": 1 }), None).await);
+    let theirs =
+        delivery_id(&submit(&app, &admin, &globex_endpoint, json!({ "n": 2 }), None).await);
+
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &admin, "").await;
+    page.wait_for(&row(&theirs), "every tenant's delivery", WAIT)
+        .await;
+    let tenant_cell: String = page
+        .eval(&format!(
+            "document.querySelector('#endpoints tr[data-endpoint-id=\"{acme_endpoint}\"] td.tenant').textContent"
+        ))
+        .await;
+    assert_eq!(tenant_cell, "Acme");
+    let wide: (f64, f64) = page
+        .eval("(() => { const w = document.querySelector('.endpoints .table-wrap'); return [w.scrollWidth, w.clientWidth]; })()")
+        .await;
+    assert!(
+        wide.0 <= wide.1,
+        "the endpoints table with tenants does not fit at 1280px: {wide:?}"
+    );
+
+    page.eval::<bool>(&format!(
+        "(() => {{ const s = document.getElementById('filter-tenant'); s.value = '{acme}'; s.dispatchEvent(new Event('change')); return true; }})()"
+    ))
+    .await;
+    page.wait_for(
+        &format!("!{} && {}", row(&theirs), row(&mine)),
+        "only the chosen tenant's deliveries",
+        WAIT,
+    )
+    .await;
+    let rows: usize = page
+        .eval("document.querySelectorAll('#endpoints tr[data-endpoint-id]').length")
+        .await;
+    assert_eq!(rows, 1, "only the chosen tenant's endpoints");
+    browser.close().await;
+}
