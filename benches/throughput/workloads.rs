@@ -174,6 +174,20 @@ pub async fn submit_throughput_in(
     for task in tasks {
         let _ = task.await;
     }
+    // What was stored waits (its endpoint disabled) rather than competing with whatever is
+    // measured next in the same database; its destination accepts nothing anyway.
+    let disabled = graphql(
+        &client,
+        &server,
+        &token,
+        "mutation($id: ID!) { updateEndpoint(id: $id, input: {disabled: true}) { endpoint { disabled } } }",
+        json!({ "id": endpoint }),
+    )
+    .await;
+    assert_eq!(
+        disabled["data"]["updateEndpoint"]["endpoint"]["disabled"], true,
+        "{disabled}"
+    );
     server.stop();
     Throughput {
         per_second: ok.load(Ordering::Relaxed) as f64 / duration.as_secs_f64(),

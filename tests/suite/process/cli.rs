@@ -1,4 +1,5 @@
-//! The built binary, run as users run it: `schema`, `api-key create`, `migrate`, `serve` and SIGTERM.
+//! The built binary, run as users run it: `schema`, `api-key create`, `tenant create|list`,
+//! `migrate`, `serve` and SIGTERM.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -102,6 +103,76 @@ async fn api_key_create_prints_only_the_token_and_stores_its_hash() {
         .output()
         .expect("run");
     assert!(!unknown_endpoint.status.success());
+}
+
+/// `courier tenant create` prints the tenant's id alone; `tenant list` shows it; a partner
+/// key created for it with `--tenant` speaks for it; bad input is refused with nothing
+/// printed on stdout.
+#[tokio::test]
+async fn tenant_commands_create_list_and_key_a_tenant() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let run = |args: &[&str]| {
+        courier_command(&db.url)
+            .args(args)
+            .output()
+            .expect("run courier")
+    };
+    let created = run(&["tenant", "create", "--name", "Acme Corp"]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let stdout = String::from_utf8(created.stdout).expect("utf-8");
+    let tenant = uuid::Uuid::parse_str(stdout.trim()).expect("the id alone on stdout");
+    let tenant_id = tenant.to_string();
+
+    let listed = run(&["tenant", "list"]);
+    let listed = String::from_utf8(listed.stdout).expect("utf-8");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines[0], "id\tname\tcreated", "{listed}");
+    assert!(
+        lines[1].starts_with(&format!("{tenant}\tAcme Corp\t")),
+        "{listed}"
+    );
+
+    let key = run(&[
+        "api-key", "create", "--name", "acme", "--role", "partner", "--tenant", &tenant_id,
+    ]);
+    assert!(
+        key.status.success(),
+        "{}",
+        String::from_utf8_lossy(&key.stderr)
+    );
+    let token = String::from_utf8(key.stdout).expect("utf-8");
+    let pool = db.connect(1).await;
+    let identity = courier::auth::authenticate(&pool, Some(&format!("Bearer {}", token.trim())))
+        .await
+        .expect("the token works");
+    assert_eq!(identity.tenant, Some(tenant));
+    let keys = String::from_utf8(run(&["api-key", "list"]).stdout).expect("utf-8");
+    assert!(keys.contains(&format!("tenant:{tenant}")), "{keys}");
+
+    for refused in [
+        vec!["tenant", "create", "--name", " "],
+        vec![
+            "api-key",
+            "create",
+            "--name",
+            "x",
+            "--role",
+            "partner",
+            "--tenant",
+            "0190a0a0-0000-7000-8000-000000000000",
+        ],
+        vec![
+            "api-key", "create", "--name", "x", "--role", "admin", "--tenant", &tenant_id,
+        ],
+    ] {
+        let output = run(&refused);
+        assert!(!output.status.success(), "{refused:?} was accepted");
+        assert!(output.stdout.is_empty(), "{refused:?} printed on stdout");
+    }
 }
 
 /// Several processes migrating one fresh PostgreSQL database at once all succeed.
