@@ -20,7 +20,8 @@ use crate::service::pagination::PageRequest;
 pub enum Role {
     /// Everything.
     Admin,
-    /// Submit to and read only the endpoints in its scope.
+    /// Submit to, read and replay only the endpoints in its scope: a list of endpoints, or
+    /// every endpoint of its tenant (which it also creates and manages).
     Partner,
 }
 
@@ -42,7 +43,8 @@ impl ApiKey {
     async fn role(&self) -> Role {
         self.0.role.into()
     }
-    /// For partner keys, the endpoints it may use (empty for admins).
+    /// For partner keys limited to a list, the endpoints it may use (empty for admins, and
+    /// for a tenant's key, whose scope is its `tenant`).
     async fn endpoints(&self, ctx: &Context<'_>) -> ApiResult<Vec<Endpoint>> {
         let scope = auth::scope_of(&self.0);
         if scope.is_empty() {

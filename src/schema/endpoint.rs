@@ -83,12 +83,18 @@ impl Endpoint {
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
-    /// The tenant it belongs to (fixed at creation); null for none.
+    /// The tenant it belongs to (fixed at creation), for admins and that tenant's keys;
+    /// null for none, and for a key limited to a list of endpoints.
     async fn tenant(&self, ctx: &Context<'_>) -> ApiResult<Option<Tenant>> {
-        let Some(tenant) = self.0.tenant_id else {
+        let (app, caller) = (state(ctx)?, caller(ctx)?);
+        let Some(tenant) = self
+            .0
+            .tenant_id
+            .filter(|tenant| app.access.may_read_tenant(caller, *tenant))
+        else {
             return Ok(None);
         };
-        let found = state(ctx)?.tenants.load(tenant).await?;
+        let found = app.tenants.load(tenant).await?;
         Ok(found.map(Tenant))
     }
     /// When the endpoint last changed.
@@ -281,7 +287,8 @@ impl EndpointMutation {
         Ok(updated.into())
     }
 
-    /// Mints a new signing secret, returned here once (admin only). For `graceSeconds`
+    /// Mints a new signing secret, returned here once (admins; a tenant's key for its
+    /// tenant's endpoints). For `graceSeconds`
     /// (default 86400; 0 for none) every webhook carries both signatures,
     /// `v1,<new> v1,<old>`, so receivers holding either secret verify; then only the new one.
     async fn rotate_endpoint_secret(

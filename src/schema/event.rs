@@ -26,9 +26,13 @@ impl Event {
     async fn event_type(&self) -> &str {
         &self.0.event_type
     }
-    /// The key that makes retries of this publish safe, if one was given.
-    async fn idempotency_key(&self) -> Option<&str> {
-        self.0.idempotency_key.as_deref()
+    /// The key that makes retries of this publish safe, if one was given: shown to admins
+    /// and to the key that published it (the event may reach other tenants, whose keys see
+    /// null).
+    async fn idempotency_key(&self, ctx: &Context<'_>) -> ApiResult<Option<&str>> {
+        let caller = caller(ctx)?;
+        let own = caller.role == crate::auth::Role::Admin || self.0.published_by == caller.key_id;
+        Ok(self.0.idempotency_key.as_deref().filter(|_| own))
     }
     /// The published JSON, each webhook's body.
     async fn payload(&self) -> Json {

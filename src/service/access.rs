@@ -131,6 +131,11 @@ impl Access {
         }
     }
 
+    /// Whether the caller may read the tenant `tenant_id` (see [`Access::require_tenant`]).
+    pub fn may_read_tenant(&self, caller: &Identity, tenant_id: Uuid) -> bool {
+        self.require_tenant(caller, tenant_id).is_ok()
+    }
+
     /// The condition limiting `column` (which holds endpoint ids) to the caller's scope;
     /// `None` for admins.
     pub fn endpoint_condition(caller: &Identity, column: impl ColumnTrait) -> Option<SimpleExpr> {

@@ -230,14 +230,14 @@ impl Deliveries {
         }
         if let Some(after) = page.after {
             query = if by_time {
-                // Keyset on (creation time, id), from the row the cursor names.
-                let at = self
-                    .load(after)
-                    .await?
-                    .ok_or_else(|| {
-                        Error::bad_input("after names a delivery that no longer exists")
-                    })?
-                    .created_at;
+                // Keyset on (creation time, id), from the row the cursor names; a row
+                // outside the caller's scope is answered as a missing one.
+                let gone = || Error::bad_input("after names a delivery that no longer exists");
+                let from = self.load(after).await?.ok_or_else(gone)?;
+                if !self.access.allows(caller, from.endpoint_id).await? {
+                    return Err(gone());
+                }
+                let at = from.created_at;
                 query.filter(
                     Condition::any()
                         .add(webhook_delivery::Column::CreatedAt.lt(at))

@@ -190,6 +190,25 @@ async fn every_operation_is_refused_across_tenants(backend: Backend) {
         assert_forbidden(what, &other.graphql(token, query, variables).await);
     }
 
+    // A cursor naming the other tenant's delivery is answered as one naming nothing.
+    let cursor = courier::service::pagination::encode_cursor(
+        uuid::Uuid::parse_str(&their_delivery).expect("uuid"),
+    );
+    let paged = other
+        .graphql(
+            token,
+            "query($after: String) { deliveries(filter: {createdAfter: \"2000-01-01T00:00:00Z\"}, after: $after) { edges { node { id } } } }",
+            json!({ "after": cursor }),
+        )
+        .await;
+    assert_eq!(gql_error_code(&paged), Some("BAD_USER_INPUT"), "{paged}");
+    assert!(
+        paged["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no longer exists")),
+        "{paged}"
+    );
+
     // Changing anything of the other tenant.
     let writes: Vec<(&str, &str, Value)> = vec![
         (
@@ -305,6 +324,36 @@ async fn every_operation_is_refused_across_tenants(backend: Backend) {
         "{theirs}"
     );
     assert_eq!(theirs["data"]["endpoint"]["disabled"], false, "{theirs}");
+
+    // An admin's event reaching both tenants: each sees its delivery, not the publisher's key.
+    let shared = publish(
+        &setup,
+        &admin,
+        "order.paid",
+        json!({"n": 5}),
+        Some("admin-batch-7"),
+    )
+    .await;
+    assert_eq!(
+        shared["data"]["publish"]["event"]["idempotencyKey"], "admin-batch-7",
+        "{shared}"
+    );
+    let seen = other
+        .graphql(
+            token,
+            "{ deliveries(first: 100) { edges { node { submission { event { idempotencyKey payload } } } } } }",
+            json!({}),
+        )
+        .await;
+    let events: Vec<&Value> = seen["data"]["deliveries"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{seen}"))
+        .iter()
+        .map(|edge| &edge["node"]["submission"]["event"])
+        .filter(|event| event["payload"]["n"] == 5)
+        .collect();
+    assert_eq!(events.len(), 1, "{seen}");
+    assert!(events[0]["idempotencyKey"].is_null(), "{seen}");
 }
 
 async fn a_tenant_key_grows_with_its_tenant_and_manages_it(backend: Backend) {
@@ -405,6 +454,22 @@ async fn a_tenant_key_grows_with_its_tenant_and_manages_it(backend: Backend) {
         .as_str()
         .unwrap_or_else(|| panic!("{listed}"))
         .to_owned();
+    let seen_by_listed = other
+        .graphql(
+            &listed,
+            "query($id: ID!) { endpoint(id: $id) { id tenant { id } } }",
+            json!({ "id": own }),
+        )
+        .await;
+    assert_eq!(
+        seen_by_listed["data"]["endpoint"]["id"],
+        own.as_str(),
+        "{seen_by_listed}"
+    );
+    assert!(
+        seen_by_listed["data"]["endpoint"]["tenant"].is_null(),
+        "a key limited to a list is not told the tenant: {seen_by_listed}"
+    );
     assert_forbidden(
         "a listed key creating",
         &tenant_endpoint(&other, &listed, None, &receiver, "listed").await,
