@@ -92,14 +92,10 @@ async fn list_tenants(database: &DatabaseArgs) -> Result<(), CommandError> {
         };
         let page = tenants::list(&db, request).await?;
         for tenant in &page.items {
-            let name: String = tenant
-                .name
-                .chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .collect();
             lines.push(format!(
-                "{}\t{name}\t{}",
+                "{}\t{}\t{}",
                 tenant.id,
+                one_line(&tenant.name),
                 tenant.created_at.to_rfc3339()
             ));
         }
@@ -227,12 +223,7 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
             let time = |at: Option<chrono::DateTime<chrono::Utc>>| {
                 at.map_or_else(|| "-".to_owned(), |at| at.to_rfc3339())
             };
-            // Names are free text: keep each key on one line.
-            let name: String = key
-                .name
-                .chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .collect();
+            let name = one_line(&key.name);
             lines.push(
                 [
                     key.id.to_string(),
@@ -273,6 +264,13 @@ async fn revoke_api_key(database: &DatabaseArgs, id: Uuid) -> Result<(), Command
 }
 
 /// Prints a line on stdout, reporting a closed pipe as an error rather than panicking.
+/// A free-text name on one line of a listing: control characters become spaces.
+fn one_line(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 fn print_stdout(text: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", text.trim_end())?;

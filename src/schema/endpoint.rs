@@ -198,6 +198,26 @@ fn settable(value: MaybeUndefined<i32>) -> Option<Option<i32>> {
     }
 }
 
+/// One page of the endpoints the caller may see (of one tenant, if given), oldest first,
+/// with their counts loaded in one statement when the query asks for them.
+pub async fn endpoint_page(
+    ctx: &Context<'_>,
+    tenant: Option<uuid::Uuid>,
+    first: Option<i32>,
+    after: Option<String>,
+) -> ApiResult<Connection<String, Endpoint>> {
+    let request = PageRequest::new(first, after.as_deref())?;
+    let page = state(ctx)?
+        .endpoints
+        .list(caller(ctx)?, tenant, request)
+        .await?;
+    if Selected::counts_of_endpoint_nodes(ctx) {
+        let ids = page.items.iter().map(|row| row.id);
+        loaders(ctx)?.counts.load_many(ids).await?;
+    }
+    Ok(relay_page(page, &request, |row| row.id, Endpoint))
+}
+
 /// Endpoint queries.
 #[derive(Default)]
 pub struct EndpointQuery;
@@ -220,16 +240,7 @@ impl EndpointQuery {
         first: Option<i32>,
         after: Option<String>,
     ) -> ApiResult<Connection<String, Endpoint>> {
-        let request = PageRequest::new(first, after.as_deref())?;
-        let page = state(ctx)?
-            .endpoints
-            .list(caller(ctx)?, None, request)
-            .await?;
-        if Selected::counts_of_endpoint_nodes(ctx) {
-            let ids = page.items.iter().map(|row| row.id);
-            loaders(ctx)?.counts.load_many(ids).await?;
-        }
-        Ok(relay_page(page, &request, |row| row.id, Endpoint))
+        endpoint_page(ctx, None, first, after).await
     }
 }
 

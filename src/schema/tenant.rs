@@ -6,10 +6,9 @@ use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 use entity::tenant;
 
-use super::context::{caller, loaders, parse_id, relay_page, state};
-use super::endpoint::Endpoint;
+use super::context::{caller, parse_id, relay_page, state};
+use super::endpoint::{endpoint_page, Endpoint};
 use super::error::ApiResult;
-use super::loaders::Selected;
 use crate::service::pagination::PageRequest;
 
 /// A customer whose endpoints are grouped together (wraps the stored row).
@@ -39,16 +38,7 @@ impl Tenant {
         first: Option<i32>,
         after: Option<String>,
     ) -> ApiResult<Connection<String, Endpoint>> {
-        let request = PageRequest::new(first, after.as_deref())?;
-        let page = state(ctx)?
-            .endpoints
-            .list(caller(ctx)?, Some(self.0.id), request)
-            .await?;
-        if Selected::counts_of_endpoint_nodes(ctx) {
-            let ids = page.items.iter().map(|row| row.id);
-            loaders(ctx)?.counts.load_many(ids).await?;
-        }
-        Ok(relay_page(page, &request, |row| row.id, Endpoint))
+        endpoint_page(ctx, Some(self.0.id), first, after).await
     }
 }
 

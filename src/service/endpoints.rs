@@ -421,7 +421,9 @@ fn within(
     }
 }
 
-fn validate_name(name: &str) -> Result<String> {
+/// A label (an endpoint's or a tenant's): trimmed, 1 to 200 characters, no control
+/// characters.
+pub(crate) fn validate_name(name: &str) -> Result<String> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
         return Err(Error::bad_input(format!(

@@ -14,10 +14,8 @@ use crate::auth::{self, Identity, KeyLimits, Role};
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::service::access::Access;
+use crate::service::endpoints::validate_name;
 use crate::service::pagination::{Page, PageRequest};
-
-/// Longest tenant name.
-const MAX_NAME_CHARS: usize = 200;
 
 /// A portal link's life when none is asked for: an hour.
 pub const DEFAULT_PORTAL_TTL_SECS: i64 = 3_600;
@@ -126,18 +124,10 @@ impl Tenants {
 
 /// Creates a tenant named `name` (for the API and `courier tenant create`).
 pub async fn create(db: &Db, name: &str) -> Result<tenant::Model> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
-        return Err(Error::bad_input(format!(
-            "name must be 1 to {MAX_NAME_CHARS} characters"
-        )));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(Error::bad_input("name must not contain control characters"));
-    }
+    let name = validate_name(name)?;
     let tenant = tenant::ActiveModel {
         id: Set(Uuid::now_v7()),
-        name: Set(name.to_owned()),
+        name: Set(name),
         created_at: Set(db::now()),
     }
     .insert(db.conn())
