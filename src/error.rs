@@ -18,8 +18,9 @@ pub enum Error {
     /// No credentials, or credentials that match no live API key.
     #[error("a valid API key is required")]
     Unauthenticated,
-    /// The key a session or subscription was opened with has since been revoked.
-    #[error("the API key was revoked")]
+    /// The key a session or subscription was opened with has since been revoked, or has
+    /// expired (a portal link's).
+    #[error("the API key was revoked or has expired")]
     KeyRevoked,
     /// The caller is known but may not do this.
     #[error("{0}")]

@@ -67,7 +67,7 @@ export class LiveSubscription {
       if (event.code === KEY_REFUSED) {
         this.stopped = true;
         this.onStatus("refused");
-        this.onFatal("Courier refused this key (revoked or unknown): sign in again.", true);
+        this.onFatal("Courier refused this key (revoked, expired or unknown): sign in again.", true);
         return;
       }
       this.retry();

@@ -124,13 +124,13 @@ fn assert_ended_by_revocation(protocol: &str, messages: &[Value], close: Option<
         "{protocol}: {error}"
     );
     assert_eq!(
-        error["payload"]["errors"][0]["message"], "the API key was revoked",
+        error["payload"]["errors"][0]["message"], "the API key was revoked or has expired",
         "{protocol}: {error}"
     );
     let rest: Vec<&Value> = messages[error_at + 1..].iter().collect();
     let mut expected = vec![json!({ "type": "complete", "id": "s" })];
     if protocol == "graphql-ws" {
-        expected.push(json!({ "type": "connection_error", "payload": { "message": "the API key was revoked" } }));
+        expected.push(json!({ "type": "connection_error", "payload": { "message": "the API key was revoked or has expired" } }));
     }
     assert_eq!(
         rest,

@@ -241,3 +241,39 @@ async fn an_admin_filters_the_console_by_tenant() {
     assert_eq!(rows, 1, "only the chosen tenant's endpoints");
     browser.close().await;
 }
+
+/// A portal link that expires while its console is open signs the tab out, saying why,
+/// and the tab forgets the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_portal_link_signs_the_portal_out() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (acme, _) = tenant_with_endpoint(&app, &admin, "Acme", &receiver, "acme").await;
+    let link = app
+        .graphql(
+            &admin,
+            "mutation($tenant: ID!) { createPortalLink(tenantId: $tenant, ttlSeconds: 3) { token } }",
+            json!({ "tenant": acme }),
+        )
+        .await;
+    let token = link["data"]["createPortalLink"]["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{link}"))
+        .to_owned();
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &token, "").await;
+    page.wait_for(
+        "!document.getElementById('sign-in').hidden && \
+         document.getElementById('sign-in-error').textContent.includes('expired')",
+        "the sign-in form, saying the key expired",
+        WAIT,
+    )
+    .await;
+    let kept: bool = page
+        .eval("sessionStorage.getItem('courier.token') !== null")
+        .await;
+    assert!(!kept, "the tab forgot the expired token");
+    browser.close().await;
+}
