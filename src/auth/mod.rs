@@ -150,14 +150,15 @@ pub async fn create_api_key(
     let (row, expires_in) = (&row, limits.expires_in);
     let key = db
         .transaction(|txn| async move {
-            row.clone().insert(&*txn).await?;
-            if let Some(expires_in) = expires_in {
-                txn.execute_raw(
-                    db.clock()
-                        .statement(SET_EXPIRY, [id.into(), db.clock().after(expires_in)]),
-                )
-                .await?;
-            }
+            let inserted = row.clone().insert(&*txn).await?;
+            let Some(expires_in) = expires_in else {
+                return Ok(inserted);
+            };
+            txn.execute_raw(
+                db.clock()
+                    .statement(SET_EXPIRY, [id.into(), db.clock().after(expires_in)]),
+            )
+            .await?;
             api_key::Entity::find_by_id(id)
                 .one(&*txn)
                 .await?

@@ -142,15 +142,7 @@ impl Access {
         match caller.visible() {
             Visible::Everything => None,
             Visible::Endpoints(scope) => Some(column.is_in(scope.iter().copied())),
-            Visible::Tenant(tenant) => Some(
-                column.in_subquery(
-                    endpoint::Entity::find()
-                        .select_only()
-                        .column(endpoint::Column::Id)
-                        .filter(endpoint::Column::TenantId.eq(tenant))
-                        .into_query(),
-                ),
-            ),
+            Visible::Tenant(tenant) => Some(in_tenant(column, tenant)),
         }
     }
 
@@ -188,6 +180,17 @@ impl Access {
             tenants.insert(endpoint_id, tenant);
         }
     }
+}
+
+/// The condition that `column` (which holds endpoint ids) names an endpoint of `tenant`.
+pub fn in_tenant(column: impl ColumnTrait, tenant: Uuid) -> SimpleExpr {
+    column.in_subquery(
+        endpoint::Entity::find()
+            .select_only()
+            .column(endpoint::Column::Id)
+            .filter(endpoint::Column::TenantId.eq(tenant))
+            .into_query(),
+    )
 }
 
 /// The scope rule on an endpoint whose tenant is known.

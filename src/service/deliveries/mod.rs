@@ -28,7 +28,7 @@ use crate::bus::Wakeup;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::service::access::Access;
+use crate::service::access::{self, Access};
 use crate::service::pagination::{Page, PageRequest};
 
 /// Which deliveries a listing shows.
@@ -209,15 +209,10 @@ impl Deliveries {
             query = query.filter(webhook_delivery::Column::EventType.eq(event_type));
         }
         if let Some(tenant) = filter.tenant_id {
-            query = query.filter(
-                webhook_delivery::Column::EndpointId.in_subquery(
-                    entity::endpoint::Entity::find()
-                        .select_only()
-                        .column(entity::endpoint::Column::Id)
-                        .filter(entity::endpoint::Column::TenantId.eq(tenant))
-                        .into_query(),
-                ),
-            );
+            query = query.filter(access::in_tenant(
+                webhook_delivery::Column::EndpointId,
+                tenant,
+            ));
         }
         if let Some(event_id) = filter.event_id {
             let submissions = submission::Entity::find()

@@ -5,8 +5,7 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::open_console;
-use crate::support::console::WAIT;
+use crate::support::console::{open_console, WAIT};
 use crate::support::{Backend, TestApp, TestBrowser, TestDb};
 
 /// Each endpoint's row shows its flow control: the cap on requests in flight, the rate

@@ -16,37 +16,11 @@ use uuid::Uuid;
 use crate::on_both_backends;
 use crate::support::console::assert_no_csp_violation;
 use crate::support::console::assert_only_courier;
-use crate::support::console::WAIT;
+use crate::support::console::{open_console, row, row_in_state, wait_live, WAIT};
 use crate::support::fixtures::delivery_id;
 use crate::support::fixtures::submit;
 use crate::support::fixtures::{endpoint_on, quick_worker, wait_for_state};
-use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb, TestPage};
-
-fn row(id: &str) -> String {
-    format!("document.querySelector('[data-delivery-id=\"{id}\"]')")
-}
-
-fn row_in_state(id: &str, state: &str) -> String {
-    format!("document.querySelector('[data-delivery-id=\"{id}\"][data-state=\"{state}\"]')")
-}
-
-/// Opens the console signed in through the fragment and waits until its feed is live.
-async fn open_console(browser: &TestBrowser, app: &TestApp, token: &str, script: &str) -> TestPage {
-    let page = browser
-        .open_with(&app.url(&format!("/#token={token}")), script)
-        .await;
-    wait_live(&page).await;
-    page
-}
-
-async fn wait_live(page: &TestPage) {
-    page.wait_for(
-        "document.getElementById('connection').dataset.status === 'live'",
-        "the feed to go live",
-        WAIT,
-    )
-    .await;
-}
+use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
 
 /// The console is the page at `/`, comes from Courier alone (its policy forbids anything
 /// else and the browser requested nothing else), takes the token out of the address bar,

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{open_console, row, row_in_state};
-use crate::support::console::{assert_only_courier, WAIT};
+use crate::support::console::{assert_only_courier, open_console, row, row_in_state, WAIT};
 use crate::support::fixtures::{delivery_id, quick_worker, submit, wait_for_state};
+use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
 
-/// Creates a tenant and one endpoint of it at `receiver`'s `path`; returns both ids.
+/// A tenant with one endpoint at `receiver`'s `path`: both ids.
 async fn tenant_with_endpoint(
     app: &TestApp,
     admin: &str,
@@ -20,35 +20,31 @@ async fn tenant_with_endpoint(
     receiver: &Receiver,
     path: &str,
 ) -> (String, String) {
-    let tenant = app
+    let tenant = tenant_with_endpoints(app, admin, name, receiver, &[path]).await;
+    let endpoint = tenant.endpoints[0].clone();
+    (tenant.id, endpoint)
+}
+
+/// The token of a portal link of `tenant` living `ttl` seconds, checking the link's URL.
+async fn portal_token(app: &TestApp, admin: &str, tenant: &str, ttl: i64) -> String {
+    let link = app
         .graphql(
             admin,
-            "mutation($name: String!) { createTenant(input: {name: $name}) { id } }",
-            json!({ "name": name }),
+            "mutation($tenant: ID!, $ttl: Int) { createPortalLink(tenantId: $tenant, ttlSeconds: $ttl) { url token } }",
+            json!({ "tenant": tenant, "ttl": ttl }),
         )
         .await;
-    let tenant = tenant["data"]["createTenant"]["id"]
+    let token = link["data"]["createPortalLink"]["token"]
         .as_str()
-        .unwrap_or_else(|| panic!("{tenant}"))
+        .unwrap_or_else(|| panic!("{link}"))
         .to_owned();
-    let created = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } secret } }",
-            json!({ "input": { "name": format!("{name} hooks"), "url": receiver.url(path), "tenantId": tenant } }),
-        )
-        .await;
-    let endpoint = created["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{created}"))
-        .to_owned();
-    receiver.set_secret(
-        path,
-        created["data"]["createEndpoint"]["secret"]
+    assert!(
+        link["data"]["createPortalLink"]["url"]
             .as_str()
-            .unwrap_or_default(),
+            .is_some_and(|url| url.ends_with(&format!("/#token={token}"))),
+        "{link}"
     );
-    (tenant, endpoint)
+    token
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,23 +68,7 @@ async fn a_tenant_manages_its_endpoints_in_its_portal() {
         delivery_id(&submit(&app, &admin, &globex_endpoint, json!({ "order": 2 }), None).await);
     wait_for_state(&app, &admin, &foreign, "FAILED", WAIT).await;
 
-    let link = app
-        .graphql(
-            &admin,
-            "mutation($tenant: ID!) { createPortalLink(tenantId: $tenant, ttlSeconds: 600) { url token } }",
-            json!({ "tenant": acme }),
-        )
-        .await;
-    let token = link["data"]["createPortalLink"]["token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{link}"))
-        .to_owned();
-    assert!(
-        link["data"]["createPortalLink"]["url"]
-            .as_str()
-            .is_some_and(|url| url.ends_with(&format!("/#token={token}"))),
-        "{link}"
-    );
+    let token = portal_token(&app, &admin, &acme, 600).await;
 
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &token, "").await;
@@ -251,17 +231,7 @@ async fn an_expired_portal_link_signs_the_portal_out() {
     let admin = app.admin_token().await;
     let receiver = Receiver::accepting().await;
     let (acme, _) = tenant_with_endpoint(&app, &admin, "Acme", &receiver, "acme").await;
-    let link = app
-        .graphql(
-            &admin,
-            "mutation($tenant: ID!) { createPortalLink(tenantId: $tenant, ttlSeconds: 3) { token } }",
-            json!({ "tenant": acme }),
-        )
-        .await;
-    let token = link["data"]["createPortalLink"]["token"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{link}"))
-        .to_owned();
+    let token = portal_token(&app, &admin, &acme, 3).await;
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &token, "").await;
     page.wait_for(

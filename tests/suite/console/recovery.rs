@@ -6,8 +6,7 @@ use std::sync::atomic::Ordering;
 
 use serde_json::json;
 
-use super::{open_console, row_in_state};
-use crate::support::console::{assert_only_courier, WAIT};
+use crate::support::console::{assert_only_courier, open_console, row_in_state, WAIT};
 use crate::support::fixtures::{delivery_id, endpoint_on, quick_worker, submit, wait_for_state};
 use crate::support::{Backend, Receiver, Reply, ReplyBody, TestApp, TestBrowser, TestDb};
 

@@ -10,6 +10,7 @@ pub mod partition;
 pub mod postgres_server;
 pub mod process;
 pub mod receiver;
+pub mod tenants;
 pub mod websocket;
 
 pub use app::{gql_error_code, TestApp};

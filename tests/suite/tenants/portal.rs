@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::tenant_with_endpoints;
 use crate::on_both_backends;
 use crate::support::fixtures::{quick_worker, submit};
+use crate::support::tenants::tenant_with_endpoints;
 use crate::support::websocket::{connect, frame_before, next, send, until_closed, Frame};
 use crate::support::{gql_error_code, Backend, Receiver, TestApp, TestDb};
 

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{tenant_endpoint, tenant_with_endpoints};
 use crate::on_both_backends;
 use crate::support::fixtures::{publish, quick_worker, submit, wait_for_state, PUBLISH};
+use crate::support::tenants::{tenant_endpoint, tenant_with_endpoints};
 use crate::support::websocket::{connect, next, send};
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
