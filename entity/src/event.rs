@@ -21,6 +21,8 @@ pub struct Model {
     pub published_by: Uuid,
     /// When it was stored.
     pub created_at: DateTimeUtc,
+    /// The ordering key each of its deliveries lines up by, if any.
+    pub ordering_key: Option<String>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

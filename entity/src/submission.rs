@@ -25,6 +25,8 @@ pub struct Model {
     pub event_id: Option<Uuid>,
     /// Its event type: the event's, or the label `submit` was given.
     pub event_type: Option<String>,
+    /// The ordering key its delivery lines up by, if any.
+    pub ordering_key: Option<String>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

@@ -49,6 +49,13 @@ pub struct Model {
     pub updated_at: DateTimeUtc,
     /// Its submission's event type, kept here too so listings by type read one index.
     pub event_type: Option<String>,
+    /// Its submission's ordering key: deliveries to one endpoint with one key form a line,
+    /// attempted one at a time in line order.
+    pub ordering_key: Option<String>,
+    /// Its place in its line (assigned under the line's row lock, so in commit order).
+    pub line_seq: Option<i64>,
+    /// Whether it waits behind its line's head (and so has no due time until handed the line).
+    pub waiting: bool,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

@@ -12,6 +12,7 @@ mod m20261204_000002_listing_indexes;
 mod m20261204_000003_payload_once;
 mod m20261204_000004_failed_listing;
 mod m20261205_000001_tenants;
+mod m20261206_000001_ordering_lines;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000003_payload_once::Migration),
             Box::new(m20261204_000004_failed_listing::Migration),
             Box::new(m20261205_000001_tenants::Migration),
+            Box::new(m20261206_000001_ordering_lines::Migration),
         ]
     }
 }

@@ -82,6 +82,20 @@ impl Delivery {
             .await?;
         Ok(Submission(found.ok_or_else(|| missing("submission"))?))
     }
+    /// Its submission's ordering key: deliveries to one endpoint with the same key are
+    /// attempted one at a time, in the order their submissions committed.
+    async fn ordering_key(&self) -> Option<&str> {
+        self.0.ordering_key.as_deref()
+    }
+    /// For a delivery waiting in its ordering line, the line's head it waits behind (the
+    /// earliest unsettled delivery with its key to its endpoint); null otherwise.
+    async fn waiting_behind(&self, ctx: &Context<'_>) -> ApiResult<Option<Delivery>> {
+        if !self.0.waiting || self.0.state != StoredState::Pending {
+            return Ok(None);
+        }
+        let head = state(ctx)?.deliveries.waiting_behind(&self.0).await?;
+        Ok(head.map(Delivery))
+    }
     /// Every attempt, by lifetime number (numbers continue across replays).
     async fn attempts(&self, ctx: &Context<'_>) -> ApiResult<Vec<DeliveryAttempt>> {
         let attempts = loaders(ctx)?

@@ -69,6 +69,10 @@ pub struct PublishInput {
     /// returns the first event (`created: false`) and creates no delivery; different
     /// content is `IDEMPOTENCY_CONFLICT`. 1 to 255 characters.
     idempotency_key: Option<String>,
+    /// Lines each delivery up behind its endpoint's earlier deliveries with the same key:
+    /// per endpoint, they are attempted one at a time, in the order their submissions
+    /// committed. 1 to 255 characters, no control characters.
+    ordering_key: Option<String>,
 }
 
 /// The answer to `publish`.
@@ -111,6 +115,7 @@ impl EventMutation {
             event_type: input.event_type,
             payload: input.payload.0,
             idempotency_key: input.idempotency_key,
+            ordering_key: input.ordering_key,
         };
         match state(ctx)?.fanout.publish(caller(ctx)?, input).await {
             Ok(outcome) => Ok(PublishResult {

@@ -56,6 +56,10 @@ impl Submission {
     async fn event_type(&self) -> Option<&str> {
         self.0.event_type.as_deref()
     }
+    /// Its ordering key, if it was given one.
+    async fn ordering_key(&self) -> Option<&str> {
+        self.0.ordering_key.as_deref()
+    }
     /// The event it delivers, when `publish` made it.
     async fn event(&self, ctx: &Context<'_>) -> ApiResult<Option<Event>> {
         let Some(event_id) = self.0.event_id else {
@@ -80,6 +84,10 @@ pub struct SubmitInput {
     /// An optional event type label, stored and shown with the submission. `submit` always
     /// delivers to the endpoint named, whatever event types it subscribes to.
     event_type: Option<String>,
+    /// Lines this delivery up behind the endpoint's earlier deliveries with the same key:
+    /// they are attempted one at a time, in the order their submissions committed. 1 to 255
+    /// characters, no control characters.
+    ordering_key: Option<String>,
 }
 
 /// The answer to `submit`.
@@ -125,6 +133,7 @@ impl SubmissionMutation {
             payload: input.payload.0,
             idempotency_key: input.idempotency_key,
             event_type: input.event_type,
+            ordering_key: input.ordering_key,
         };
         match state(ctx)?.submissions.submit(caller(ctx)?, input).await {
             Ok(outcome) => Ok(SubmitResult {

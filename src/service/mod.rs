@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub(crate) mod event_types;
 pub mod flow;
+pub mod lines;
 pub mod pagination;
 pub mod payload;
 pub mod rate_limit;

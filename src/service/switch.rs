@@ -28,9 +28,11 @@ const ENABLE: &str = "UPDATE endpoints \
 const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending'";
 
-/// Re-enabling makes parked deliveries due at once.
+/// Re-enabling makes parked deliveries due at once, except those waiting in an ordering
+/// line, which have no due time until their line is handed to them (see
+/// [`crate::service::lines`]).
 const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = {now}, updated_at = {now} \
-     WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL";
+     WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL AND NOT waiting";
 
 /// Why an endpoint is disabled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,9 @@
 //! each one's due rows in due order, as many as its share and its free slots allow (counted
 //! by this second statement, which starts after the locks are held and so sees every claim
 //! committed before it); read what that left; and set each endpoint's next turn.
+//!
+//! Ordering lines need nothing here: a delivery waiting behind its line's head has no due
+//! time, so only heads are ever claimed (see [`crate::service::lines`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -74,7 +77,7 @@ JOIN submissions s ON s.id = due.submission_id
 JOIN endpoints e ON e.id = due.endpoint_id
 WHERE w.id = due.id
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
-          w.claim_expires_at, w.updated_at, due.previous_state, {target_columns}";
+          w.claim_expires_at, w.updated_at, w.ordering_key, due.previous_state, {target_columns}";
 
 /// Step 2 on SQLite (inside `BEGIN IMMEDIATE`, which already excludes other writers), per
 /// endpoint: its requests in flight now (less `{not_ended}`).
@@ -97,7 +100,7 @@ WHERE state IN ('pending', 'processing')
   AND next_attempt_at <= {now}
   AND id {ids}
 RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at,
-          claim_expires_at, updated_at";
+          claim_expires_at, updated_at, ordering_key";
 
 /// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
 /// due now, or parked if its endpoint was disabled meanwhile.
@@ -127,6 +130,8 @@ pub struct Claim {
     pub created_at: DateTime<Utc>,
     /// When this claim's lease runs out.
     pub lease_expires_at: DateTime<Utc>,
+    /// The ordering key whose line this delivery heads, if it has one.
+    pub ordering_key: Option<String>,
 }
 
 /// What to claim.
@@ -446,6 +451,7 @@ fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Result<Taken,
         submission_id: row.try_get("", "submission_id")?,
         created_at: row.try_get("", "created_at")?,
         lease_expires_at,
+        ordering_key: row.try_get("", "ordering_key")?,
     };
     Ok((claim, row.try_get("", "updated_at")?))
 }

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::answer::ReceiverAnswer;
 use crate::destination;
+use crate::service::lines;
 
 /// What an attempt produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +79,8 @@ pub struct Webhook<'a> {
     pub previous_secret: Option<&'a str>,
     /// The JSON body.
     pub body: &'a [u8],
+    /// The delivery's ordering key, sent as [`lines::ORDERING_KEY_HEADER`].
+    pub ordering_key: Option<&'a str>,
 }
 
 /// Sends webhooks with one pooled client.
@@ -234,6 +237,11 @@ fn signed_headers(webhook: &Webhook<'_>) -> Result<reqwest::header::HeaderMap, S
         let value =
             HeaderValue::from_str(&value).map_err(|err| format!("bad {name} header: {err}"))?;
         headers.insert(name, value);
+    }
+    if let Some(key) = webhook.ordering_key {
+        let value = HeaderValue::from_str(&lines::header_value(key))
+            .map_err(|err| format!("bad {} header: {err}", lines::ORDERING_KEY_HEADER))?;
+        headers.insert(lines::ORDERING_KEY_HEADER, value);
     }
     Ok(headers)
 }
@@ -428,6 +436,7 @@ mod tests {
             secret: &secret,
             previous_secret: None,
             body: br#"{"a":1}"#,
+            ordering_key: None,
         };
         let headers = signed_headers(&webhook).unwrap();
         let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
@@ -447,6 +456,7 @@ mod tests {
             secret: &new,
             previous_secret: Some(&old),
             body: br#"{"a":1}"#,
+            ordering_key: None,
         };
         let headers = signed_headers(&webhook).unwrap();
         let signature = headers[standardwebhooks::HEADER_WEBHOOK_SIGNATURE]

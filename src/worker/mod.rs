@@ -309,6 +309,7 @@ impl Worker {
                         secret: &target.secret,
                         previous_secret: target.previous_secret.as_deref(),
                         body: &target.body,
+                        ordering_key: claim.ordering_key.as_deref(),
                     })
                     .await
             }

@@ -1,6 +1,7 @@
 //! Recording what happened (race 2), for many attempts in one transaction: each
 //! transition is fenced by its own claim token, and every attempt is kept, numbered for
-//! its delivery's lifetime under the delivery's row lock.
+//! its delivery's lifetime under the delivery's row lock. A line's head that settles hands
+//! its line on in the same transaction (see [`crate::service::lines`]).
 
 use sea_orm::ActiveEnum as _;
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +22,7 @@ use crate::db::sql::{fill, Rows};
 use crate::db::Db;
 use crate::service::deliveries::tally::Tally;
 use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN};
+use crate::service::lines;
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
 /// of one delivery take turns, and lifetime numbers are read under the lock. `{ids}` is a
@@ -378,6 +380,22 @@ async fn record_in(
         })
         .collect();
     let disabled = health::settle(txn, backend, policy, &settled).await?;
+    // A head that settled hands its line to the next delivery waiting in it.
+    let lines_settled: Vec<(Uuid, String)> = fresh
+        .iter()
+        .map(|(index, _, state, _)| (&attempts[*index].claim, *state))
+        .filter(|(claim, state)| {
+            holds(claim).is_some()
+                && matches!(state, DeliveryState::Delivered | DeliveryState::Failed)
+        })
+        .filter_map(|(claim, _)| {
+            claim
+                .ordering_key
+                .clone()
+                .map(|key| (claim.endpoint_id, key))
+        })
+        .collect();
+    lines::hand_on(txn, backend, &lines_settled).await?;
     // Delivered counts move with the deliveries, in this transaction.
     let mut tally = Tally::new();
     for done in &settled {

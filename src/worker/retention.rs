@@ -2,7 +2,8 @@
 //! `COURIER_RETENTION_DAYS` are deleted with their attempts and their submissions, every
 //! `COURIER_PRUNE_INTERVAL_SECS`, in small batches that skip locked rows, so pruning never
 //! waits on (or holds up) claiming, recording, replaying or submitting. Pending and
-//! processing deliveries are never touched.
+//! processing deliveries are never touched. Ordering lines idle as long, with nothing open,
+//! go too.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use crate::db::sql::fill;
 use crate::db::Db;
 use crate::error::error_chain;
 use crate::service::deliveries::tally::Tally;
+use crate::service::lines;
 use entity::webhook_delivery::DeliveryState;
 
 /// Deliveries deleted per transaction: small, so each one is brief.
@@ -93,6 +95,20 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
     }
     while !shutdown.is_cancelled() {
         let deleted = db.within_deadline(prune_events(db, days, BATCH)).await?;
+        if deleted < BATCH as u64 {
+            break;
+        }
+    }
+    while !shutdown.is_cancelled() {
+        let clock = db.clock();
+        let deleted = db
+            .within_deadline(lines::prune_idle(
+                db.conn(),
+                db.backend(),
+                clock.before(retention(days)),
+                BATCH,
+            ))
+            .await?;
         if deleted < BATCH as u64 {
             break;
         }

@@ -9,6 +9,7 @@ mod console;
 mod deliveries;
 mod endpoints;
 mod http;
+mod ordering;
 mod parking;
 mod process;
 mod retention;

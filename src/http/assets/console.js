@@ -26,7 +26,8 @@ const DELIVERIES = `query Feed($filter: DeliveryFilter, $first: Int) {
 }`;
 const DETAIL = `query Detail($id: ID!) {
   delivery(id: $id) {
-    id state cycleAttempts nextAttemptAt lastError createdAt updatedAt
+    id state cycleAttempts nextAttemptAt lastError createdAt updatedAt orderingKey
+    waitingBehind { id state }
     endpoint { id name url }
     submission { id idempotencyKey payload createdAt }
     attempts { number statusCode error superseded startedAt finishedAt durationMs responseBody responseHeaders }
@@ -789,7 +790,20 @@ function detailContent(d) {
     el("dt", { text: "Endpoint" }), el("dd", { text: `${d.endpoint.name} — ${d.endpoint.url}` }),
     el("dt", { text: "Created" }), el("dd", { text: formatDateTime(d.createdAt) }),
     el("dt", { text: "Next attempt" }),
-    el("dd", { text: d.nextAttemptAt ? formatDateTime(d.nextAttemptAt) : "none scheduled" }),
+    el("dd", {
+      text: d.nextAttemptAt ? formatDateTime(d.nextAttemptAt)
+        : d.waitingBehind ? "when the delivery ahead of it in its line settles" : "none scheduled",
+    }),
+    d.orderingKey ? el("dt", { text: "Ordering key" }) : null,
+    d.orderingKey ? el("dd", {}, el("code", { id: "detail-ordering-key", text: d.orderingKey })) : null,
+    d.waitingBehind ? el("dt", { text: "Waits behind" }) : null,
+    d.waitingBehind ? el("dd", {},
+      el("button", {
+        type: "button", id: "detail-head", class: "link", "data-head": d.waitingBehind.id,
+        "aria-label": `Show the delivery it waits behind, ${d.waitingBehind.id}`,
+        text: d.waitingBehind.id,
+      }),
+      el("span", { class: "badge", "data-state": d.waitingBehind.state, text: d.waitingBehind.state })) : null,
     el("dt", { text: "This cycle" }), el("dd", { text: `${d.cycleAttempts} attempt(s)` }),
     d.lastError ? el("dt", { text: "Last error" }) : null,
     d.lastError ? el("dd", { text: d.lastError }) : null,
@@ -897,6 +911,7 @@ function wire() {
   $("detail").addEventListener("click", (event) => {
     if (event.target.id === "detail-replay" && page.detailId) replay(page.detailId, event.target);
     if (event.target.id === "detail-resend" && page.detailId) resend(page.detailId, event.target);
+    if (event.target.id === "detail-head") showDetail(event.target.dataset.head, false);
   });
 }
 

@@ -98,6 +98,28 @@ impl Deliveries {
             .await?)
     }
 
+    /// What `delivery` waits behind, if it waits in an ordering line: the line's head (the
+    /// same endpoint's, so in the caller's scope whenever `delivery` is), with no scope check.
+    pub async fn waiting_behind(
+        &self,
+        delivery: &webhook_delivery::Model,
+    ) -> Result<Option<webhook_delivery::Model>> {
+        let (true, Some(key)) = (delivery.waiting, &delivery.ordering_key) else {
+            return Ok(None);
+        };
+        let head = crate::service::lines::head_of(
+            self.db.conn(),
+            self.db.backend(),
+            delivery.endpoint_id,
+            key,
+        )
+        .await?;
+        match head {
+            Some(id) if id != delivery.id => self.load(id).await,
+            _ => Ok(None),
+        }
+    }
+
     /// The deliveries of these submissions, with no scope check.
     pub async fn load_for_submissions(
         &self,

@@ -18,10 +18,13 @@ use crate::db::{Db, Progress};
 use crate::error::{Error, Result};
 use crate::service::access::Visible;
 use crate::service::flow;
+use crate::service::lines;
+use crate::service::submissions::store::placed;
 
 /// A new cycle for one delivery in state `$2`: pending, due now on the database's clock (or
 /// parked while the endpoint is disabled), with a fresh count of attempts; lifetime numbers
-/// continue. The same `webhook-id` (the delivery's id) goes out again.
+/// continue. The same `webhook-id` (the delivery's id) goes out again. A delivery with an
+/// ordering key then rejoins its line ([`lines::enter`]), as its head or waiting.
 const RESTART: &str = "\
 UPDATE webhook_deliveries
 SET state = 'pending', cycle_attempts = 0, updated_at = {now},
@@ -49,7 +52,7 @@ UPDATE webhook_deliveries
 SET state = 'pending', cycle_attempts = 0, updated_at = {now},
     next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
 WHERE id {ids} AND state = 'failed'
-RETURNING id, endpoint_id, updated_at";
+RETURNING id, endpoint_id, updated_at, ordering_key";
 
 /// Failed deliveries replayed per transaction: each batch commits on its own, so no lock is
 /// held for longer than one batch takes, and claims and recording go on in between.
@@ -118,7 +121,12 @@ impl Deliveries {
                 else {
                     return Ok(None);
                 };
-                let restarted = webhook_delivery::Model::from_query_result(&row, "")?;
+                let mut restarted = webhook_delivery::Model::from_query_result(&row, "")?;
+                // A restarted delivery is unsettled again: it rejoins its line.
+                let places = lines::enter(&*txn, db.backend(), &[restarted.id]).await?;
+                if let Some(place) = places.get(&restarted.id) {
+                    placed(&mut restarted, *place);
+                }
                 let staged = announce(
                     &*txn,
                     db,
@@ -232,16 +240,22 @@ impl Deliveries {
                 let (list, values) = Db::id_list(backend, 1, &locked, false);
                 let sql = fill(&with_parking(backend, REPLAY_LOCKED), &[("ids", &list)]);
                 let mut replayed = Vec::with_capacity(locked.len());
+                let mut keyed = Vec::new();
                 for row in txn
                     .query_all_raw(db.clock().statement(&sql, values))
                     .await?
                 {
+                    let id = row.try_get::<Uuid>("", "id")?;
+                    if row.try_get::<Option<String>>("", "ordering_key")?.is_some() {
+                        keyed.push(id);
+                    }
                     replayed.push((
-                        row.try_get::<Uuid>("", "id")?,
+                        id,
                         row.try_get::<Uuid>("", "endpoint_id")?,
                         row.try_get::<DateTime<Utc>>("", "updated_at")?,
                     ));
                 }
+                lines::enter(&*txn, backend, &keyed).await?;
                 let staged = announce(&*txn, db, bus, DeliveryState::Failed, &replayed).await?;
                 Ok((replayed.len() as u64, staged))
             })

@@ -197,7 +197,7 @@ impl Committer {
     fn count_duplicates(&self, prepared: &[Prepared], reported: &HashMap<Uuid, Reported>) {
         let stored_keys: HashSet<(Uuid, &str)> = prepared
             .iter()
-            .filter(|rows| matches!(reported.get(&rows.delivery.id), Some(Reported::Created(_))))
+            .filter(|rows| matches!(reported.get(&rows.delivery.id), Some(Reported::Created(..))))
             .filter_map(|rows| {
                 let s = &rows.submission;
                 Some((s.endpoint_id, s.idempotency_key.as_deref()?))

@@ -19,7 +19,7 @@ use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::SubmissionOutcome;
 use crate::service::access::Access;
-use crate::service::event_types;
+use crate::service::{event_types, lines};
 
 pub use self::intake::MAX_IDEMPOTENCY_KEY_CHARS;
 
@@ -37,6 +37,8 @@ pub struct NewSubmission {
     pub idempotency_key: Option<String>,
     /// An optional event type label (`submit` ignores endpoints' type filters).
     pub event_type: Option<String>,
+    /// Lines the delivery up behind the endpoint's earlier ones with the same key.
+    pub ordering_key: Option<String>,
 }
 
 /// The answer to `submit`.
@@ -85,13 +87,20 @@ impl Submissions {
             .as_deref()
             .map(event_types::validate)
             .transpose()?;
+        let ordering_key = input
+            .ordering_key
+            .as_deref()
+            .map(lines::validate)
+            .transpose()?;
         let accepted = self
             .intake
             .accept(caller, input.idempotency_key, input.payload)
             .await?;
         if let Some(key) = &accepted.key {
             if let Some(existing) = self.find_by_key(input.endpoint_id, key).await? {
-                return self.answer_existing(existing, &accepted.hash).await;
+                return self
+                    .answer_existing(existing, &accepted.hash, &ordering_key)
+                    .await;
             }
         }
 
@@ -106,6 +115,7 @@ impl Submissions {
                 created_at: db::now(),
                 event_id: None,
                 event_type,
+                ordering_key: ordering_key.clone(),
             },
             delivery_id: Uuid::now_v7(),
         };
@@ -127,7 +137,8 @@ impl Submissions {
                         .ok_or(Error::Database(sea_orm::DbErr::RecordNotFound(
                             "the submission that won the idempotency race".into(),
                         )))?;
-                self.answer_existing(winner, &accepted.hash).await
+                self.answer_existing(winner, &accepted.hash, &ordering_key)
+                    .await
             }
             Stored::EndpointDisabled => Err(Error::bad_input("the endpoint is disabled")),
             Stored::EndpointMissing => Err(Error::NotFound("endpoint")),
@@ -153,6 +164,7 @@ impl Submissions {
             payload,
             idempotency_key: None,
             event_type: Some(TEST_EVENT_TYPE.to_owned()),
+            ordering_key: None,
         };
         self.submit(caller, input).await
     }
@@ -165,13 +177,16 @@ impl Submissions {
             .await?)
     }
 
-    /// Same content: the earlier submission, `created: false`. Different content: a conflict.
+    /// Same content and ordering key: the earlier submission, `created: false`. Otherwise a
+    /// conflict.
     async fn answer_existing(
         &self,
         existing: submission::Model,
         hash: &str,
+        ordering_key: &Option<String>,
     ) -> Result<SubmitOutcome> {
-        self.intake.repeat(existing.payload_hash == hash)?;
+        self.intake
+            .repeat(existing.payload_hash == hash && existing.ordering_key == *ordering_key)?;
         let delivery = webhook_delivery::Entity::find()
             .filter(webhook_delivery::Column::SubmissionId.eq(existing.id))
             .one(self.db.conn())

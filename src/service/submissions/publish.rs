@@ -17,13 +17,14 @@ use crate::metrics::SubmissionOutcome;
 use crate::service::access::{Access, Visible};
 use crate::service::submissions::intake::Intake;
 use crate::service::submissions::store::{prepare, NewRows, Prepared};
-use crate::service::{event_types, flow};
+use crate::service::{event_types, flow, lines};
 
 /// Race 3 for events: the unique index decides who created the event. A loser waits for
 /// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
 const INSERT_EVENT: &str = "\
-INSERT INTO events (id, event_type, idempotency_key, payload, payload_hash, published_by, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, {now})
+INSERT INTO events (id, event_type, idempotency_key, payload, payload_hash, published_by, created_at,
+                    ordering_key)
+VALUES ($1, $2, $3, $4, $5, $6, {now}, $7)
 ON CONFLICT (published_by, idempotency_key) DO NOTHING
 RETURNING id, created_at";
 
@@ -49,19 +50,21 @@ WHERE NOT disabled
 ORDER BY id";
 
 /// Every submission and delivery of a fan-out in one statement, whatever the number of
-/// endpoints: the ids travel as arrays, so the statement is prepared once.
+/// endpoints: the ids travel as arrays, so the statement is prepared once. With an ordering
+/// key (`$10`), each delivery then enters its endpoint's line ([`lines::enter`]).
 const FAN_OUT_POSTGRES: &str = "\
 WITH targets AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) AS t(submission_id, delivery_id, endpoint_id)
 ), stored AS (
     INSERT INTO submissions
-        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_id, event_type)
-    SELECT submission_id, endpoint_id, NULL, $4, $5, $6, $7, $8, $9 FROM targets
+        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_id, event_type,
+         ordering_key)
+    SELECT submission_id, endpoint_id, NULL, $4, $5, $6, $7, $8, $9, $10 FROM targets
 )
 INSERT INTO webhook_deliveries
     (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at,
-     event_type)
-SELECT delivery_id, submission_id, endpoint_id, 'pending', 0, $7, $7, $7, $9 FROM targets";
+     event_type, ordering_key)
+SELECT delivery_id, submission_id, endpoint_id, 'pending', 0, $7, $7, $7, $9, $10 FROM targets";
 
 /// Rows per statement when fanning out on SQLite (its limit on bound parameters).
 const SQLITE_CHUNK: usize = 500;
@@ -75,6 +78,8 @@ pub struct NewEvent {
     pub payload: serde_json::Value,
     /// Makes retries safe, per API key.
     pub idempotency_key: Option<String>,
+    /// Lines each delivery up behind the endpoint's earlier ones with the same key.
+    pub ordering_key: Option<String>,
 }
 
 /// The answer to `publish`.
@@ -114,6 +119,11 @@ impl Fanout {
     #[tracing::instrument(level = "debug", skip_all, fields(event_type = %input.event_type))]
     pub async fn publish(&self, caller: &Identity, input: NewEvent) -> Result<PublishOutcome> {
         let event_type = event_types::validate(&input.event_type)?;
+        let ordering_key = input
+            .ordering_key
+            .as_deref()
+            .map(lines::validate)
+            .transpose()?;
         let accepted = self
             .intake
             .accept(caller, input.idempotency_key, input.payload)
@@ -121,7 +131,7 @@ impl Fanout {
         let (key, payload, hash) = (accepted.key, accepted.payload, accepted.hash);
         if let Some(key) = &key {
             if let Some(existing) = self.find_by_key(caller.key_id, key).await? {
-                return self.answer_existing(existing, &event_type, &hash);
+                return self.answer_existing(existing, &event_type, &hash, &ordering_key);
             }
         }
 
@@ -133,6 +143,7 @@ impl Fanout {
             payload_hash: hash,
             published_by: caller.key_id,
             created_at: db::now(),
+            ordering_key,
         };
         match self.fan_out(caller, &event).await? {
             Some((event, deliveries)) => {
@@ -153,7 +164,12 @@ impl Fanout {
                         .ok_or(Error::Database(sea_orm::DbErr::RecordNotFound(
                             "the event that won the idempotency race".into(),
                         )))?;
-                self.answer_existing(winner, &event.event_type, &event.payload_hash)
+                self.answer_existing(
+                    winner,
+                    &event.event_type,
+                    &event.payload_hash,
+                    &event.ordering_key,
+                )
             }
         }
     }
@@ -180,6 +196,7 @@ impl Fanout {
                             event.payload.clone().into(),
                             event.payload_hash.clone().into(),
                             event.published_by.into(),
+                            event.ordering_key.clone().into(),
                         ],
                     ))
                     .await?;
@@ -271,6 +288,7 @@ impl Fanout {
                         event.created_at.into(),
                         event.id.into(),
                         event.event_type.clone().into(),
+                        event.ordering_key.clone().into(),
                     ],
                 ))
                 .await?;
@@ -294,6 +312,10 @@ impl Fanout {
                 }
             }
         }
+        if event.ordering_key.is_some() {
+            let ids: Vec<Uuid> = rows.iter().map(|row| row.delivery.id).collect();
+            lines::enter(txn, self.db.backend(), &ids).await?;
+        }
         let endpoints: Vec<Uuid> = rows.iter().map(|row| row.submission.endpoint_id).collect();
         flow::wake_endpoints(txn, self.db.backend(), &endpoints).await
     }
@@ -306,15 +328,20 @@ impl Fanout {
             .await?)
     }
 
-    /// Same type and content: the earlier event, `created: false`. Otherwise a conflict.
+    /// Same type, content and ordering key: the earlier event, `created: false`. Otherwise
+    /// a conflict.
     fn answer_existing(
         &self,
         existing: event::Model,
         event_type: &str,
         hash: &str,
+        ordering_key: &Option<String>,
     ) -> Result<PublishOutcome> {
-        self.intake
-            .repeat(existing.event_type == event_type && existing.payload_hash == hash)?;
+        self.intake.repeat(
+            existing.event_type == event_type
+                && existing.payload_hash == hash
+                && existing.ordering_key == *ordering_key,
+        )?;
         Ok(PublishOutcome {
             created: false,
             event: existing,
@@ -382,6 +409,7 @@ fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
                     created_at: event.created_at,
                     event_id: Some(event.id),
                     event_type: Some(event.event_type.clone()),
+                    ordering_key: event.ordering_key.clone(),
                 },
                 delivery_id: Uuid::now_v7(),
             })

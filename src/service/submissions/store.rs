@@ -20,6 +20,7 @@ use crate::db::parking::with_parking;
 use crate::db::sql::{fill, Rows};
 use crate::db::Db;
 use crate::service::flow;
+use crate::service::lines::{self, Place};
 
 /// PostgreSQL, for any number of submissions: the submissions, their deliveries and their
 /// creation events in one statement. A row whose endpoint is unknown or disabled is
@@ -28,30 +29,40 @@ use crate::service::flow;
 /// already taken, by an earlier submission or by another row of the same statement. Every
 /// row comes back with its outcome and, when stored, the time it was stored with (the
 /// database's). The endpoints' turns are woken if they slept (see [`crate::service::flow`]).
-/// `{rows}` is a [`Rows`] of [`STORE_COLUMNS`]: no key and no event type travel as `''`
-/// (neither can be empty), no submitter as the nil id.
+/// A row with an ordering key enters its line (see [`crate::service::lines`]) and, unless
+/// it is the line's head, is stored waiting, without a due time.
+/// `{rows}` is a [`Rows`] of [`STORE_COLUMNS`]: no key, no event type and no ordering key
+/// travel as `''` (none can be empty), no submitter as the nil id.
 const STORE_POSTGRES: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
-            submitted_by, event, event_type) AS ({rows}),
+            submitted_by, event, event_type, ordering_key) AS ({rows}),
 valid AS (
     SELECT input.* FROM input {enabled_join(input.endpoint_id)} {lock_enabled}
 ), stored_submissions AS (
     INSERT INTO submissions
-        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type)
+        (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type,
+         ordering_key)
     SELECT submission_id, endpoint_id, NULLIF(idempotency_key, ''), payload, payload_hash,
            NULLIF(submitted_by, '00000000-0000-0000-0000-000000000000'), {now},
-           NULLIF(event_type, '')
+           NULLIF(event_type, ''), NULLIF(ordering_key, '')
     FROM valid
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id, created_at
-), stored_deliveries AS (
+), keyed AS (
+    SELECT valid.delivery_id, valid.endpoint_id, valid.ordering_key, NULL::bigint AS line_seq
+    FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
+    WHERE valid.ordering_key <> ''
+), {enter_lines}, stored_deliveries AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at,
-         event_type)
+         event_type, ordering_key, line_seq, waiting)
     SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
-           s.created_at, s.created_at, s.created_at, NULLIF(valid.event_type, '')
+           CASE WHEN p.waiting THEN NULL ELSE s.created_at END, s.created_at, s.created_at,
+           NULLIF(valid.event_type, ''), NULLIF(valid.ordering_key, ''), p.line_seq,
+           COALESCE(p.waiting, FALSE)
     FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
-    RETURNING id, endpoint_id, created_at
+    LEFT JOIN line_places p ON p.delivery_id = valid.delivery_id
+    RETURNING id, endpoint_id, created_at, line_seq, waiting
 ), woken AS (
     {wake}
 ), notified AS (
@@ -62,7 +73,7 @@ SELECT input.delivery_id AS id,
             WHEN valid.delivery_id IS NOT NULL THEN 'key_taken'
             WHEN EXISTS (SELECT 1 FROM endpoints e WHERE e.id = input.endpoint_id) THEN 'disabled'
             ELSE 'missing' END AS outcome,
-       stored_deliveries.created_at
+       stored_deliveries.created_at, stored_deliveries.line_seq, stored_deliveries.waiting
 FROM input
 LEFT JOIN valid ON valid.delivery_id = input.delivery_id
 LEFT JOIN stored_deliveries ON stored_deliveries.id = input.delivery_id
@@ -70,7 +81,7 @@ CROSS JOIN notified";
 
 /// The types of `STORE_POSTGRES`' rows.
 const STORE_COLUMNS: &[&str] = &[
-    "uuid", "uuid", "uuid", "text", "jsonb", "text", "uuid", "text", "text",
+    "uuid", "uuid", "uuid", "text", "jsonb", "text", "uuid", "text", "text", "text",
 ];
 
 /// The creation events of what `STORE_POSTGRES` stored, stamped with the stored time.
@@ -130,6 +141,9 @@ pub fn prepare(rows: NewRows) -> Prepared {
         created_at: now,
         updated_at: now,
         event_type: submission.event_type.clone(),
+        ordering_key: submission.ordering_key.clone(),
+        line_seq: None,
+        waiting: false,
     };
     let created = StateChange {
         delivery_id: delivery.id,
@@ -161,8 +175,8 @@ pub async fn store(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, Db
 /// What a row of `STORE_POSTGRES` reported, by delivery id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reported {
-    /// Stored, at this time.
-    Created(DateTime<Utc>),
+    /// Stored, at this time, and where it stands in its line if it has an ordering key.
+    Created(DateTime<Utc>, Option<Place>),
     /// See [`Stored::KeyTaken`].
     KeyTaken,
     /// See [`Stored::EndpointDisabled`].
@@ -175,7 +189,7 @@ pub enum Reported {
 /// statement never gives; told as a missing endpoint, since nothing was written).
 pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
     match reported {
-        Some(Reported::Created(at)) => {
+        Some(Reported::Created(at, place)) => {
             let Prepared {
                 mut submission,
                 mut delivery,
@@ -183,6 +197,9 @@ pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
             } = prepared;
             submission.created_at = at;
             stamp(&mut delivery, at);
+            if let Some(place) = place {
+                placed(&mut delivery, place);
+            }
             Stored::Created(Box::new(submission), Box::new(delivery))
         }
         Some(Reported::KeyTaken) => Stored::KeyTaken,
@@ -207,6 +224,7 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
             Value::from(s.submitted_by.unwrap_or_default()),
             Value::from(p.created.to_wire()?),
             Value::from(s.event_type.clone().unwrap_or_default()),
+            Value::from(s.ordering_key.clone().unwrap_or_default()),
         ])?;
     }
     let (rows, values) = rows.render(1);
@@ -216,12 +234,17 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
     let sql = SQL.get_or_init(|| {
         let wake = flow::wake(
             DbBackend::Postgres,
-            "SELECT endpoint_id FROM stored_deliveries",
+            "SELECT endpoint_id FROM stored_deliveries WHERE NOT waiting",
         );
         let notify = bus::notify_created(STORED_CHANGES);
         fill(
             &with_parking(DbBackend::Postgres, STORE_POSTGRES),
-            &[("rows", &rows), ("wake", &wake), ("notify", &notify)],
+            &[
+                ("rows", &rows),
+                ("wake", &wake),
+                ("notify", &notify),
+                ("enter_lines", &lines::enter_ctes("keyed")),
+            ],
         )
     });
     let values = &values;
@@ -234,7 +257,15 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
             let id: Uuid = row.try_get("", "id")?;
             let outcome: String = row.try_get("", "outcome")?;
             let reported = match outcome.as_str() {
-                "created" => Reported::Created(row.try_get("", "created_at")?),
+                "created" => {
+                    let line_seq: Option<i64> = row.try_get("", "line_seq")?;
+                    let waiting: Option<bool> = row.try_get("", "waiting")?;
+                    let place = line_seq.map(|line_seq| Place {
+                        line_seq,
+                        waiting: waiting.unwrap_or(false),
+                    });
+                    Reported::Created(row.try_get("", "created_at")?, place)
+                }
                 "key_taken" => Reported::KeyTaken,
                 "disabled" => Reported::EndpointDisabled,
                 _ => Reported::EndpointMissing,
@@ -270,12 +301,16 @@ async fn store_sqlite(db: &Db, bus: &ChangeBus, prepared: Prepared) -> Result<St
             if !matches!(inserted, TryInsertResult::Inserted(1)) {
                 return Ok(Some(Some(None)));
             }
-            let delivery = prepared
+            let mut delivery = prepared
                 .delivery
                 .clone()
                 .into_active_model()
                 .insert(&*txn)
                 .await?;
+            let places = lines::enter(&*txn, db.backend(), &[delivery.id]).await?;
+            if let Some(place) = places.get(&delivery.id) {
+                placed(&mut delivery, *place);
+            }
             flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
             let staged = bus.stage(&*txn, vec![prepared.created.clone()]).await?;
             Ok(Some(Some(Some((delivery, staged)))))
@@ -297,6 +332,15 @@ pub fn stamp(delivery: &mut webhook_delivery::Model, at: chrono::DateTime<chrono
     delivery.next_attempt_at = Some(at);
     delivery.created_at = at;
     delivery.updated_at = at;
+}
+
+/// Sets a delivery's place in its line: a waiting one has no due time.
+pub fn placed(delivery: &mut webhook_delivery::Model, place: Place) {
+    delivery.line_seq = Some(place.line_seq);
+    delivery.waiting = place.waiting;
+    if place.waiting {
+        delivery.next_attempt_at = None;
+    }
 }
 
 /// Whether `payload` could be stored as-is (kept here beside the SQL that stores it).

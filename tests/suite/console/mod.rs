@@ -3,6 +3,7 @@
 //! stream of events.
 
 mod flow_column;
+mod lines;
 mod portal;
 mod recovery;
 

@@ -374,6 +374,7 @@ pub async fn seed_spread(
             payload: serde_json::json!({ "n": n }),
             idempotency_key: None,
             event_type: None,
+            ordering_key: None,
         };
         ids.push(
             app.state

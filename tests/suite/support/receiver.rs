@@ -14,8 +14,9 @@ use axum::Router;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// How the receiver answers the `n`th request (from 1) for one `webhook-id`.
-pub type Script = Arc<dyn Fn(usize) -> Reply + Send + Sync>;
+/// How the receiver answers the `n`th request (from 1) for one `webhook-id`, given its
+/// parsed body.
+pub type Script = Arc<dyn Fn(&serde_json::Value, usize) -> Reply + Send + Sync>;
 
 /// One scripted answer.
 #[derive(Clone, Debug)]
@@ -77,6 +78,8 @@ pub struct Received {
     pub at: std::time::Instant,
     /// `webhook-signature`: one or more space-separated `v1,<base64>`.
     pub signature: String,
+    /// `webhook-ordering-key`, if sent.
+    pub ordering_key: Option<String>,
 }
 
 impl Received {
@@ -100,7 +103,8 @@ struct Shared {
     secrets: Mutex<HashMap<String, String>>,
     received: Mutex<Vec<Received>>,
     arrived: Notify,
-    /// Per path: requests being answered now, and the most there ever were at once.
+    /// Per path (and per path and ordering key, as `path#key`): requests being answered
+    /// now, and the most there ever were at once.
     in_flight: Mutex<HashMap<String, (usize, usize)>>,
 }
 
@@ -142,6 +146,13 @@ pub struct Receiver {
 impl Receiver {
     /// Starts a receiver that answers by `script`.
     pub async fn start(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Receiver {
+        Self::start_by_body(move |_, nth| script(nth)).await
+    }
+
+    /// Starts a receiver that answers by `script`, which sees each request's body.
+    pub async fn start_by_body(
+        script: impl Fn(&serde_json::Value, usize) -> Reply + Send + Sync + 'static,
+    ) -> Receiver {
         let shared = Arc::new(Shared::default());
         let script: Script = Arc::new(script);
         let router = Router::new()
@@ -202,6 +213,11 @@ impl Receiver {
             .lock()
             .expect("lock")
             .insert(path.to_owned(), secret.to_owned());
+    }
+
+    /// The most requests to `path` with ordering key `key` that were being answered at once.
+    pub fn most_in_flight_of_line(&self, path: &str, key: &str) -> usize {
+        self.most_in_flight(&format!("{path}#{key}"))
     }
 
     /// Requests to `path` being answered now.
@@ -267,13 +283,22 @@ async fn receive(
             .unwrap_or_default()
             .to_owned()
     };
+    let ordering_key = headers
+        .get("webhook-ordering-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let _in_flight = InFlight::start(&shared, &path);
+    let _line_in_flight = ordering_key
+        .as_ref()
+        .map(|key| InFlight::start(&shared, &format!("{path}#{key}")));
+    let parsed: serde_json::Value =
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     let nth = {
         let mut received = shared.received.lock().expect("lock");
         received.push(Received {
             path,
             webhook_id: webhook_id.clone(),
-            body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+            body: parsed.clone(),
             raw_body: String::from_utf8_lossy(&body).into_owned(),
             verified,
             content_type: headers
@@ -283,6 +308,7 @@ async fn receive(
                 .to_owned(),
             timestamp: header("webhook-timestamp"),
             signature: header("webhook-signature"),
+            ordering_key,
             at: std::time::Instant::now(),
             timestamp_secs: headers
                 .get("webhook-timestamp")
@@ -296,7 +322,7 @@ async fn receive(
             .count()
     };
     shared.arrived.notify_waiters();
-    let reply = script(nth);
+    let reply = script(&parsed, nth);
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }

@@ -44,6 +44,7 @@ async fn submitted(app: &TestApp, count: usize) -> Vec<Uuid> {
             payload: serde_json::json!({ "n": n }),
             idempotency_key: None,
             event_type: None,
+            ordering_key: None,
         };
         let outcome = app.state.submissions.submit(&caller, input).await;
         ids.push(outcome.expect("submit").delivery.id);
