@@ -11,7 +11,7 @@
 //! - [`service`]: domain operations and their transactions; no GraphQL. `submit` and `publish`
 //!   share one intake (`service::submissions::intake`); storing reports its outcome as a value;
 //!   disabling and re-enabling an endpoint live in `service::switch`; the fair-share rules in
-//!   `service::flow`.
+//!   `service::flow`; ordering lines (one delivery of a key at a time) in `service::lines`.
 //! - [`auth`]: API keys, roles and scopes, the cache of recently authenticated keys, when each
 //!   key was last used, and revocation felt by every process.
 //! - [`bus`]: delivery state changes, staged in the transaction that makes them and published
@@ -46,6 +46,8 @@
 //! Webhooks with no transaction open, and records the attempt and the transition
 //! (`delivered`, a retry back to `pending`, or `failed`) only while its token still holds,
 //! many outcomes per transaction. Each state change reaches subscribers after its commit.
+//! A delivery with an ordering key waits, without a due time, behind the head of its line
+//! until the head's outcome is recorded and hands the line on in the same transaction.
 
 pub mod app;
 pub mod auth;

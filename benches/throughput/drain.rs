@@ -28,6 +28,8 @@ pub struct Drain {
     pub backlog: usize,
     /// The endpoints the backlog is spread over (round robin).
     pub endpoints: usize,
+    /// The ordering keys it is spread over (round robin; 0: none).
+    pub keys: usize,
     pub fill: Fill,
     pub elapsed: Duration,
     pub per_second: f64,
@@ -45,23 +47,27 @@ pub struct Drain {
 }
 
 /// Builds a backlog of `backlog` pending deliveries spread over `endpoints` endpoints
-/// through the API, then drains it with one default `courier serve` (only
-/// `COURIER_ALLOW_PRIVATE_DESTINATIONS=true`, which any user of a local receiver sets too).
+/// (and, unless `keys` is 0, over that many ordering keys) through the API, then drains it
+/// with one default `courier serve` (only `COURIER_ALLOW_PRIVATE_DESTINATIONS=true`, which
+/// any user of a local receiver sets too).
 pub async fn drain(
     server_url: &str,
     backlog: usize,
     connections: usize,
     endpoints: usize,
+    keys: usize,
 ) -> Drain {
     let scratch = Scratch::create(server_url, "drain").await;
     let token = admin_token(&scratch.url);
-    let drain = drain_in(&scratch.url, &token, backlog, connections, endpoints).await;
+    let drain =
+        drain_with_keys_in(&scratch.url, &token, backlog, connections, endpoints, keys).await;
     scratch.drop_now().await;
     drain
 }
 
-/// [`drain`] in the database at `database_url`, whatever it already holds: the backlog
-/// goes to new endpoints, and only deliveries created from now on are waited for.
+/// [`drain`] without ordering keys in the database at `database_url`, whatever it already
+/// holds: the backlog goes to new endpoints, and only deliveries created from now on are
+/// waited for.
 pub async fn drain_in(
     database_url: &str,
     token: &str,
@@ -69,16 +75,29 @@ pub async fn drain_in(
     connections: usize,
     endpoints: usize,
 ) -> Drain {
+    drain_with_keys_in(database_url, token, backlog, connections, endpoints, 0).await
+}
+
+/// [`drain_in`] over `keys` ordering keys (0: none).
+async fn drain_with_keys_in(
+    database_url: &str,
+    token: &str,
+    backlog: usize,
+    connections: usize,
+    endpoints: usize,
+    keys: usize,
+) -> Drain {
     let (receiver_url, arrivals) = receiver::start().await;
     let db = Db::connect(database_url, 1).await.expect("connect");
     let since = database_now(&db).await;
-    let fill = fill(
+    let fill = fill_with_keys(
         database_url,
         token,
         &receiver_url,
         backlog,
         connections,
         endpoints,
+        keys,
     )
     .await;
     assert_eq!(
@@ -132,6 +151,7 @@ pub async fn drain_in(
     Drain {
         backlog,
         endpoints,
+        keys,
         fill,
         elapsed,
         per_second: backlog as f64 / elapsed.as_secs_f64(),
@@ -155,6 +175,29 @@ pub async fn fill(
     count: usize,
     connections: usize,
     endpoints: usize,
+) -> Fill {
+    fill_with_keys(
+        database_url,
+        token,
+        receiver_url,
+        count,
+        connections,
+        endpoints,
+        0,
+    )
+    .await
+}
+
+/// [`fill`], the `n`th submission with ordering key `key-<n % keys>` (none when `keys` is
+/// 0): with as many keys as endpoints or a multiple of them, each key stays on one endpoint.
+async fn fill_with_keys(
+    database_url: &str,
+    token: &str,
+    receiver_url: &str,
+    count: usize,
+    connections: usize,
+    endpoints: usize,
+    keys: usize,
 ) -> Fill {
     let server = Server::start(
         database_url,
@@ -189,8 +232,13 @@ pub async fn fill(
                     break;
                 }
                 let endpoint = &targets[n % targets.len()];
+                let key = if keys == 0 {
+                    String::new()
+                } else {
+                    format!(r#","orderingKey":"key-{}""#, n % keys)
+                };
                 let body = format!(
-                    r#"{{"query":{query},"variables":{{"input":{{"endpointId":"{endpoint}","payload":{{"n":{n},"event":"order.paid","amount":"12.50"}}}}}}}}"#
+                    r#"{{"query":{query},"variables":{{"input":{{"endpointId":"{endpoint}","payload":{{"n":{n},"event":"order.paid","amount":"12.50"}}{key}}}}}}}"#
                 );
                 let mut tries = 0;
                 loop {

@@ -12,7 +12,9 @@
 //! pgbench and submit), `BENCH_CONNECTIONS` (32, for submit and for building backlogs),
 //! `BENCH_BACKLOGS` (`10000,100000`: the drains measured, each to one endpoint),
 //! `BENCH_SPREAD` (50: the largest backlog is drained again spread over this many
-//! endpoints; 1 skips it), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
+//! endpoints; 1 skips it), `BENCH_KEYED` (`100000,10,1000`: a backlog drained over
+//! endpoints and ordering keys, round robin, after the same backlog over the same endpoints
+//! without keys; 0 skips both), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
 //! subset of `submit,drain,latency,neighbours,publish,replay,retention,history`; pgbench always runs),
 //! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
 //! (500000: expired deliveries retention prunes), `BENCH_RETENTION_BACKLOG` (100000: the
@@ -66,6 +68,17 @@ async fn main() {
         .filter_map(|n| n.trim().parse().ok())
         .collect();
     let spread = env_or("BENCH_SPREAD", 50usize);
+    let keyed: (usize, usize, usize) = {
+        let figures: Vec<usize> = std::env::var("BENCH_KEYED")
+            .unwrap_or_else(|_| "100000,10,1000".to_owned())
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect();
+        match figures[..] {
+            [backlog, endpoints, keys] => (backlog, endpoints.max(1), keys),
+            _ => (0, 1, 0),
+        }
+    };
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let runs = |part: &str| only.is_empty() || only.split(',').any(|p| p.trim() == part);
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -95,14 +108,20 @@ async fn main() {
     if runs("drain") {
         let mut drains = Vec::new();
         // Every backlog to one endpoint, then the largest spread over `spread` endpoints.
-        let mut runs: Vec<(usize, usize)> = backlogs.iter().map(|&b| (b, 1)).collect();
+        // Then, unless `BENCH_KEYED` is 0, a backlog spread over ordering keys.
+        let mut runs: Vec<(usize, usize, usize)> = backlogs.iter().map(|&b| (b, 1, 0)).collect();
         if let Some(&largest) = backlogs.iter().max() {
             if spread > 1 {
-                runs.push((largest, spread));
+                runs.push((largest, spread, 0));
             }
         }
-        for (backlog, endpoints) in runs {
-            let drain = drain::drain(&server, backlog, connections, endpoints).await;
+        if keyed.0 > 0 {
+            // The same backlog over the same endpoints without keys first: what ordering costs.
+            runs.push((keyed.0, keyed.1, 0));
+            runs.push(keyed);
+        }
+        for (backlog, endpoints, keys) in runs {
+            let drain = drain::drain(&server, backlog, connections, endpoints, keys).await;
             let fill = &drain.fill;
             println!(
                 "backlog of {} built through the API over {connections} connections in {:.1} s \
@@ -113,8 +132,13 @@ async fn main() {
                 fill.retried
             );
             let slices: Vec<String> = drain.slices.iter().map(|r| format!("{r:.0}")).collect();
+            let over_keys = if drain.keys > 0 {
+                format!(" and {} ordering keys", drain.keys)
+            } else {
+                String::new()
+            };
             println!(
-                "drain of {} over {} endpoint(s): {:.2} s from spawn = {:.0}/s ({:.2}x pgbench), \
+                "drain of {} over {} endpoint(s){over_keys}: {:.2} s from spawn = {:.0}/s ({:.2}x pgbench), \
                  per {}-slice: [{}] /s, peak RSS {:.1} MB, {} updates ({} HOT)",
                 drain.backlog,
                 drain.endpoints,
@@ -134,6 +158,7 @@ async fn main() {
             drains.push(json!({
                 "backlog": drain.backlog,
                 "endpoints": drain.endpoints,
+                "ordering_keys": drain.keys,
                 "fill_seconds": fill.elapsed.as_secs_f64(),
                 "fill_per_second": fill.per_second,
                 "seconds": drain.elapsed.as_secs_f64(),

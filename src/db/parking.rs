@@ -1,6 +1,8 @@
 //! Parking, one rule in one place: a delivery whose endpoint is disabled has no due time
 //! (`next_attempt_at IS NULL`), so no claim ever scans past it, until re-enabling makes it
-//! due again. Every statement that gives a delivery a due time asks this rule.
+//! due again. Every statement that gives a delivery a due time asks this rule. (A delivery
+//! waiting behind its ordering line's head has no due time either, and re-enabling leaves it
+//! waiting: see [`crate::service::lines`].)
 
 use sea_orm::DbBackend;
 

@@ -8,9 +8,9 @@
 //! first. Entering (a new delivery, a replay, a resend) is an upsert whose `RETURNING` reads
 //! the newest count, never a snapshot's: a delivery entering an empty line is the head, any
 //! other waits, and numbers handed out under the lock follow commit order. Leaving (the head
-//! recorded `DELIVERED` or `FAILED`, fenced by its claim token) locks the row, lowers the
-//! count and, in a statement that starts after the lock is held and so sees every entry
-//! committed before it, gives the first waiting delivery its due time. Claims never look at
+//! recorded `DELIVERED` or `FAILED`, fenced by its claim token) lowers the count, which
+//! takes the row's lock, and then, in a statement that starts after the lock is held and so
+//! sees every entry committed before it, gives the first waiting delivery its due time. Claims never look at
 //! lines: only heads are ever due, so no worker can attempt two deliveries of one line at
 //! once, on any process, and a head whose lease expires is simply claimed again (its late
 //! result is fenced out like any other).
@@ -97,34 +97,30 @@ UPDATE webhook_deliveries
 SET line_seq = $2, waiting = $3, next_attempt_at = CASE WHEN $3 THEN NULL ELSE next_attempt_at END
 WHERE id = $1";
 
-/// PostgreSQL: the settled heads' lines (`$1` endpoints, `$2` keys) locked in key order,
-/// before anything reads who waits in them.
-const LOCK_LINES_POSTGRES: &str = "\
-SELECT l.endpoint_id FROM ordering_lines l
-JOIN unnest($1::uuid[], $2::text[]) AS s(endpoint_id, ordering_key)
-  ON l.endpoint_id = s.endpoint_id AND l.ordering_key = s.ordering_key
-ORDER BY l.endpoint_id, l.ordering_key
-FOR UPDATE OF l";
+/// PostgreSQL, first: each settled head's line (`$1` endpoints, `$2` keys, once per head)
+/// loses it from its count, in key order. The update takes the line's lock, so what the
+/// next statement reads of the line is everything committed before it.
+const LOWER_POSTGRES: &str = "\
+UPDATE ordering_lines l SET open = GREATEST(l.open - s.n, 0), updated_at = {now}
+FROM (SELECT endpoint_id, ordering_key, COUNT(*) AS n
+      FROM unnest($1::uuid[], $2::text[]) AS t(endpoint_id, ordering_key)
+      GROUP BY endpoint_id, ordering_key
+      ORDER BY endpoint_id, ordering_key) s
+WHERE l.endpoint_id = s.endpoint_id AND l.ordering_key = s.ordering_key
+RETURNING l.endpoint_id, l.ordering_key, l.open";
 
-/// PostgreSQL, once the lines are locked: each loses its settled head, and the first of
-/// those waiting in it (if any) becomes its head, due now (or parked while its endpoint is
-/// disabled).
+/// PostgreSQL, then, for the lines still open (`$1` endpoints, `$2` keys): the first of
+/// those waiting in each becomes its head, due now (or parked while its endpoint is
+/// disabled). A statement of its own, so its snapshot is taken with the locks held: a
+/// delivery that entered a line just before is seen (a single statement would read the
+/// lines' waiting deliveries from a snapshot taken before its lock waits).
 const HAND_ON_POSTGRES: &str = "\
-WITH settled AS (
-    SELECT endpoint_id, ordering_key, COUNT(*) AS n
-    FROM unnest($1::uuid[], $2::text[]) AS s(endpoint_id, ordering_key)
-    GROUP BY endpoint_id, ordering_key
-), lowered AS (
-    UPDATE ordering_lines l SET open = GREATEST(l.open - s.n, 0), updated_at = {now}
-    FROM settled s
-    WHERE l.endpoint_id = s.endpoint_id AND l.ordering_key = s.ordering_key
-    RETURNING l.endpoint_id, l.ordering_key, l.open
-), next AS (
+WITH next AS (
     SELECT (SELECT d.id FROM webhook_deliveries d
-            WHERE d.endpoint_id = lowered.endpoint_id AND d.ordering_key = lowered.ordering_key
+            WHERE d.endpoint_id = s.endpoint_id AND d.ordering_key = s.ordering_key
               AND d.state = 'pending' AND d.waiting
             ORDER BY d.line_seq LIMIT 1) AS id
-    FROM lowered WHERE lowered.open > 0
+    FROM unnest($1::uuid[], $2::text[]) AS s(endpoint_id, ordering_key)
 )
 UPDATE webhook_deliveries w
 SET waiting = FALSE, updated_at = {now},
@@ -297,18 +293,24 @@ pub async fn hand_on(
     if backend == DbBackend::Postgres {
         let endpoints = Value::from(settled.iter().map(|(e, _)| *e).collect::<Vec<_>>());
         let keys = Value::from(settled.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>());
-        txn.execute_raw(Statement::from_sql_and_values(
-            backend,
-            LOCK_LINES_POSTGRES,
-            [endpoints.clone(), keys.clone()],
-        ))
-        .await?;
-        static SQL: OnceLock<String> = OnceLock::new();
-        let sql = SQL.get_or_init(|| with_parking(DbBackend::Postgres, HAND_ON_POSTGRES));
+        let mut open_endpoints = Vec::new();
+        let mut open_keys = Vec::new();
         for row in txn
-            .query_all_raw(clock.statement(sql, [endpoints, keys]))
+            .query_all_raw(clock.statement(LOWER_POSTGRES, [endpoints, keys]))
             .await?
         {
+            if row.try_get::<i32>("", "open")? > 0 {
+                open_endpoints.push(row.try_get::<Uuid>("", "endpoint_id")?);
+                open_keys.push(row.try_get::<String>("", "ordering_key")?);
+            }
+        }
+        if open_endpoints.is_empty() {
+            return Ok(heads);
+        }
+        static SQL: OnceLock<String> = OnceLock::new();
+        let sql = SQL.get_or_init(|| with_parking(DbBackend::Postgres, HAND_ON_POSTGRES));
+        let values = [Value::from(open_endpoints), Value::from(open_keys)];
+        for row in txn.query_all_raw(clock.statement(sql, values)).await? {
             heads.push((row.try_get("", "id")?, row.try_get("", "endpoint_id")?));
         }
         return Ok(heads);

@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
 use sea_orm::{
-    ActiveModelTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel, TryInsertResult, Value,
+    ActiveModelTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel,
+    TryInsertResult, Value,
 };
 use serde_json::Value as Json;
 use uuid::Uuid;
@@ -248,9 +249,19 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
         )
     });
     let values = &values;
-    let reported = db
-        .autocommit(|| db.clock().statement(sql, values.iter().cloned()))
-        .await?;
+    let statement = || db.clock().statement(sql, values.iter().cloned());
+    // A batch with ordering keys upserts its lines' rows, which concurrent batches of the
+    // same lines also update: at READ COMMITTED such a batch waits for the other and goes
+    // on, while at a stricter server default it would fail to serialize again and again on
+    // a busy line. So it runs in a transaction under the race policy (READ COMMITTED); the
+    // rest stays one round trip.
+    let keyed = prepared.iter().any(|p| p.submission.ordering_key.is_some());
+    let reported = if keyed {
+        db.transaction(|txn| async move { txn.query_all_raw(statement()).await })
+            .await?
+    } else {
+        db.autocommit(statement).await?
+    };
     reported
         .iter()
         .map(|row| {

@@ -28,7 +28,7 @@ async fn a_waiting_delivery_shows_its_key_and_what_it_waits_behind() {
     let endpoint = endpoint_on(&app, &admin, &receiver, "slow").await;
     let mut ids = Vec::new();
     for n in 0..2 {
-        let submitted = crate::ordering::submit_keyed(
+        let submitted = crate::support::ordering::submit_keyed(
             &app,
             &admin,
             &endpoint,
@@ -36,7 +36,7 @@ async fn a_waiting_delivery_shows_its_key_and_what_it_waits_behind() {
             Some("cart-12"),
         )
         .await;
-        ids.push(crate::ordering::id_of(&submitted));
+        ids.push(crate::support::ordering::id_of(&submitted));
     }
     let (head, waiting) = (&ids[0], &ids[1]);
     receiver.wait_for(1, WAIT).await;

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{
+use crate::on_both_backends;
+use crate::support::fixtures::{count, endpoint_on, quick_worker, row_counts, PUBLISH};
+use crate::support::ordering::{
     all_settled, arrivals_by_key, id_of, obedient_receiver, patient_worker, read, states,
     submit_keyed, REPLAY,
 };
-use crate::on_both_backends;
-use crate::support::fixtures::{count, endpoint_on, quick_worker, row_counts, PUBLISH};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 /// Five lines of twenty, interleaved, to a receiver failing every third request: each
@@ -332,7 +332,11 @@ async fn bad_ordering_keys_change_nothing(backend: Backend) {
     for key in ["", long.as_str(), "line\u{7}break"] {
         let input = json!({ "endpointId": endpoint, "payload": {}, "orderingKey": key });
         let body = app
-            .graphql(&admin, super::SUBMIT_KEYED, json!({ "input": input }))
+            .graphql(
+                &admin,
+                crate::support::ordering::SUBMIT_KEYED,
+                json!({ "input": input }),
+            )
             .await;
         assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
         let input = json!({ "eventType": "order.paid", "payload": {}, "orderingKey": key });
@@ -351,8 +355,12 @@ async fn bad_ordering_keys_change_nothing(backend: Backend) {
         let app = &app;
         let admin = &admin;
         async move {
-            app.graphql(admin, super::SUBMIT_KEYED, json!({ "input": input }))
-                .await
+            app.graphql(
+                admin,
+                crate::support::ordering::SUBMIT_KEYED,
+                json!({ "input": input }),
+            )
+            .await
         }
     };
     let first = submit(longest.clone()).await;

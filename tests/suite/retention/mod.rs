@@ -1,5 +1,7 @@
 //! Retention: settled deliveries past `COURIER_RETENTION_DAYS` go with their attempts and
-//! submissions, and events left with no submission go after them.
+//! submissions, events left with no submission go after them, and so do
+//! ordering lines idle as long with nothing open.
 
 mod deliveries;
 mod events;
+mod lines;
