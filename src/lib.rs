@@ -11,7 +11,8 @@
 //! - [`service`]: domain operations and their transactions; no GraphQL. `submit` and `publish`
 //!   share one intake (`service::submissions::intake`); storing reports its outcome as a value;
 //!   disabling and re-enabling an endpoint live in `service::switch`; the fair-share rules in
-//!   `service::flow`; ordering lines (one delivery of a key at a time) in `service::lines`.
+//!   `service::flow`; ordering lines (one delivery of a key at a time) in `service::lines`; the operational
+//!   events Courier publishes about endpoints and deliveries in `service::operational`.
 //! - [`auth`]: API keys, roles and scopes, the cache of recently authenticated keys, when each
 //!   key was last used, and revocation felt by every process.
 //! - [`bus`]: delivery state changes, staged in the transaction that makes them and published

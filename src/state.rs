@@ -102,6 +102,7 @@ impl AppState {
             endpoints: Endpoints::new(
                 db.clone(),
                 access.clone(),
+                bus.clone(),
                 config.allow_private_destinations,
                 config.secret_keys(),
             ),

@@ -37,7 +37,8 @@ impl Endpoint {
     async fn disabled(&self) -> bool {
         self.0.disabled
     }
-    /// The event types `publish` delivers here, sorted; empty: every type.
+    /// The event types `publish` delivers here, sorted; empty: every type. Courier's own
+    /// operational events (`courier.*`) reach only endpoints that list them.
     async fn event_types(&self) -> Vec<String> {
         event_types::subscribed(&self.0.event_types)
     }

@@ -9,6 +9,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
+use crate::bus::ChangeBus;
 use crate::crypto::sealing::SecretKeys;
 use crate::crypto::signing;
 use crate::db::{self, Db};
@@ -85,17 +86,26 @@ pub struct EndpointPatch {
 pub struct Endpoints {
     db: Db,
     access: Access,
+    bus: ChangeBus,
     allow_private_destinations: bool,
     keys: SecretKeys,
 }
 
 impl Endpoints {
-    /// Endpoint operations on `db`; private destinations are refused unless allowed, and
-    /// secrets are stored sealed with `keys` (as they are when it holds none).
-    pub fn new(db: Db, access: Access, allow_private_destinations: bool, keys: SecretKeys) -> Self {
+    /// Endpoint operations on `db`; private destinations are refused unless allowed,
+    /// secrets are stored sealed with `keys` (as they are when it holds none), and the
+    /// deliveries of operational events go out on `bus`.
+    pub fn new(
+        db: Db,
+        access: Access,
+        bus: ChangeBus,
+        allow_private_destinations: bool,
+        keys: SecretKeys,
+    ) -> Self {
         Endpoints {
             db,
             access,
+            bus,
             allow_private_destinations,
             keys,
         }
@@ -205,7 +215,8 @@ impl Endpoints {
         let (db, name, url, minted, event_types) = (&self.db, &name, &url, &minted, &event_types);
         let (max_in_flight, rate_limit) = (&max_in_flight, &rate_limit);
         let disabled = patch.disabled;
-        let (endpoint, secret, was_disabled) = db
+        let bus = &self.bus;
+        let (endpoint, secret, was_disabled, staged) = db
             .transaction(|txn| async move {
                 let Some(current) = endpoint::Entity::find_by_id(id)
                     .lock_exclusive()
@@ -248,9 +259,9 @@ impl Endpoints {
                         switch::disable(&*txn, db.backend(), id, DisabledReason::Manual).await?
                     }
                     Some(false) => switch::enable(&*txn, db.backend(), id).await?,
-                    None => false,
+                    None => None,
                 };
-                if switched {
+                if switched.is_some() {
                     endpoint = endpoint::Entity::find_by_id(id)
                         .one(&*txn)
                         .await?
@@ -269,10 +280,12 @@ impl Endpoints {
                     )
                     .await?;
                 }
-                Ok(Some((endpoint, secret, current.disabled)))
+                let staged = bus.stage(&*txn, switched.unwrap_or_default()).await?;
+                Ok(Some((endpoint, secret, current.disabled, staged)))
             })
             .await?
             .ok_or(Error::NotFound("endpoint"))?;
+        staged.committed();
         tracing::info!(rotated_secret = secret.is_some(), "endpoint updated");
         if endpoint.disabled != was_disabled {
             match endpoint.disabled {

@@ -1,13 +1,16 @@
 //! Disabling and re-enabling an endpoint, written once for the operator's `updateEndpoint`
 //! and the worker's health rules: each is one conditional UPDATE of the endpoint row (so
 //! of two racing switches one wins and the other changes nothing), then its waiting
-//! deliveries parked or made due again, on the database's clock.
+//! deliveries parked or made due again, on the database's clock, and the operational event
+//! published in the same transaction.
 
 use sea_orm::{ConnectionTrait, DbBackend, DbErr};
 use uuid::Uuid;
 
+use crate::bus::StateChange;
 use crate::db::Clock;
 use crate::service::flow;
+use crate::service::operational::{self, Operational};
 
 /// Disables an enabled endpoint for a reason (`$2`); one already disabled keeps its first
 /// reason and time.
@@ -56,48 +59,58 @@ impl DisabledReason {
     }
 }
 
-/// Disables the endpoint for `reason` inside `txn` and parks its waiting deliveries; false
-/// (and nothing written) when it was disabled already. Log it with [`log_disabled`] once
-/// `txn` commits.
+/// What a switch did: `None` when the endpoint already stood that way (nothing written);
+/// otherwise the creation of every delivery of its operational event, to stage with the
+/// transaction's other changes.
+pub type Switched = Option<Vec<StateChange>>;
+
+/// Disables the endpoint for `reason` inside `txn`, parks its waiting deliveries and
+/// publishes `courier.endpoint.disabled`. Log it with [`log_disabled`] once `txn` commits.
 pub async fn disable(
     txn: &impl ConnectionTrait,
     backend: DbBackend,
     endpoint_id: Uuid,
     reason: DisabledReason,
-) -> Result<bool, DbErr> {
+) -> Result<Switched, DbErr> {
     let clock = Clock::new(backend);
     let changed = txn
         .execute_raw(clock.statement(DISABLE, [endpoint_id.into(), reason.as_str().into()]))
         .await?
         .rows_affected()
         == 1;
-    if changed {
-        txn.execute_raw(clock.statement(PARK, [endpoint_id.into()]))
-            .await?;
+    if !changed {
+        return Ok(None);
     }
-    Ok(changed)
+    txn.execute_raw(clock.statement(PARK, [endpoint_id.into()]))
+        .await?;
+    let event = Operational::Disabled {
+        endpoint_id,
+        reason,
+    };
+    Ok(Some(operational::publish(txn, backend, &[event]).await?))
 }
 
-/// Re-enables the endpoint inside `txn`, makes its parked deliveries due and wakes its
-/// turn; false (and nothing written) when it was enabled already. Log it with
-/// [`log_enabled`] once `txn` commits.
+/// Re-enables the endpoint inside `txn`, makes its parked deliveries due, wakes its turn
+/// and publishes `courier.endpoint.enabled`. Log it with [`log_enabled`] once `txn` commits.
 pub async fn enable(
     txn: &impl ConnectionTrait,
     backend: DbBackend,
     endpoint_id: Uuid,
-) -> Result<bool, DbErr> {
+) -> Result<Switched, DbErr> {
     let clock = Clock::new(backend);
     let changed = txn
         .execute_raw(clock.statement(ENABLE, [endpoint_id.into()]))
         .await?
         .rows_affected()
         == 1;
-    if changed {
-        txn.execute_raw(clock.statement(UNPARK, [endpoint_id.into()]))
-            .await?;
-        flow::wake_endpoints(txn, backend, &[endpoint_id]).await?;
+    if !changed {
+        return Ok(None);
     }
-    Ok(changed)
+    txn.execute_raw(clock.statement(UNPARK, [endpoint_id.into()]))
+        .await?;
+    flow::wake_endpoints(txn, backend, &[endpoint_id]).await?;
+    let event = Operational::Enabled { endpoint_id };
+    Ok(Some(operational::publish(txn, backend, &[event]).await?))
 }
 
 /// Tells that an endpoint was disabled (after the commit that disabled it).

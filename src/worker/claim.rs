@@ -77,7 +77,8 @@ JOIN submissions s ON s.id = due.submission_id
 JOIN endpoints e ON e.id = due.endpoint_id
 WHERE w.id = due.id
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
-          w.claim_expires_at, w.updated_at, w.ordering_key, due.previous_state, {target_columns}";
+          w.claim_expires_at, w.updated_at, w.ordering_key, w.event_type, due.previous_state,
+          {target_columns}";
 
 /// Step 2 on SQLite (inside `BEGIN IMMEDIATE`, which already excludes other writers), per
 /// endpoint: its requests in flight now (less `{not_ended}`).
@@ -100,7 +101,7 @@ WHERE state IN ('pending', 'processing')
   AND next_attempt_at <= {now}
   AND id {ids}
 RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at,
-          claim_expires_at, updated_at, ordering_key";
+          claim_expires_at, updated_at, ordering_key, event_type";
 
 /// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
 /// due now, or parked if its endpoint was disabled meanwhile.
@@ -132,6 +133,8 @@ pub struct Claim {
     pub lease_expires_at: DateTime<Utc>,
     /// The ordering key whose line this delivery heads, if it has one.
     pub ordering_key: Option<String>,
+    /// Its event type, if it has one (a failed operational event is not announced again).
+    pub event_type: Option<String>,
 }
 
 /// What to claim.
@@ -452,6 +455,7 @@ fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Result<Taken,
         created_at: row.try_get("", "created_at")?,
         lease_expires_at,
         ordering_key: row.try_get("", "ordering_key")?,
+        event_type: row.try_get("", "event_type")?,
     };
     Ok((claim, row.try_get("", "updated_at")?))
 }

@@ -11,6 +11,7 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement}
 use uuid::Uuid;
 
 use super::dispatch::AttemptOutcome;
+use crate::bus::StateChange;
 use crate::service::switch::{self, DisabledReason};
 
 /// A success ends the run of failures: the counter becomes the failures recorded after it.
@@ -60,13 +61,15 @@ pub struct Disabled {
 
 /// Applies the outcomes' effect on their endpoints inside the recording transaction `txn`,
 /// one endpoint at a time in id order (so concurrent recorders cannot deadlock), and returns
-/// the endpoints it disabled. Log them with [`log_disabled`] once the transaction commits.
+/// the endpoints it disabled (log them with [`log_disabled`] once the transaction commits)
+/// and the creation of their operational events' deliveries.
 pub async fn settle(
     txn: &DatabaseTransaction,
     backend: DbBackend,
     policy: HealthPolicy,
     outcomes: &[Settled],
-) -> Result<Vec<Disabled>, DbErr> {
+) -> Result<(Vec<Disabled>, Vec<StateChange>), DbErr> {
+    let mut announced = Vec::new();
     let mut by_endpoint: BTreeMap<Uuid, Vec<&Settled>> = BTreeMap::new();
     for outcome in outcomes {
         if matches!(
@@ -118,7 +121,8 @@ pub async fn settle(
         } else {
             continue;
         };
-        if switch::disable(txn, backend, endpoint_id, reason).await? {
+        if let Some(created) = switch::disable(txn, backend, endpoint_id, reason).await? {
+            announced.extend(created);
             disabled.push(Disabled {
                 endpoint_id,
                 reason,
@@ -126,7 +130,7 @@ pub async fn settle(
             });
         }
     }
-    Ok(disabled)
+    Ok((disabled, announced))
 }
 
 /// Logs each disabled endpoint with its reason (after the commit that disabled it).

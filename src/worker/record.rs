@@ -23,6 +23,7 @@ use crate::db::Db;
 use crate::service::deliveries::tally::Tally;
 use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN};
 use crate::service::lines;
+use crate::service::operational::{self, Operational};
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
 /// of one delivery take turns, and lifetime numbers are read under the lock. `{ids}` is a
@@ -104,6 +105,19 @@ const ATTEMPT_COLUMNS: &[&str] = &[
     "text",
     "text",
 ];
+
+/// [`PAUSE_ENDPOINT`] on PostgreSQL, telling also whether a pause was already running: the
+/// endpoint row is locked first and read as it is (the newest version), then paused.
+const PAUSE_ENDPOINT_POSTGRES: &str = "\
+WITH before AS (SELECT id, paused_until FROM endpoints WHERE id = $1 FOR UPDATE)
+UPDATE endpoints e SET paused_until = {after($2)}
+FROM before
+WHERE e.id = before.id AND (e.paused_until IS NULL OR e.paused_until < {after($2)})
+RETURNING e.paused_until, COALESCE(before.paused_until > {now}, FALSE) AS was_paused";
+
+/// SQLite, before [`PAUSE_ENDPOINT`]: whether a pause is running.
+const PAUSED_NOW_SQLITE: &str = "SELECT COALESCE(paused_until > {now}, FALSE) AS paused \
+     FROM endpoints WHERE id = $1";
 
 /// One finished attempt, ready to record.
 #[derive(Debug, Clone)]
@@ -379,7 +393,7 @@ async fn record_in(
             at: attempts[*index].finished_at,
         })
         .collect();
-    let disabled = health::settle(txn, backend, policy, &settled).await?;
+    let (disabled, mut announced) = health::settle(txn, backend, policy, &settled).await?;
     // A head that settled hands its line to the next delivery waiting in it.
     let lines_settled: Vec<(Uuid, String)> = fresh
         .iter()
@@ -396,6 +410,25 @@ async fn record_in(
         })
         .collect();
     lines::hand_on(txn, backend, &lines_settled).await?;
+    // Each delivery that ended its cycle failed is told to operators, unless it was itself
+    // an operational event (so failing operational endpoints cannot feed each other).
+    let failed: Vec<Operational> = fresh
+        .iter()
+        .map(|(index, _, state, _)| (&attempts[*index].claim, *state))
+        .filter(|(claim, state)| {
+            holds(claim).is_some()
+                && *state == DeliveryState::Failed
+                && !claim
+                    .event_type
+                    .as_deref()
+                    .is_some_and(operational::is_reserved)
+        })
+        .map(|(claim, _)| Operational::DeliveryFailed {
+            delivery_id: claim.delivery_id,
+            endpoint_id: claim.endpoint_id,
+        })
+        .collect();
+    announced.extend(operational::publish(txn, backend, &failed).await?);
     // Delivered counts move with the deliveries, in this transaction.
     let mut tally = Tally::new();
     for done in &settled {
@@ -417,8 +450,15 @@ async fn record_in(
     }
     let mut paused = Vec::with_capacity(pauses.len());
     for (endpoint_id, wait) in pauses {
-        paused.extend(pause(txn, db, endpoint_id, wait).await?);
+        if let Some(pause) = pause(txn, db, endpoint_id, wait).await? {
+            if let (false, Some(until)) = (pause.extended, pause.until) {
+                let event = Operational::Paused { endpoint_id, until };
+                announced.extend(operational::publish(txn, backend, &[event]).await?);
+            }
+            paused.push(pause);
+        }
     }
+    changes.extend(announced);
     let staged = bus.stage(txn, changes).await?;
     Ok((
         finish(attempts, results, &already, &due)?,
@@ -466,6 +506,9 @@ struct Paused {
     endpoint_id: Uuid,
     until: Option<DateTime<Utc>>,
     wait: Duration,
+    /// Whether a pause was already running (and this one only made it longer): only a
+    /// pause that starts is told as `courier.endpoint.paused`.
+    extended: bool,
 }
 
 /// Pauses `endpoint_id` for `wait` from now (database clock) unless a longer pause stands,
@@ -477,13 +520,34 @@ async fn pause(
     wait: Duration,
 ) -> Result<Option<Paused>, DbErr> {
     let clock = db.clock();
+    let sql = match db.backend() {
+        DbBackend::Postgres => PAUSE_ENDPOINT_POSTGRES,
+        _ => PAUSE_ENDPOINT,
+    };
+    let extended = match db.backend() {
+        DbBackend::Postgres => None,
+        // SQLite's write transaction excludes every other writer: what it reads holds.
+        _ => {
+            let row = txn
+                .query_one_raw(clock.statement(PAUSED_NOW_SQLITE, [endpoint_id.into()]))
+                .await?;
+            Some(match row {
+                Some(row) => row.try_get::<bool>("", "paused")?,
+                None => false,
+            })
+        }
+    };
     let paused = txn
-        .query_one_raw(clock.statement(PAUSE_ENDPOINT, [endpoint_id.into(), clock.after(wait)]))
+        .query_one_raw(clock.statement(sql, [endpoint_id.into(), clock.after(wait)]))
         .await?;
     let Some(row) = paused else {
         return Ok(None);
     };
     let until: Option<DateTime<Utc>> = row.try_get("", "paused_until")?;
+    let extended = match extended {
+        Some(extended) => extended,
+        None => row.try_get("", "was_paused")?,
+    };
     txn.execute_raw(Statement::from_sql_and_values(
         db.backend(),
         PAUSE_TURN,
@@ -494,5 +558,6 @@ async fn pause(
         endpoint_id,
         until,
         wait,
+        extended,
     }))
 }

@@ -9,6 +9,7 @@ mod console;
 mod deliveries;
 mod endpoints;
 mod http;
+mod operational;
 mod ordering;
 mod parking;
 mod process;

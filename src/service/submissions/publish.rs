@@ -17,7 +17,7 @@ use crate::metrics::SubmissionOutcome;
 use crate::service::access::{Access, Visible};
 use crate::service::submissions::intake::Intake;
 use crate::service::submissions::store::{prepare, NewRows, Prepared};
-use crate::service::{event_types, flow, lines};
+use crate::service::{event_types, flow, lines, operational};
 
 /// Race 3 for events: the unique index decides who created the event. A loser waits for
 /// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
@@ -119,6 +119,12 @@ impl Fanout {
     #[tracing::instrument(level = "debug", skip_all, fields(event_type = %input.event_type))]
     pub async fn publish(&self, caller: &Identity, input: NewEvent) -> Result<PublishOutcome> {
         let event_type = event_types::validate(&input.event_type)?;
+        if operational::is_reserved(&event_type) {
+            return Err(Error::bad_input(format!(
+                "event types beginning with `{}` are Courier's own operational events",
+                operational::RESERVED_PREFIX
+            )));
+        }
         let ordering_key = input
             .ordering_key
             .as_deref()
@@ -207,7 +213,7 @@ impl Fanout {
                 event.created_at = inserted.try_get("", "created_at")?;
                 let targets = self.targets(&*txn, caller, &event.event_type).await?;
                 let rows = fan_out_rows(&event, targets);
-                self.insert_fan_out(&*txn, &event, &rows).await?;
+                insert_fan_out(&*txn, db.backend(), &event, &rows).await?;
                 let created = rows.iter().map(|row| row.created.clone()).collect();
                 let staged = self.bus.stage(&*txn, created).await?;
                 Ok(Some((event, rows.len(), staged)))
@@ -257,67 +263,6 @@ impl Fanout {
             }
         }
         Ok(ids)
-    }
-
-    /// Inserts every submission and its `pending` delivery, due now.
-    async fn insert_fan_out<C: ConnectionTrait>(
-        &self,
-        txn: &C,
-        event: &event::Model,
-        rows: &[Prepared],
-    ) -> std::result::Result<(), sea_orm::DbErr> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        match self.db.backend() {
-            DbBackend::Postgres => {
-                let submission_ids: Vec<Uuid> = rows.iter().map(|row| row.submission.id).collect();
-                let delivery_ids: Vec<Uuid> = rows.iter().map(|row| row.delivery.id).collect();
-                let endpoint_ids: Vec<Uuid> =
-                    rows.iter().map(|row| row.submission.endpoint_id).collect();
-                txn.execute_raw(Statement::from_sql_and_values(
-                    DbBackend::Postgres,
-                    FAN_OUT_POSTGRES,
-                    [
-                        Value::from(submission_ids),
-                        Value::from(delivery_ids),
-                        Value::from(endpoint_ids),
-                        serde_json::Value::Null.into(),
-                        event.payload_hash.clone().into(),
-                        event.published_by.into(),
-                        event.created_at.into(),
-                        event.id.into(),
-                        event.event_type.clone().into(),
-                        event.ordering_key.clone().into(),
-                    ],
-                ))
-                .await?;
-            }
-            _ => {
-                for chunk in rows.chunks(SQLITE_CHUNK) {
-                    submission::Entity::insert_many(
-                        chunk
-                            .iter()
-                            .map(|row| row.submission.clone().into_active_model()),
-                    )
-                    .exec(txn)
-                    .await?;
-                    entity::webhook_delivery::Entity::insert_many(
-                        chunk
-                            .iter()
-                            .map(|row| row.delivery.clone().into_active_model()),
-                    )
-                    .exec(txn)
-                    .await?;
-                }
-            }
-        }
-        if event.ordering_key.is_some() {
-            let ids: Vec<Uuid> = rows.iter().map(|row| row.delivery.id).collect();
-            lines::enter(txn, self.db.backend(), &ids).await?;
-        }
-        let endpoints: Vec<Uuid> = rows.iter().map(|row| row.submission.endpoint_id).collect();
-        flow::wake_endpoints(txn, self.db.backend(), &endpoints).await
     }
 
     async fn find_by_key(&self, publisher: Uuid, key: &str) -> Result<Option<event::Model>> {
@@ -392,7 +337,7 @@ impl Fanout {
 
 /// One submission, its `pending` delivery (due when the event was stored) and its creation
 /// event per endpoint the event reaches: the rows `submit` would write, built the same way.
-fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
+pub fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
     targets
         .into_iter()
         .map(|endpoint_id| {
@@ -415,4 +360,67 @@ fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
             })
         })
         .collect()
+}
+
+/// Inserts every submission and its `pending` delivery, due now (each with an ordering
+/// key entering its line), and wakes the endpoints: the fan-out of `publish` and of
+/// Courier's operational events.
+pub async fn insert_fan_out<C: ConnectionTrait>(
+    txn: &C,
+    backend: DbBackend,
+    event: &event::Model,
+    rows: &[Prepared],
+) -> std::result::Result<(), sea_orm::DbErr> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    match backend {
+        DbBackend::Postgres => {
+            let submission_ids: Vec<Uuid> = rows.iter().map(|row| row.submission.id).collect();
+            let delivery_ids: Vec<Uuid> = rows.iter().map(|row| row.delivery.id).collect();
+            let endpoint_ids: Vec<Uuid> =
+                rows.iter().map(|row| row.submission.endpoint_id).collect();
+            txn.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                FAN_OUT_POSTGRES,
+                [
+                    Value::from(submission_ids),
+                    Value::from(delivery_ids),
+                    Value::from(endpoint_ids),
+                    serde_json::Value::Null.into(),
+                    event.payload_hash.clone().into(),
+                    event.published_by.into(),
+                    event.created_at.into(),
+                    event.id.into(),
+                    event.event_type.clone().into(),
+                    event.ordering_key.clone().into(),
+                ],
+            ))
+            .await?;
+        }
+        _ => {
+            for chunk in rows.chunks(SQLITE_CHUNK) {
+                submission::Entity::insert_many(
+                    chunk
+                        .iter()
+                        .map(|row| row.submission.clone().into_active_model()),
+                )
+                .exec(txn)
+                .await?;
+                entity::webhook_delivery::Entity::insert_many(
+                    chunk
+                        .iter()
+                        .map(|row| row.delivery.clone().into_active_model()),
+                )
+                .exec(txn)
+                .await?;
+            }
+        }
+    }
+    if event.ordering_key.is_some() {
+        let ids: Vec<Uuid> = rows.iter().map(|row| row.delivery.id).collect();
+        lines::enter(txn, backend, &ids).await?;
+    }
+    let endpoints: Vec<Uuid> = rows.iter().map(|row| row.submission.endpoint_id).collect();
+    flow::wake_endpoints(txn, backend, &endpoints).await
 }

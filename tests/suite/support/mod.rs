@@ -6,6 +6,7 @@ pub mod browser;
 pub mod console;
 pub mod database;
 pub mod fixtures;
+pub mod operational;
 pub mod ordering;
 pub mod partition;
 pub mod postgres_server;
