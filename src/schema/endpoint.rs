@@ -12,6 +12,7 @@ use super::tenant::Tenant;
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
 use crate::service::event_types;
 use crate::service::pagination::PageRequest;
+use crate::service::recent_health;
 
 /// A webhook destination (wraps the stored row).
 pub struct Endpoint(pub endpoint::Model);
@@ -102,6 +103,24 @@ impl Endpoint {
     async fn updated_at(&self) -> DateTime<Utc> {
         self.0.updated_at
     }
+    /// How it fared over the last hour: success rate and latency percentiles, from
+    /// per-minute sums (never a scan of history).
+    async fn health(&self, ctx: &Context<'_>) -> ApiResult<EndpointHealth> {
+        let health = loaders(ctx)?
+            .health
+            .load_one(self.0.id)
+            .await?
+            .unwrap_or_default();
+        Ok(EndpointHealth {
+            window_seconds: i32::try_from(recent_health::WINDOW.num_seconds()).unwrap_or(i32::MAX),
+            attempts: health.attempts,
+            succeeded: health.succeeded,
+            success_rate: health.success_rate(),
+            latency_p50_ms: health.latency_ms(0.50),
+            latency_p90_ms: health.latency_ms(0.90),
+            latency_p99_ms: health.latency_ms(0.99),
+        })
+    }
     /// How many of its deliveries are in each state, now.
     async fn delivery_counts(&self, ctx: &Context<'_>) -> ApiResult<DeliveryCounts> {
         let counts = loaders(ctx)?
@@ -117,6 +136,28 @@ impl Endpoint {
             total: counts.pending + counts.processing + counts.delivered + counts.failed,
         })
     }
+}
+
+/// How an endpoint fared over the last hour: every attempt recorded, whatever its
+/// delivery became.
+#[derive(SimpleObject)]
+pub struct EndpointHealth {
+    /// The window, in seconds (3600).
+    window_seconds: i32,
+    /// Attempts recorded in it.
+    attempts: i64,
+    /// Of those, answered 2xx.
+    succeeded: i64,
+    /// `succeeded / attempts`, 0 to 1; null without attempts.
+    success_rate: Option<f64>,
+    /// Latency percentiles in milliseconds, as the upper bound of the histogram bucket they
+    /// fall in (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000; past that, the slowest
+    /// attempt); null without attempts.
+    latency_p50_ms: Option<i64>,
+    /// See `latencyP50Ms`.
+    latency_p90_ms: Option<i64>,
+    /// See `latencyP50Ms`.
+    latency_p99_ms: Option<i64>,
 }
 
 /// An endpoint's deliveries by state.

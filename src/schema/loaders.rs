@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use crate::service::deliveries::StateCounts;
+use crate::service::recent_health::RecentHealth;
 use crate::state::AppState;
 
 /// How long a loader waits to gather keys from sibling fields before querying.
@@ -47,6 +48,8 @@ pub struct Loaders {
     pub counts: Cached<CountsLoader>,
     /// Events by id.
     pub events: Cached<EventLoader>,
+    /// The last hour's health by endpoint id.
+    pub health: Cached<HealthLoader>,
 }
 
 impl Loaders {
@@ -65,6 +68,7 @@ impl Loaders {
             attempts: loader(AttemptsLoader(state.clone()), cached),
             counts: loader(CountsLoader(state.clone()), cached),
             events: loader(EventLoader(state.clone()), cached),
+            health: loader(HealthLoader(state.clone()), cached),
         }
     }
 
@@ -150,6 +154,8 @@ pub struct AttemptsLoader(AppState);
 pub struct CountsLoader(AppState);
 /// Loads events by id.
 pub struct EventLoader(AppState);
+/// Loads the last hour's health by endpoint id.
+pub struct HealthLoader(AppState);
 
 impl Loader<Uuid> for EndpointLoader {
     type Value = endpoint::Model;
@@ -207,6 +213,15 @@ impl Loader<Uuid> for CountsLoader {
 
     async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
         Ok(self.0.deliveries.counts(keys).await?)
+    }
+}
+
+impl Loader<Uuid> for HealthLoader {
+    type Value = RecentHealth;
+    type Error = ApiError;
+
+    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+        Ok(self.0.endpoints.recent_health(keys).await?)
     }
 }
 

@@ -11,6 +11,7 @@ pub mod operational;
 pub mod pagination;
 pub mod payload;
 pub mod rate_limit;
+pub mod recent_health;
 pub mod sealing;
 pub mod submissions;
 pub mod switch;

@@ -24,6 +24,7 @@ use crate::service::deliveries::tally::Tally;
 use crate::service::flow::{wake_endpoints, MAX_PAUSE, PAUSE_ENDPOINT, PAUSE_TURN};
 use crate::service::lines;
 use crate::service::operational::{self, Operational};
+use crate::service::recent_health;
 
 /// Locks the deliveries (in id order, so concurrent recorders cannot deadlock): recorders
 /// of one delivery take turns, and lifetime numbers are read under the lock. `{ids}` is a
@@ -361,6 +362,21 @@ async fn record_in(
     let sql = fill(INSERT_ATTEMPTS, &[("rows", &rows)]);
     txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
         .await?;
+    // Every attempt counts toward its endpoint's last hour (`Endpoint.health`).
+    let mut minutes = recent_health::Minutes::new();
+    for (index, ..) in &fresh {
+        let attempt = &attempts[*index];
+        let outcome = &attempt.outcome;
+        minutes.add(
+            attempt.claim.endpoint_id,
+            attempt.finished_at,
+            outcome
+                .status
+                .is_some_and(|status| (200..300).contains(&status)),
+            i64::try_from(outcome.duration.as_millis()).unwrap_or(i64::MAX),
+        );
+    }
+    minutes.write(txn, backend).await?;
 
     let mut changes = Vec::new();
     let mut results: Vec<Option<Recorded>> = vec![None; attempts.len()];

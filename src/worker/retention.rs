@@ -16,6 +16,7 @@ use crate::db::Db;
 use crate::error::error_chain;
 use crate::service::deliveries::tally::Tally;
 use crate::service::lines;
+use crate::service::recent_health;
 use entity::webhook_delivery::DeliveryState;
 
 /// Deliveries deleted per transaction: small, so each one is brief.
@@ -202,17 +203,21 @@ async fn untally(
     tally.write(txn, backend).await
 }
 
-/// Prunes every `interval` until `shutdown` (not at all when `days` is 0).
+/// Prunes every `interval` until `shutdown` (history not at all when `days` is 0; the
+/// minutes of `Endpoint.health` that left its hour always).
 pub async fn run(db: Db, days: u32, interval: Duration, shutdown: CancellationToken) {
-    if days == 0 {
-        return;
-    }
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
+        }
+        if let Err(err) = db.within_deadline(recent_health::prune(&db)).await {
+            tracing::warn!(error = %error_chain(&err), "pruning endpoint health minutes failed; retrying later");
+        }
+        if days == 0 {
+            continue;
         }
         match prune(&db, days, &shutdown).await {
             Ok(0) => {}

@@ -51,9 +51,12 @@ const ROTATE_SECRET = `mutation RotateSecret($id: ID!) {
   rotateEndpointSecret(id: $id) { endpoint { id name } secret }
 }`;
 /** Endpoint fields that newer Courier versions add; read only when the schema has them. */
-const OPTIONAL_FIELDS = ["disabledReason", "eventTypes", "maxInFlight", "rateLimit", "pausedUntil", "tenant"];
+const OPTIONAL_FIELDS = ["disabledReason", "eventTypes", "maxInFlight", "rateLimit", "pausedUntil", "tenant", "health"];
 /** How an optional field is selected (fields with sub-fields). */
-const OPTIONAL_SELECTION = { tenant: "tenant { id name }" };
+const OPTIONAL_SELECTION = {
+  tenant: "tenant { id name }",
+  health: "health { attempts successRate latencyP50Ms latencyP99Ms }",
+};
 /** Tenants read for an admin's tenant column and filter. */
 const TENANT_PAGE = 100;
 
@@ -424,6 +427,16 @@ function renderEndpointActions() {
   replayFailed.textContent = failed ? `Replay ${failed} failed` : "Replay failed";
   replayFailed.setAttribute("aria-label", `Replay every failed delivery of ${endpoint.name}`);
   if (!replayFailed.dataset.busy) replayFailed.disabled = failed === 0;
+  $("endpoint-health").textContent = healthText(endpoint.health);
+}
+
+/** An endpoint's last hour in one line (nothing when the server does not report it). */
+function healthText(health) {
+  if (!health) return "";
+  if (health.attempts === 0) return "No attempts in the last hour";
+  const rate = Math.round(health.successRate * 1000) / 10;
+  return `Last hour: ${rate}% of ${health.attempts} attempts answered 2xx; ` +
+    `p50 ≤ ${health.latencyP50Ms} ms, p99 ≤ ${health.latencyP99Ms} ms`;
 }
 
 // ---------- the feed

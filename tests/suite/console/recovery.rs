@@ -40,6 +40,13 @@ async fn recovery_from_the_console() {
     // Every failed delivery of the endpoint, in one click, once it is chosen.
     page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
         .await;
+    // Its last hour at a glance: three attempts, none answered 2xx.
+    page.wait_for(
+        "document.getElementById('endpoint-health').textContent.startsWith('Last hour: 0% of 3 attempts answered 2xx')",
+        "the chosen endpoint's health",
+        WAIT,
+    )
+    .await;
     let replay_failed = "#endpoint-actions [data-action=\"replay-failed\"]";
     page.wait_for(
         &format!(

@@ -3,5 +3,6 @@
 
 mod crud;
 mod destinations;
+mod health;
 mod lifecycle;
 mod races;
