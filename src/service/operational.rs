@@ -6,9 +6,10 @@
 //! Who receives them: enabled endpoints that list the type explicitly in `eventTypes` (an
 //! empty list means every type but these), never the endpoint the event is about, and only
 //! about endpoints of their own tenant (an endpoint without a tenant hears about every
-//! endpoint). No storms: one event per change, and a failed delivery of a `courier.*` event
-//! is not itself announced, so two operational endpoints that both fail cannot feed each
-//! other events for ever.
+//! endpoint). The events about one endpoint share an ordering key (`endpoint:<id>`), so each
+//! listener hears them in the order they happened. No storms: one event per change, and a
+//! delivery of an operational event that fails or is asked to wait is not itself announced,
+//! so two operational endpoints that both fail cannot feed each other events for ever.
 
 use std::collections::hash_map::{Entry, HashMap};
 
@@ -135,9 +136,26 @@ impl Operational {
     }
 }
 
-/// Whether `event_type` is reserved for operational events.
+/// Whether `event_type` is reserved for Courier (`publish` and `submit` refuse it).
 pub fn is_reserved(event_type: &str) -> bool {
     event_type.starts_with(RESERVED_PREFIX)
+}
+
+/// Whether `event_type` is one of the operational events: a delivery of one that fails, or
+/// is asked to wait, is not announced again.
+pub fn is_operational(event_type: &str) -> bool {
+    [
+        ENDPOINT_DISABLED,
+        ENDPOINT_ENABLED,
+        ENDPOINT_PAUSED,
+        DELIVERY_FAILED,
+    ]
+    .contains(&event_type)
+}
+
+/// The ordering key of the events about `endpoint_id`: they line up per listener.
+pub fn about_key(endpoint_id: Uuid) -> String {
+    format!("endpoint:{endpoint_id}")
 }
 
 /// Publishes each of `changes` inside `txn` to the endpoints that hear about it, and
@@ -222,7 +240,8 @@ async fn publish_one(
         payload_hash: hash,
         published_by: Uuid::nil(),
         created_at: row.try_get("", "created_at")?,
-        ordering_key: None,
+        // The events about one endpoint reach each listener in the order they happened.
+        ordering_key: Some(about_key(change.endpoint_id())),
     };
     let rows = fan_out_rows(&event, targets);
     insert_fan_out(txn, backend, &event, &rows).await?;

@@ -410,6 +410,53 @@ async fn record_in(
         })
         .collect();
     let (disabled, mut announced) = health::settle(txn, backend, policy, &settled).await?;
+    // A delivery of an operational event that fails or asks to wait is not announced
+    // again, so two alerting endpoints cannot feed each other events.
+    let operational_delivery = |claim: &Claim| {
+        claim
+            .event_type
+            .as_deref()
+            .is_some_and(operational::is_operational)
+    };
+    // A `Retry-After` on 429 or 503 pauses the whole endpoint, on every process (and the
+    // pause is announced unless only operational deliveries asked for it).
+    let mut pauses: BTreeMap<Uuid, (Duration, bool)> = BTreeMap::new();
+    for (index, ..) in &fresh {
+        let attempt = &attempts[*index];
+        if let Some(wait) = attempt.outcome.retry_after.filter(|wait| !wait.is_zero()) {
+            let (pause, told) = pauses.entry(attempt.claim.endpoint_id).or_default();
+            *pause = (*pause).max(wait.min(MAX_PAUSE));
+            *told |= !operational_delivery(&attempt.claim);
+        }
+    }
+    let mut paused = Vec::with_capacity(pauses.len());
+    let mut events = Vec::new();
+    for (endpoint_id, (wait, told)) in pauses {
+        if let Some(pause) = pause(txn, db, endpoint_id, wait).await? {
+            if let (true, false, Some(until)) = (told, pause.extended, pause.until) {
+                events.push(Operational::Paused { endpoint_id, until });
+            }
+            paused.push(pause);
+        }
+    }
+    // Each delivery that ended its cycle failed is told to operators.
+    events.extend(
+        fresh
+            .iter()
+            .map(|(index, _, state, _)| (&attempts[*index].claim, *state))
+            .filter(|(claim, state)| {
+                holds(claim).is_some()
+                    && *state == DeliveryState::Failed
+                    && !operational_delivery(claim)
+            })
+            .map(|(claim, _)| Operational::DeliveryFailed {
+                delivery_id: claim.delivery_id,
+                endpoint_id: claim.endpoint_id,
+            }),
+    );
+    // Endpoint rows are locked above (failure runs, disables, pauses, the listeners of
+    // these events) before any ordering line below, the order every submit takes them in.
+    announced.extend(operational::publish(txn, backend, &events).await?);
     // A head that settled hands its line to the next delivery waiting in it.
     let lines_settled: Vec<(Uuid, String)> = fresh
         .iter()
@@ -426,25 +473,6 @@ async fn record_in(
         })
         .collect();
     lines::hand_on(txn, backend, &lines_settled).await?;
-    // Each delivery that ended its cycle failed is told to operators, unless it was itself
-    // an operational event (so failing operational endpoints cannot feed each other).
-    let failed: Vec<Operational> = fresh
-        .iter()
-        .map(|(index, _, state, _)| (&attempts[*index].claim, *state))
-        .filter(|(claim, state)| {
-            holds(claim).is_some()
-                && *state == DeliveryState::Failed
-                && !claim
-                    .event_type
-                    .as_deref()
-                    .is_some_and(operational::is_reserved)
-        })
-        .map(|(claim, _)| Operational::DeliveryFailed {
-            delivery_id: claim.delivery_id,
-            endpoint_id: claim.endpoint_id,
-        })
-        .collect();
-    announced.extend(operational::publish(txn, backend, &failed).await?);
     // Delivered counts move with the deliveries, in this transaction.
     let mut tally = Tally::new();
     for done in &settled {
@@ -455,25 +483,6 @@ async fn record_in(
         );
     }
     tally.write(txn, backend).await?;
-    // A `Retry-After` on 429 or 503 pauses the whole endpoint, on every process.
-    let mut pauses: BTreeMap<Uuid, Duration> = BTreeMap::new();
-    for (index, ..) in &fresh {
-        let attempt = &attempts[*index];
-        if let Some(wait) = attempt.outcome.retry_after.filter(|wait| !wait.is_zero()) {
-            let pause = pauses.entry(attempt.claim.endpoint_id).or_default();
-            *pause = (*pause).max(wait.min(MAX_PAUSE));
-        }
-    }
-    let mut paused = Vec::with_capacity(pauses.len());
-    for (endpoint_id, wait) in pauses {
-        if let Some(pause) = pause(txn, db, endpoint_id, wait).await? {
-            if let (false, Some(until)) = (pause.extended, pause.until) {
-                let event = Operational::Paused { endpoint_id, until };
-                announced.extend(operational::publish(txn, backend, &[event]).await?);
-            }
-            paused.push(pause);
-        }
-    }
     changes.extend(announced);
     let staged = bus.stage(txn, changes).await?;
     Ok((

@@ -19,7 +19,7 @@ use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::SubmissionOutcome;
 use crate::service::access::Access;
-use crate::service::{event_types, lines};
+use crate::service::{event_types, lines, operational};
 
 pub use self::intake::MAX_IDEMPOTENCY_KEY_CHARS;
 
@@ -81,6 +81,26 @@ impl Submissions {
     /// its own, which sees it committed.
     #[tracing::instrument(level = "debug", skip_all, fields(endpoint_id = %input.endpoint_id))]
     pub async fn submit(&self, caller: &Identity, input: NewSubmission) -> Result<SubmitOutcome> {
+        if input
+            .event_type
+            .as_deref()
+            .is_some_and(operational::is_reserved)
+        {
+            return Err(Error::bad_input(format!(
+                "event types beginning with `{}` are Courier's own",
+                operational::RESERVED_PREFIX
+            )));
+        }
+        self.store_submission(caller, input).await
+    }
+
+    /// [`Submissions::submit`] without the reserved-type check: for Courier's own test
+    /// webhooks.
+    async fn store_submission(
+        &self,
+        caller: &Identity,
+        input: NewSubmission,
+    ) -> Result<SubmitOutcome> {
         self.access.require(caller, input.endpoint_id).await?;
         let event_type = input
             .event_type
@@ -166,7 +186,7 @@ impl Submissions {
             event_type: Some(TEST_EVENT_TYPE.to_owned()),
             ordering_key: None,
         };
-        self.submit(caller, input).await
+        self.store_submission(caller, input).await
     }
 
     async fn find_by_key(&self, endpoint_id: Uuid, key: &str) -> Result<Option<submission::Model>> {

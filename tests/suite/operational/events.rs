@@ -57,7 +57,8 @@ async fn each_event_reaches_the_operations_endpoint(backend: Backend) {
         .await;
     let watched = endpoint_on(&app, &admin, &flaky, "watched").await;
 
-    // A manual disable and enable.
+    // A manual disable and enable, heard in that order (the events about one endpoint
+    // share an ordering key).
     update_endpoint(&app, &admin, &watched, json!({ "disabled": true })).await;
     update_endpoint(&app, &admin, &watched, json!({ "disabled": false })).await;
     let arrived = ops.wait_for(2, Duration::from_secs(10)).await;
@@ -68,6 +69,10 @@ async fn each_event_reaches_the_operations_endpoint(backend: Backend) {
     assert!(bodies[0]["at"].as_str().is_some_and(|at| at.ends_with('Z')));
     assert_eq!(bodies[1]["type"], "courier.endpoint.enabled");
     assert_eq!(bodies[1]["endpointId"], watched.as_str());
+    let key = format!("endpoint:{watched}");
+    assert!(arrived
+        .iter()
+        .all(|r| r.ordering_key.as_deref() == Some(key.as_str())));
 
     // A 429 with Retry-After pauses it (told once), then the delivery fails (told), and
     // the second failure in a row disables it for failing (told).
@@ -157,8 +162,8 @@ async fn a_rolled_back_disable_emits_nothing(backend: Backend) {
     assert_eq!(count(pool, events, vec![]).await, 1);
 }
 
-/// No caller can forge an operational event: `publish` refuses `courier.*` types and
-/// writes nothing.
+/// No caller can forge an operational event: `publish` refuses `courier.*` types, and
+/// `submit` refuses them as labels, writing nothing.
 async fn publish_refuses_the_reserved_types(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
@@ -176,8 +181,30 @@ async fn publish_refuses_the_reserved_types(backend: Backend) {
             .await;
         assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
     }
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let input =
+        json!({ "endpointId": endpoint, "payload": {}, "eventType": "courier.endpoint.disabled" });
+    let body = app
+        .graphql(
+            &admin,
+            crate::support::fixtures::SUBMIT,
+            json!({ "input": input }),
+        )
+        .await;
+    assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
     assert_eq!(
         count(&app.state.db, "SELECT COUNT(*) AS n FROM events", vec![]).await,
+        0
+    );
+    assert_eq!(
+        count(
+            &app.state.db,
+            "SELECT COUNT(*) AS n FROM submissions",
+            vec![]
+        )
+        .await,
         0
     );
 }
