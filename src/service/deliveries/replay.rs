@@ -24,7 +24,7 @@ use crate::service::submissions::store::placed;
 /// A new cycle for one delivery in state `$2`: pending, due now on the database's clock (or
 /// parked while the endpoint is disabled), with a fresh count of attempts; lifetime numbers
 /// continue. The same `webhook-id` (the delivery's id) goes out again. A delivery with an
-/// ordering key then rejoins its line ([`lines::enter`]), as its head or waiting.
+/// ordering key then rejoins its line ([`lines::rejoin`]), as its head or waiting.
 const RESTART: &str = "\
 UPDATE webhook_deliveries
 SET state = 'pending', cycle_attempts = 0, updated_at = {now},
@@ -123,7 +123,7 @@ impl Deliveries {
                 };
                 let mut restarted = webhook_delivery::Model::from_query_result(&row, "")?;
                 // A restarted delivery is unsettled again: it rejoins its line.
-                let places = lines::enter(&*txn, db.backend(), &[restarted.id]).await?;
+                let places = lines::rejoin(&*txn, db.backend(), &[restarted.id]).await?;
                 if let Some(place) = places.get(&restarted.id) {
                     placed(&mut restarted, *place);
                 }
@@ -255,7 +255,7 @@ impl Deliveries {
                         row.try_get::<DateTime<Utc>>("", "updated_at")?,
                     ));
                 }
-                lines::enter(&*txn, backend, &keyed).await?;
+                lines::rejoin(&*txn, backend, &keyed).await?;
                 let staged = announce(&*txn, db, bus, DeliveryState::Failed, &replayed).await?;
                 Ok((replayed.len() as u64, staged))
             })

@@ -211,6 +211,90 @@ async fn a_replayed_delivery_rejoins_its_line(backend: Backend) {
     );
 }
 
+/// A replayed delivery submitted before the line's head becomes the head when that head is
+/// only waiting for its next retry: it goes out at once, and the head waits behind it.
+async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = obedient_receiver().await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.max_attempts = Some(2);
+        config.retry_base_ms = Some(50);
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "takeover").await;
+    let key = Some("order-8");
+    let first = id_of(
+        &submit_keyed(
+            &app,
+            &admin,
+            &endpoint,
+            json!({ "n": 0, "failFirst": 2 }),
+            key,
+        )
+        .await,
+    );
+    all_settled(
+        &app,
+        &admin,
+        std::slice::from_ref(&first),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(read(&app, &admin, &first).await["state"], "FAILED");
+    // The next one fails once and then waits a long while for its retry.
+    let app_slow = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.max_attempts = Some(2);
+        config.retry_base_ms = Some(20_000);
+    })
+    .await;
+    app.stop().await;
+    let second = id_of(
+        &submit_keyed(
+            &app_slow,
+            &admin,
+            &endpoint,
+            json!({ "n": 1, "failFirst": 1 }),
+            key,
+        )
+        .await,
+    );
+    crate::support::fixtures::eventually(
+        "the head waits for its retry",
+        Duration::from_secs(10),
+        || async {
+            let head = read(&app_slow, &admin, &second).await;
+            head["state"] == "PENDING"
+                && !head["nextAttemptAt"].is_null()
+                && receiver.received().len() == 3
+        },
+    )
+    .await;
+    let replayed = app_slow
+        .graphql(&admin, REPLAY, json!({ "id": first }))
+        .await;
+    assert_eq!(
+        replayed["data"]["replayDelivery"]["state"], "PENDING",
+        "{replayed}"
+    );
+    let demoted = read(&app_slow, &admin, &second).await;
+    assert_eq!(demoted["waitingBehind"]["id"], first.as_str(), "{demoted}");
+    assert_eq!(demoted["nextAttemptAt"], json!(null));
+    let ids = [first, second];
+    all_settled(&app_slow, &admin, &ids, Duration::from_secs(15)).await;
+    assert_eq!(
+        states(&app_slow, &admin, &ids).await,
+        ["DELIVERED", "DELIVERED"]
+    );
+    assert_eq!(
+        arrivals_by_key(&receiver, "takeover")["order-8"],
+        [0, 0, 1, 0, 1],
+        "the replayed one first, then the head it took over from"
+    );
+}
+
 /// Four slow lines and unkeyed deliveries on one endpoint: the lines run side by side, one
 /// request each at a time; the unkeyed ones wait for none of them; every keyed webhook
 /// names its key in `webhook-ordering-key` (percent-encoded where it must be).
@@ -380,6 +464,7 @@ on_both_backends!(
     a_line_arrives_in_order_through_failures,
     the_head_holds_its_line_until_it_fails,
     a_replayed_delivery_rejoins_its_line,
+    a_replayed_earliest_delivery_takes_over_from_a_head_between_retries,
     lines_run_side_by_side_and_unkeyed_traffic_never_waits,
     a_published_event_lines_up_at_each_endpoint,
     bad_ordering_keys_change_nothing,
