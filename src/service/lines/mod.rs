@@ -26,6 +26,10 @@ use crate::db::sql::fill;
 use crate::db::Clock;
 use crate::error::{Error, Result};
 
+mod rejoin;
+
+pub use self::rejoin::rejoin;
+
 /// The longest ordering key, in characters.
 pub const MAX_ORDERING_KEY_CHARS: usize = 255;
 
@@ -74,67 +78,6 @@ SET line_seq = p.line_seq, waiting = p.waiting,
 FROM line_places p
 WHERE w.id = p.delivery_id
 RETURNING w.id, w.line_seq, w.waiting";
-
-/// PostgreSQL, after replayed deliveries `$1` entered their lines (whose locks this
-/// transaction now holds): where a line's head is only waiting for its next retry (not in
-/// flight) and a delivery submitted before it waits, that earlier one becomes the head, due
-/// now (or parked), and the head goes back to waiting. The head is demoted only while it is
-/// still pending and not waiting on its newest version (a claim that took it meanwhile wins:
-/// it is in flight, and the earlier one waits for it), and the earlier one is promoted only
-/// if the head was demoted.
-const REHEAD_POSTGRES: &str = "\
-WITH lines AS (
-    SELECT DISTINCT endpoint_id, ordering_key FROM webhook_deliveries
-    WHERE id = ANY($1::uuid[]) AND ordering_key IS NOT NULL
-), heads AS (
-    SELECT h.id, h.line_seq, lines.endpoint_id, lines.ordering_key
-    FROM lines CROSS JOIN LATERAL (
-        SELECT d.id, d.line_seq FROM webhook_deliveries d
-        WHERE d.endpoint_id = lines.endpoint_id AND d.ordering_key = lines.ordering_key
-          AND d.state = 'pending' AND NOT d.waiting
-        LIMIT 1) h
-), earlier AS (
-    SELECT e.id, heads.id AS head_id
-    FROM heads CROSS JOIN LATERAL (
-        SELECT d.id FROM webhook_deliveries d
-        WHERE d.endpoint_id = heads.endpoint_id AND d.ordering_key = heads.ordering_key
-          AND d.state = 'pending' AND d.waiting AND d.line_seq < heads.line_seq
-        ORDER BY d.line_seq LIMIT 1) e
-), demoted AS (
-    UPDATE webhook_deliveries w SET waiting = TRUE, next_attempt_at = NULL, updated_at = {now}
-    FROM earlier
-    WHERE w.id = earlier.head_id AND w.state = 'pending' AND NOT w.waiting
-    RETURNING w.id
-)
-UPDATE webhook_deliveries w
-SET waiting = FALSE, updated_at = {now},
-    next_attempt_at = CASE WHEN {parked(w.endpoint_id)} THEN NULL ELSE {now} END
-FROM earlier JOIN demoted ON demoted.id = earlier.head_id
-WHERE w.id = earlier.id
-RETURNING w.id";
-
-/// SQLite, per line after replayed deliveries entered it: its head if only waiting for
-/// its next retry, and the first delivery waiting in it, with their numbers.
-const REHEAD_FIND_SQLITE: &str = "\
-SELECT h.id AS head_id, h.line_seq AS head_seq,
-       (SELECT d.id FROM webhook_deliveries d
-        WHERE d.endpoint_id = $1 AND d.ordering_key = $2 AND d.state = 'pending' AND d.waiting
-          AND d.line_seq < h.line_seq
-        ORDER BY d.line_seq LIMIT 1) AS earlier_id
-FROM webhook_deliveries h
-WHERE h.endpoint_id = $1 AND h.ordering_key = $2 AND h.state = 'pending' AND NOT h.waiting";
-
-/// ... the head back to waiting ...
-const DEMOTE_SQLITE: &str = "\
-UPDATE webhook_deliveries SET waiting = TRUE, next_attempt_at = NULL, updated_at = {now}
-WHERE id = $1";
-
-/// ... and the earlier one its head.
-const PROMOTE_SQLITE: &str = "\
-UPDATE webhook_deliveries
-SET waiting = FALSE, updated_at = {now},
-    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
-WHERE id = $1";
 
 /// SQLite (inside `BEGIN IMMEDIATE`, which excludes every other writer): the deliveries
 /// entering, line by line, in line order.
@@ -333,77 +276,6 @@ pub async fn enter(
             ))
             .await?;
             places.insert(id, placed);
-        }
-    }
-    Ok(places)
-}
-
-/// Replayed or resent deliveries `ids` (restarted earlier in `txn`) rejoin their lines:
-/// they enter, each in its original place, and where a line's head is only waiting for its
-/// next retry and one submitted before it is now waiting, that one becomes the head (a
-/// replayed delivery becomes the head if it is the earliest; a head in flight finishes
-/// first). Returns each keyed delivery's place.
-pub async fn rejoin(
-    txn: &impl ConnectionTrait,
-    backend: DbBackend,
-    ids: &[Uuid],
-) -> std::result::Result<HashMap<Uuid, Place>, DbErr> {
-    let mut places = enter(txn, backend, ids).await?;
-    if places.is_empty() {
-        return Ok(places);
-    }
-    let clock = Clock::new(backend);
-    let mut promoted = Vec::new();
-    if backend == DbBackend::Postgres {
-        static SQL: OnceLock<String> = OnceLock::new();
-        let sql = SQL.get_or_init(|| with_parking(DbBackend::Postgres, REHEAD_POSTGRES));
-        for row in txn
-            .query_all_raw(clock.statement(sql, [Value::from(ids.to_vec())]))
-            .await?
-        {
-            promoted.push(row.try_get::<Uuid>("", "id")?);
-        }
-    } else {
-        let (list, values) = crate::db::Db::id_list(backend, 1, ids, false);
-        let sql = fill(ENTERING_SQLITE, &[("ids", &list)]);
-        let mut lines: Vec<Line> = Vec::new();
-        for row in txn
-            .query_all_raw(Statement::from_sql_and_values(backend, sql, values))
-            .await?
-        {
-            let line: Line = (
-                row.try_get("", "endpoint_id")?,
-                row.try_get("", "ordering_key")?,
-            );
-            if !lines.contains(&line) {
-                lines.push(line);
-            }
-        }
-        let promote = with_parking(backend, PROMOTE_SQLITE);
-        for (endpoint_id, key) in lines {
-            let found = txn
-                .query_one_raw(Statement::from_sql_and_values(
-                    backend,
-                    REHEAD_FIND_SQLITE,
-                    [endpoint_id.into(), key.into()],
-                ))
-                .await?;
-            let Some(found) = found else { continue };
-            let (head, earlier): (Uuid, Option<Uuid>) = (
-                found.try_get("", "head_id")?,
-                found.try_get("", "earlier_id")?,
-            );
-            let Some(earlier) = earlier else { continue };
-            txn.execute_raw(clock.statement(DEMOTE_SQLITE, [head.into()]))
-                .await?;
-            txn.execute_raw(clock.statement(&promote, [earlier.into()]))
-                .await?;
-            promoted.push(earlier);
-        }
-    }
-    for id in promoted {
-        if let Some(place) = places.get_mut(&id) {
-            place.waiting = false;
         }
     }
     Ok(places)
