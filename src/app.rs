@@ -87,9 +87,14 @@ impl App {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "listening");
         }
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await?;
+        http::connections::serve(
+            listener,
+            self.router(),
+            self.state.config.connection_limits(),
+            self.state.metrics.clone(),
+            shutdown.clone(),
+        )
+        .await?;
         tracing::info!("HTTP server stopped");
         if let Some(worker) = worker {
             let _ = worker.await;

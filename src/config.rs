@@ -33,6 +33,10 @@ pub struct Cli {
     #[arg(long, env = "COURIER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
+    /// Trace export (OpenTelemetry), off unless a collector is named.
+    #[command(flatten)]
+    pub tracing: TracingArgs,
+
     /// What to do; `serve` when omitted.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -129,6 +133,48 @@ fn parse_public_url(text: &str) -> Result<url::Url, String> {
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err("must have no query or fragment".to_owned());
+    }
+    Ok(url)
+}
+
+/// Where traces go: OTLP over HTTP/protobuf, with the OpenTelemetry variables' names.
+#[derive(Debug, Clone, Args)]
+pub struct TracingArgs {
+    /// The collector's base URL (traces are sent to `<URL>/v1/traces`). Unset: no
+    /// tracing, and no cost.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_parser = parse_collector_url, global = true)]
+    pub otlp_endpoint: Option<url::Url>,
+
+    /// The full URL traces are sent to, instead of the one `--otlp-endpoint` gives.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_parser = parse_collector_url, global = true)]
+    pub otlp_traces_endpoint: Option<url::Url>,
+
+    /// The `service.name` spans are exported under.
+    #[arg(
+        long,
+        env = "OTEL_SERVICE_NAME",
+        default_value = "courier",
+        global = true
+    )]
+    pub otel_service_name: String,
+}
+
+impl TracingArgs {
+    /// The URL traces are sent to, if tracing is on.
+    pub fn traces_url(&self) -> Option<String> {
+        if let Some(url) = &self.otlp_traces_endpoint {
+            return Some(url.to_string());
+        }
+        let base = self.otlp_endpoint.as_ref()?;
+        Some(format!("{}/v1/traces", base.as_str().trim_end_matches('/')))
+    }
+}
+
+/// Parses a collector URL: `http` or `https`, with a host.
+fn parse_collector_url(text: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(text.trim()).map_err(|err| format!("not a URL: {err}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("must be an http or https URL with a host".to_owned());
     }
     Ok(url)
 }
@@ -263,6 +309,25 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// HTTP connections open at once, WebSockets included; one more is answered 503 and
+    /// closed. Keep the process's open-file limit well above it.
+    #[arg(long, env = "COURIER_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+
+    /// Longest a request's header may take to arrive, from its first byte, in milliseconds.
+    #[arg(long, env = "COURIER_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub header_timeout_ms: u64,
+
+    /// Longest a kept-alive connection may sit with no request before it is closed, in
+    /// milliseconds.
+    #[arg(long, env = "COURIER_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub idle_timeout_ms: u64,
+
+    /// Longest a new WebSocket may take to send an accepted `connection_init` before it is
+    /// closed with 4408, in milliseconds.
+    #[arg(long, env = "COURIER_WS_INIT_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub ws_init_timeout_ms: u64,
+
     /// How long an authenticated API key is remembered, in milliseconds (0: look it up on
     /// every request). A revoked key is evicted within a second regardless.
     #[arg(long, env = "COURIER_AUTH_CACHE_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
@@ -358,6 +423,16 @@ impl ServeArgs {
     /// The shutdown grace period as a duration.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
+    }
+
+    /// The limits HTTP connections are served under.
+    pub fn connection_limits(&self) -> crate::http::connections::ConnectionLimits {
+        crate::http::connections::ConnectionLimits {
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            shutdown_grace: self.shutdown_grace(),
+        }
     }
 }
 

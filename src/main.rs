@@ -17,12 +17,20 @@ async fn main() -> std::process::ExitCode {
         Err(err) => return fatal::usage(&err, &command),
     };
     let log_format = cli.log_format;
-    telemetry::init(log_format);
-    match commands::run(cli).await {
+    let telemetry = match telemetry::init(log_format, &cli.tracing) {
+        Ok(telemetry) => telemetry,
+        Err(err) => {
+            fatal::report(log_format, &err);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = match commands::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             fatal::report(log_format, &err);
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    telemetry.shutdown().await;
+    code
 }

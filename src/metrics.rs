@@ -1,13 +1,5 @@
 //! Prometheus metrics: one registry per process, injected through the app state, rendered at `/metrics`.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
-
-use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery,
-};
-use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection};
-use async_graphql::{ServerResult, Value, Variables};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -138,6 +130,10 @@ pub struct Metrics {
     pub events_published: Counter,
     /// Subscriptions ended because they fell behind (or events may have been lost).
     pub lagged_subscribers: Counter,
+    /// HTTP connections open on this process, WebSockets included.
+    pub connections_open: Gauge,
+    /// Connections refused because `COURIER_MAX_CONNECTIONS` were open.
+    pub connections_refused: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -292,8 +288,22 @@ impl Metrics {
             "Subscriptions ended because they fell behind or events may have been lost",
             lagged_subscribers.clone(),
         );
+        let connections_open = Gauge::default();
+        let connections_refused = Counter::default();
+        registry.register(
+            "http_connections_open",
+            "HTTP connections open on this process, WebSockets included",
+            connections_open.clone(),
+        );
+        registry.register(
+            "http_connections_refused",
+            "Connections answered 503 because COURIER_MAX_CONNECTIONS were open",
+            connections_refused.clone(),
+        );
         Metrics {
             registry,
+            connections_open,
+            connections_refused,
             replays,
             resends,
             active_subscriptions,
@@ -349,117 +359,5 @@ impl Metrics {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
         Ok(text)
-    }
-}
-
-/// async-graphql extension recording each executed operation in [`Metrics`] (none: a
-/// schema built only to print its SDL).
-pub struct GraphqlMetrics(pub Option<Arc<Metrics>>);
-
-impl ExtensionFactory for GraphqlMetrics {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(GraphqlMetricsExtension {
-            metrics: self.0.clone(),
-            operations: Mutex::default(),
-        })
-    }
-}
-
-/// Per-request half of [`GraphqlMetrics`]: remembers the parsed operations until execution.
-struct GraphqlMetricsExtension {
-    metrics: Option<Arc<Metrics>>,
-    operations: Mutex<Vec<ParsedOperation>>,
-}
-
-struct ParsedOperation {
-    name: Option<String>,
-    kind: &'static str,
-    root_field: String,
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for GraphqlMetricsExtension {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let document = next.run(ctx, query, variables).await?;
-        let parsed = document
-            .operations
-            .iter()
-            .map(|(name, operation)| ParsedOperation {
-                name: name.map(|n| n.to_string()),
-                kind: match operation.node.ty {
-                    OperationType::Query => "query",
-                    OperationType::Mutation => "mutation",
-                    OperationType::Subscription => "subscription",
-                },
-                root_field: operation
-                    .node
-                    .selection_set
-                    .node
-                    .items
-                    .iter()
-                    .find_map(|item| match &item.node {
-                        Selection::Field(field) => Some(field.node.name.node.to_string()),
-                        _ => None,
-                    })
-                    .unwrap_or_else(|| "fragment".to_owned()),
-            })
-            .collect();
-        if let Ok(mut operations) = self.operations.lock() {
-            *operations = parsed;
-        }
-        Ok(document)
-    }
-
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> async_graphql::Response {
-        let started = Instant::now();
-        let response = next.run(ctx, operation_name).await;
-        let Some(metrics) = &self.metrics else {
-            return response;
-        };
-        let (kind, operation) = match self.operations.lock() {
-            Ok(operations) => operations
-                .iter()
-                .find(|op| operation_name.is_none() || op.name.as_deref() == operation_name)
-                .map(|op| (op.kind, op.root_field.clone()))
-                .unwrap_or(("unknown", "unknown".to_owned())),
-            Err(_) => ("unknown", "unknown".to_owned()),
-        };
-        let outcome = response
-            .errors
-            .first()
-            .map(|error| {
-                error
-                    .extensions
-                    .as_ref()
-                    .and_then(|ext| ext.get("code"))
-                    .and_then(|code| match code {
-                        Value::String(code) => Some(code.clone()),
-                        _ => None,
-                    })
-                    .unwrap_or_else(|| "error".to_owned())
-            })
-            .unwrap_or_else(|| "ok".to_owned());
-        let labels = OperationLabels {
-            kind: kind.to_owned(),
-            operation,
-            outcome,
-        };
-        metrics.graphql_operations.get_or_create(&labels).inc();
-        metrics
-            .graphql_duration
-            .get_or_create(&labels)
-            .observe(started.elapsed().as_secs_f64());
-        response
     }
 }

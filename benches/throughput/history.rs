@@ -133,10 +133,11 @@ pub async fn measure(
         &token,
         connections,
         Duration::from_secs(seconds),
+        &[],
     )
     .await;
     let drain = drain_in(&scratch.url, &token, LOAD_BACKLOG, connections, 1).await;
-    let latency = latency_in(&scratch.url, &token, samples).await;
+    let latency = latency_in(&scratch.url, &token, samples, &[]).await;
     scratch.drop_now().await;
     History {
         deliveries: total,

@@ -15,7 +15,7 @@
 //! endpoints; 1 skips it), `BENCH_KEYED` (`100000,10,1000`: a backlog drained over
 //! endpoints and ordering keys, round robin, after the same backlog over the same endpoints
 //! without keys; 0 skips both), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
-//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history`; pgbench always runs),
+//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history,tracing`; pgbench always runs),
 //! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
 //! (500000: expired deliveries retention prunes), `BENCH_RETENTION_BACKLOG` (100000: the
 //! backlog drained while it prunes), `BENCH_HISTORY_SIZES` (`100000,10000000`:
@@ -34,6 +34,7 @@ mod process;
 mod receiver;
 mod replay;
 mod retention;
+mod tracing;
 mod workloads;
 
 use std::time::Duration;
@@ -197,6 +198,67 @@ async fn main() {
         results["latency_answered_p50_ms"] = json!(latency.answered_p50_ms);
         results["latency_answered_p99_ms"] = json!(latency.answered_p99_ms);
         results["latency_first_ms"] = json!(latency.first_ms);
+    }
+
+    if runs("tracing") {
+        // Tracing off, on with a collector that answers, and on with one that never answers:
+        // the same workloads, run in the order A B C C B A so that drift over the run (the
+        // disk, the machine's other load) falls on every setting alike; each figure is the
+        // mean of its two runs.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (live, exported) = tracing::live_collector(stop.clone()).await;
+        let dead = tracing::dead_collector(stop.clone()).await;
+        let duration = Duration::from_secs(seconds);
+        let settings = [
+            ("off", None),
+            ("live collector", Some(live)),
+            ("dead collector", Some(dead)),
+        ];
+        let mut runs: Vec<Vec<tracing::Traced>> = settings.iter().map(|_| Vec::new()).collect();
+        for index in [0, 1, 2, 2, 1, 0] {
+            let (_, collector) = &settings[index];
+            let env: Vec<(&str, String)> = collector
+                .iter()
+                .map(|url| ("OTEL_EXPORTER_OTLP_ENDPOINT", url.clone()))
+                .collect();
+            runs[index].push(tracing::measure(&server, connections, duration, samples, &env).await);
+        }
+        let mut figures = Vec::new();
+        for ((name, _), runs) in settings.iter().zip(&runs) {
+            let mean = |figure: fn(&tracing::Traced) -> f64| {
+                runs.iter().map(figure).sum::<f64>() / runs.len() as f64
+            };
+            let submit = mean(|run| run.submit.per_second);
+            let errors: u64 = runs.iter().map(|run| run.submit.errors).sum();
+            let (p50, p99) = (
+                mean(|run| run.latency.p50_ms),
+                mean(|run| run.latency.p99_ms),
+            );
+            let each: Vec<String> = runs
+                .iter()
+                .map(|run| format!("{:.0}", run.submit.per_second))
+                .collect();
+            println!(
+                "tracing {name}: submit {submit:.0}/s ({:.2}x pgbench; runs {}), {errors} errors; \
+                 submit-to-arrival p50 {p50:.2} ms, p99 {p99:.2} ms",
+                submit / pgbench_tps,
+                each.join(", ")
+            );
+            figures.push(json!({
+                "tracing": name,
+                "submit_per_second": submit,
+                "submit_runs_per_second": each,
+                "submit_errors": errors,
+                "latency_p50_ms": p50,
+                "latency_p99_ms": p99,
+            }));
+        }
+        stop.cancel();
+        println!(
+            "  the live collector took {:.1} MB of spans",
+            exported.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
+        );
+        results["tracing"] = json!(figures);
     }
 
     if runs("neighbours") {

@@ -101,26 +101,27 @@ pub async fn submit_throughput(
 ) -> Throughput {
     let scratch = Scratch::create(server_url, "submit").await;
     let token = admin_token(&scratch.url);
-    let throughput = submit_throughput_in(&scratch.url, &token, connections, duration).await;
+    let throughput = submit_throughput_in(&scratch.url, &token, connections, duration, &[]).await;
     scratch.drop_now().await;
     throughput
 }
 
-/// [`submit_throughput`] in the database at `database_url`, whatever it already holds.
+/// [`submit_throughput`] in the database at `database_url`, whatever it already holds,
+/// with `settings` added to the server's.
 pub async fn submit_throughput_in(
     database_url: &str,
     token: &str,
     connections: usize,
     duration: Duration,
+    settings: &[(&str, String)],
 ) -> Throughput {
     let token = token.to_owned();
-    let server = Server::start(
-        database_url,
-        &[
-            ("COURIER_WORKER_CONCURRENCY", "0".into()),
-            ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
-        ],
-    );
+    let mut all = vec![
+        ("COURIER_WORKER_CONCURRENCY", "0".into()),
+        ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into()),
+    ];
+    all.extend_from_slice(settings);
+    let server = Server::start(database_url, &all);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(connections)
         .build()
@@ -202,14 +203,19 @@ pub async fn submit_throughput_in(
 pub async fn latency(server_url: &str, samples: usize) -> Latency {
     let scratch = Scratch::create(server_url, "latency").await;
     let token = admin_token(&scratch.url);
-    let latency = latency_in(&scratch.url, &token, samples).await;
+    let latency = latency_in(&scratch.url, &token, samples, &[]).await;
     scratch.drop_now().await;
     latency
 }
 
 /// [`latency`] in the database at `database_url`, whatever it already holds, to a new
-/// endpoint.
-pub async fn latency_in(database_url: &str, token: &str, samples: usize) -> Latency {
+/// endpoint, with `settings` added to the measured server's.
+pub async fn latency_in(
+    database_url: &str,
+    token: &str,
+    samples: usize,
+    settings: &[(&str, String)],
+) -> Latency {
     let (receiver_url, arrivals) = receiver::start().await;
     let client = reqwest::Client::new();
     let setup = Server::start(
@@ -222,10 +228,9 @@ pub async fn latency_in(database_url: &str, token: &str, samples: usize) -> Late
     let endpoint = create_endpoint(&client, &setup, token, &receiver_url).await;
     setup.stop();
 
-    let server = Server::start(
-        database_url,
-        &[("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into())],
-    );
+    let mut all = vec![("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true".into())];
+    all.extend_from_slice(settings);
+    let server = Server::start(database_url, &all);
     let mut from_sent = Vec::with_capacity(samples);
     let mut from_answered = Vec::with_capacity(samples);
     for n in 0..samples {

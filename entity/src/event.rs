@@ -23,6 +23,8 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// The ordering key each of its deliveries lines up by, if any.
     pub ordering_key: Option<String>,
+    /// The W3C `traceparent` of the request that made it, when tracing was on.
+    pub trace_context: Option<String>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

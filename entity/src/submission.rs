@@ -27,6 +27,8 @@ pub struct Model {
     pub event_type: Option<String>,
     /// The ordering key its delivery lines up by, if any.
     pub ordering_key: Option<String>,
+    /// The W3C `traceparent` of the request that made it, when tracing was on.
+    pub trace_context: Option<String>,
 }
 
 /// No relations are navigated through SeaORM; joins are explicit queries.

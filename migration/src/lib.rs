@@ -14,6 +14,7 @@ mod m20261204_000004_failed_listing;
 mod m20261205_000001_tenants;
 mod m20261206_000001_ordering_lines;
 mod m20261207_000001_endpoint_health;
+mod m20261208_000001_trace_context;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000001_tenants::Migration),
             Box::new(m20261206_000001_ordering_lines::Migration),
             Box::new(m20261207_000001_endpoint_health::Migration),
+            Box::new(m20261208_000001_trace_context::Migration),
         ]
     }
 }

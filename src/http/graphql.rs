@@ -18,7 +18,9 @@ use crate::schema::ensure_codes;
 use crate::schema::json;
 use crate::schema::limits;
 use crate::schema::loaders::RequestLoaders;
+use crate::schema::observed::CallerTrace;
 use crate::schema::ApiError;
+use crate::telemetry;
 
 /// The body of a GraphQL POST: `query` is required, `variables` must be an object.
 #[derive(Debug, Deserialize)]
@@ -74,7 +76,7 @@ pub async fn post(State(state): State<HttpState>, headers: HeaderMap, body: Byte
             );
         }
     };
-    execute(&state, media, request.data(identity)).await
+    execute(&state, media, traced(request.data(identity), &headers)).await
 }
 
 /// `GET /graphql`: GraphiQL for a browser or a bare GET; otherwise a query from the URL.
@@ -126,7 +128,15 @@ pub async fn get(
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return response;
     }
-    execute(&state, media, request.data(identity)).await
+    execute(&state, media, traced(request.data(identity), &headers)).await
+}
+
+/// `request` with the trace context its caller sent (see [`CallerTrace`]), while tracing is on.
+fn traced(request: async_graphql::Request, headers: &HeaderMap) -> async_graphql::Request {
+    match telemetry::context::from_headers(headers) {
+        Some(caller) => request.data(CallerTrace(caller)),
+        None => request,
+    }
 }
 
 /// Whether the operation a GET would run is a mutation (GET must not change anything).

@@ -1,6 +1,7 @@
 //! The HTTP surface: routes for the console, GraphQL (HTTP and WebSocket), health, readiness
 //! and metrics.
 
+pub mod connections;
 mod console;
 mod graphql;
 mod negotiate;

@@ -23,9 +23,6 @@ use crate::error::Error;
 use crate::schema::{ApiError, CodedExecutor};
 use crate::state::AppState;
 
-/// How long a new WebSocket may take to send an accepted `connection_init`.
-const CONNECTION_INIT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Once the key is found revoked, how long the session may take to send the errors that end
 /// its subscriptions before the socket is closed. It reads nothing more from the client.
 const REVOKED_FLUSH: Duration = Duration::from_millis(200);
@@ -36,6 +33,10 @@ const OUTGOING_BUFFER: usize = 16;
 /// The close code `graphql-transport-ws` gives a missing, wrong or revoked key (used for the
 /// legacy protocol too, after its `connection_error`).
 const FORBIDDEN: u16 = 4403;
+
+/// The close code `graphql-transport-ws` gives a socket that sent no accepted
+/// `connection_init` within the init timeout (used for the legacy protocol too).
+const INIT_TIMEOUT: u16 = 4408;
 
 /// Upgrades to a GraphQL WebSocket session; it ends when the client leaves, the key is
 /// revoked or the process shuts down.
@@ -163,7 +164,8 @@ impl Session {
         })
         .serve();
         tokio::pin!(session);
-        let init_deadline = tokio::time::sleep(CONNECTION_INIT_TIMEOUT);
+        let init_timeout = Duration::from_millis(self.state.app.config.ws_init_timeout_ms);
+        let init_deadline = tokio::time::sleep(init_timeout);
         tokio::pin!(init_deadline);
         let shutdown = self.state.app.shutdown.clone();
         let mut phase = Phase::AwaitingInit;
@@ -191,7 +193,10 @@ impl Session {
                 }
                 () = phase.flushed() => break self.revoked_ending(),
                 () = &mut init_deadline, if awaiting_init => {
-                    break Ending::Drop("no connection_init in time");
+                    break Ending::Close(None, CloseFrame {
+                        code: INIT_TIMEOUT,
+                        reason: "Connection initialisation timeout".into(),
+                    });
                 }
                 () = &mut session, if session_running => session_running = false,
                 message = from_session.recv() => match (message, &phase) {

@@ -9,6 +9,7 @@ mod event;
 pub mod json;
 pub mod limits;
 pub mod loaders;
+pub mod observed;
 mod submission;
 mod subscription;
 mod tenant;
@@ -67,7 +68,7 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     )
     .limit_directives(MAX_DIRECTIVES_PER_FIELD)
     .extension(limits::DocumentLimits)
-    .extension(crate::metrics::GraphqlMetrics(
+    .extension(observed::ObservedOperations(
         state.as_ref().map(|state| state.metrics.clone()),
     ));
     if let Some(state) = state {

@@ -242,6 +242,8 @@ async fn publish_one(
         created_at: row.try_get("", "created_at")?,
         // The events about one endpoint reach each listener in the order they happened.
         ordering_key: Some(about_key(change.endpoint_id())),
+        // Made by a recording, not by a request: there is no caller's trace to continue.
+        trace_context: None,
     };
     let rows = fan_out_rows(&event, targets);
     insert_fan_out(txn, backend, &event, &rows).await?;

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::answer::ReceiverAnswer;
 use crate::destination;
 use crate::service::lines;
+use crate::telemetry::context::TRACEPARENT_HEADER;
 
 /// What an attempt produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +82,8 @@ pub struct Webhook<'a> {
     pub body: &'a [u8],
     /// The delivery's ordering key, sent as [`lines::ORDERING_KEY_HEADER`].
     pub ordering_key: Option<&'a str>,
+    /// The attempt's trace context, sent as `traceparent` (tracing on only).
+    pub traceparent: Option<&'a str>,
 }
 
 /// Sends webhooks with one pooled client.
@@ -98,8 +101,7 @@ pub struct DispatcherError(#[from] reqwest::Error);
 impl Dispatcher {
     /// A dispatcher with `timeout` for connecting and for the whole request.
     pub fn new(timeout: Duration, allow_private: bool) -> Result<Self, DispatcherError> {
-        // reqwest is built without a bundled crypto provider; ring is the one Courier ships.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::crypto::install_tls_provider();
         let client = reqwest::Client::builder()
             .user_agent(concat!("Courier/", env!("CARGO_PKG_VERSION")))
             .redirect(Policy::none())
@@ -242,6 +244,11 @@ fn signed_headers(webhook: &Webhook<'_>) -> Result<reqwest::header::HeaderMap, S
         let value = HeaderValue::from_str(&lines::header_value(key))
             .map_err(|err| format!("bad {} header: {err}", lines::ORDERING_KEY_HEADER))?;
         headers.insert(lines::ORDERING_KEY_HEADER, value);
+    }
+    if let Some(traceparent) = webhook.traceparent {
+        let value = HeaderValue::from_str(traceparent)
+            .map_err(|err| format!("bad {TRACEPARENT_HEADER} header: {err}"))?;
+        headers.insert(TRACEPARENT_HEADER, value);
     }
     Ok(headers)
 }
@@ -437,6 +444,7 @@ mod tests {
             previous_secret: None,
             body: br#"{"a":1}"#,
             ordering_key: None,
+            traceparent: None,
         };
         let headers = signed_headers(&webhook).unwrap();
         let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
@@ -457,6 +465,7 @@ mod tests {
             previous_secret: Some(&old),
             body: br#"{"a":1}"#,
             ordering_key: None,
+            traceparent: None,
         };
         let headers = signed_headers(&webhook).unwrap();
         let signature = headers[standardwebhooks::HEADER_WEBHOOK_SIGNATURE]

@@ -28,6 +28,7 @@ use std::time::Duration;
 use sea_orm::DbErr;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
@@ -40,6 +41,7 @@ use self::targets::Target;
 use crate::db;
 use crate::error::error_chain;
 use crate::state::AppState;
+use crate::telemetry::spans::{self, AttemptSpan};
 
 /// Most deliveries claimed in one statement.
 const MAX_CLAIM_BATCH: usize = 64;
@@ -300,9 +302,18 @@ impl Worker {
     /// Sends one delivery and decides what comes next.
     async fn deliver(&self, claim: Claim, target: Option<Target>) -> FinishedAttempt {
         let started_at = db::now();
+        let attempt_in_cycle = u32::try_from(claim.cycle_attempts).unwrap_or(0) + 1;
         let outcome = match &target {
             Some(target) => {
-                self.dispatcher
+                let (span, traceparent) = spans::attempt(AttemptSpan {
+                    delivery_id: claim.delivery_id,
+                    endpoint_id: claim.endpoint_id,
+                    attempt: attempt_in_cycle,
+                    url: &target.url,
+                    submitted_in: target.trace_context.as_deref(),
+                });
+                let outcome = self
+                    .dispatcher
                     .send(&Webhook {
                         id: claim.delivery_id,
                         url: &target.url,
@@ -310,8 +321,12 @@ impl Worker {
                         previous_secret: target.previous_secret.as_deref(),
                         body: &target.body,
                         ordering_key: claim.ordering_key.as_deref(),
+                        traceparent: traceparent.as_deref(),
                     })
-                    .await
+                    .instrument(span.clone())
+                    .await;
+                spans::attempt_finished(&span, outcome.status, outcome.error.as_deref());
+                outcome
             }
             None => AttemptOutcome {
                 status: None,
@@ -324,7 +339,6 @@ impl Worker {
         };
         let finished_at = db::now();
         self.state.metrics.attempt(outcome.kind.as_str());
-        let attempt_in_cycle = u32::try_from(claim.cycle_attempts).unwrap_or(0) + 1;
         // A 410 Gone is final: no retries (and the recorder disables the endpoint).
         let step = if health::is_gone(&outcome) {
             NextStep::Failed

@@ -26,7 +26,7 @@ WHERE d.id {ids}";
 /// published event's payload is stored once, on the event, and read from there.
 const TARGET_COLUMNS: &str = "CASE WHEN s.event_id IS NULL THEN s.payload
             ELSE (SELECT ev.payload FROM events ev WHERE ev.id = s.event_id) END AS payload,
-       e.url, e.signing_secret,
+       s.trace_context, e.url, e.signing_secret,
        CASE WHEN e.previous_secret_expires_at > {now} THEN e.previous_signing_secret END AS previous_secret";
 
 /// `template` with its `{target_columns}` slot filled with the columns a target is read
@@ -49,6 +49,8 @@ pub struct Target {
     pub previous_secret: Option<String>,
     /// The JSON body.
     pub body: Vec<u8>,
+    /// The `traceparent` of the request that submitted it, if it was traced.
+    pub trace_context: Option<String>,
 }
 
 /// Reads the payload, URL and secrets of each claimed delivery in one query. A delivery
@@ -114,6 +116,7 @@ pub fn from_rows(
                 secret,
                 previous_secret,
                 body,
+                trace_context: row.try_get("", "trace_context")?,
             },
         );
     }

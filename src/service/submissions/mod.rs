@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::metrics::SubmissionOutcome;
 use crate::service::access::Access;
 use crate::service::{event_types, lines, operational};
+use crate::telemetry;
 
 pub use self::intake::MAX_IDEMPOTENCY_KEY_CHARS;
 
@@ -136,6 +137,7 @@ impl Submissions {
                 event_id: None,
                 event_type,
                 ordering_key: ordering_key.clone(),
+                trace_context: telemetry::context::current_traceparent(),
             },
             delivery_id: Uuid::now_v7(),
         };

@@ -18,13 +18,14 @@ use crate::service::access::{Access, Visible};
 use crate::service::submissions::intake::Intake;
 use crate::service::submissions::store::{prepare, NewRows, Prepared};
 use crate::service::{event_types, flow, lines, operational};
+use crate::telemetry;
 
 /// Race 3 for events: the unique index decides who created the event. A loser waits for
 /// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
 const INSERT_EVENT: &str = "\
 INSERT INTO events (id, event_type, idempotency_key, payload, payload_hash, published_by, created_at,
-                    ordering_key)
-VALUES ($1, $2, $3, $4, $5, $6, {now}, $7)
+                    ordering_key, trace_context)
+VALUES ($1, $2, $3, $4, $5, $6, {now}, $7, $8)
 ON CONFLICT (published_by, idempotency_key) DO NOTHING
 RETURNING id, created_at";
 
@@ -58,8 +59,8 @@ WITH targets AS (
 ), stored AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_id, event_type,
-         ordering_key)
-    SELECT submission_id, endpoint_id, NULL, $4, $5, $6, $7, $8, $9, $10 FROM targets
+         ordering_key, trace_context)
+    SELECT submission_id, endpoint_id, NULL, $4, $5, $6, $7, $8, $9, $10, $11 FROM targets
 )
 INSERT INTO webhook_deliveries
     (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at,
@@ -150,6 +151,7 @@ impl Fanout {
             published_by: caller.key_id,
             created_at: db::now(),
             ordering_key,
+            trace_context: telemetry::context::current_traceparent(),
         };
         match self.fan_out(caller, &event).await? {
             Some((event, deliveries)) => {
@@ -203,6 +205,7 @@ impl Fanout {
                             event.payload_hash.clone().into(),
                             event.published_by.into(),
                             event.ordering_key.clone().into(),
+                            event.trace_context.clone().into(),
                         ],
                     ))
                     .await?;
@@ -355,6 +358,7 @@ pub fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
                     event_id: Some(event.id),
                     event_type: Some(event.event_type.clone()),
                     ordering_key: event.ordering_key.clone(),
+                    trace_context: event.trace_context.clone(),
                 },
                 delivery_id: Uuid::now_v7(),
             })
@@ -394,6 +398,7 @@ pub async fn insert_fan_out<C: ConnectionTrait>(
                     event.id.into(),
                     event.event_type.clone().into(),
                     event.ordering_key.clone().into(),
+                    event.trace_context.clone().into(),
                 ],
             ))
             .await?;

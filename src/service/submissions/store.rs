@@ -32,20 +32,20 @@ use crate::service::lines::{self, Place};
 /// database's). The endpoints' turns are woken if they slept (see [`crate::service::flow`]).
 /// A row with an ordering key enters its line (see [`crate::service::lines`]) and, unless
 /// it is the line's head, is stored waiting, without a due time.
-/// `{rows}` is a [`Rows`] of [`STORE_COLUMNS`]: no key, no event type and no ordering key
-/// travel as `''` (none can be empty), no submitter as the nil id.
+/// `{rows}` is a [`Rows`] of [`STORE_COLUMNS`]: no key, no event type, no ordering key and
+/// no trace context travel as `''` (none can be empty), no submitter as the nil id.
 const STORE_POSTGRES: &str = "\
 WITH input (submission_id, delivery_id, endpoint_id, idempotency_key, payload, payload_hash,
-            submitted_by, event, event_type, ordering_key) AS ({rows}),
+            submitted_by, event, event_type, ordering_key, trace_context) AS ({rows}),
 valid AS (
     SELECT input.* FROM input {enabled_join(input.endpoint_id)} {lock_enabled}
 ), stored_submissions AS (
     INSERT INTO submissions
         (id, endpoint_id, idempotency_key, payload, payload_hash, submitted_by, created_at, event_type,
-         ordering_key)
+         ordering_key, trace_context)
     SELECT submission_id, endpoint_id, NULLIF(idempotency_key, ''), payload, payload_hash,
            NULLIF(submitted_by, '00000000-0000-0000-0000-000000000000'), {now},
-           NULLIF(event_type, ''), NULLIF(ordering_key, '')
+           NULLIF(event_type, ''), NULLIF(ordering_key, ''), NULLIF(trace_context, '')
     FROM valid
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id, created_at
@@ -82,7 +82,7 @@ CROSS JOIN notified";
 
 /// The types of `STORE_POSTGRES`' rows.
 const STORE_COLUMNS: &[&str] = &[
-    "uuid", "uuid", "uuid", "text", "jsonb", "text", "uuid", "text", "text", "text",
+    "uuid", "uuid", "uuid", "text", "jsonb", "text", "uuid", "text", "text", "text", "text",
 ];
 
 /// The creation events of what `STORE_POSTGRES` stored, stamped with the stored time.
@@ -226,6 +226,7 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
             Value::from(p.created.to_wire()?),
             Value::from(s.event_type.clone().unwrap_or_default()),
             Value::from(s.ordering_key.clone().unwrap_or_default()),
+            Value::from(s.trace_context.clone().unwrap_or_default()),
         ])?;
     }
     let (rows, values) = rows.render(1);

@@ -1,6 +1,7 @@
-//! The HTTP surface: hardening against slow or hostile clients, hostile GraphQL documents,
+//! The HTTP surface: connection limits and timeouts, hardening against slow or hostile clients, hostile GraphQL documents,
 //! GraphQL over WebSocket, and the GraphiQL page.
 
+mod connections;
 mod graphiql;
 mod hostile_documents;
 mod http_hardening;

@@ -55,6 +55,13 @@ async fn a_silent_heads_line_waits_for_its_lease_and_its_late_result_changes_not
         TestApp::spawn_with(&db, patient_worker).await,
     ];
     tokio::time::sleep_until((claimed_at + LEASE - Duration::from_millis(800)).into()).await;
+    // Both workers were looking all along, so the silence below is theirs to keep.
+    for worker in &workers {
+        assert!(
+            worker.state.metrics.claim_rounds.get() > 0,
+            "a worker ran no claim round while the lease held"
+        );
+    }
     assert!(
         receiver.received().is_empty(),
         "nothing overtook the held head"

@@ -3,56 +3,27 @@
 //! PostgreSQL database. Every decision about time is the database's, so none of it shows.
 
 use std::collections::HashMap;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use courier::auth::{self, Role};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde_json::{json, Value};
 
-use crate::support::process::{spawn_serve, spawn_serve_skewed};
-use crate::support::{gql_error_code, http_client, Backend, Receiver, Reply, TestDb};
+use crate::support::process::{admin_token, spawn_serve_skewed, Served};
+use crate::support::{gql_error_code, Backend, Receiver, Reply, TestDb};
 
 const AHEAD: i64 = 120;
 const BEHIND: i64 = -120;
 
-/// A `courier serve` process, killed when dropped.
-struct Process {
-    child: Child,
-    addr: String,
+/// A `courier serve` process with the settings every process here shares.
+fn correct(db: &TestDb, settings: &[(&str, &str)]) -> Served {
+    Served::start(&db.url, &with_defaults(settings))
 }
 
-impl Process {
-    fn correct(db: &TestDb, settings: &[(&str, &str)]) -> Process {
-        let (child, addr) = spawn_serve(&db.url, &with_defaults(settings));
-        Process { child, addr }
-    }
-
-    fn skewed(db: &TestDb, offset_secs: i64, settings: &[(&str, &str)]) -> Process {
-        let (child, addr) = spawn_serve_skewed(&db.url, &with_defaults(settings), offset_secs);
-        Process { child, addr }
-    }
-
-    /// POSTs a GraphQL request to this process and returns the JSON body.
-    async fn graphql(&self, token: &str, query: &str, variables: Value) -> Value {
-        http_client()
-            .post(format!("http://{}/graphql", self.addr))
-            .bearer_auth(token)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
-            .await
-            .expect("the process answers")
-            .json()
-            .await
-            .expect("a JSON body")
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Like [`correct`], with its wall clock `offset_secs` off.
+fn skewed(db: &TestDb, offset_secs: i64, settings: &[(&str, &str)]) -> Served {
+    let (child, addr) = spawn_serve_skewed(&db.url, &with_defaults(settings), offset_secs);
+    Served::new(child, addr)
 }
 
 /// Settings every process here shares, then `settings` (API only unless they say otherwise).
@@ -72,19 +43,8 @@ const WORKER: (&str, &str) = ("COURIER_WORKER_CONCURRENCY", "4");
 const CREATE_ENDPOINT: &str = "mutation($url: String!) { createEndpoint(input: {name: \"skew\", url: $url}) { endpoint { id } secret } }";
 const SUBMIT: &str = "mutation($id: ID!, $n: JSON!) { submit(input: {endpointId: $id, payload: $n}) { created submission { createdAt } delivery { id } } }";
 
-/// An admin token, made directly in the database.
-async fn admin_token(db: &TestDb) -> String {
-    let pool = db.connect(1).await;
-    let token = auth::create_api_key(&pool, "skew", Role::Admin, Default::default())
-        .await
-        .expect("create an API key")
-        .token;
-    pool.close().await.expect("close");
-    token
-}
-
 /// Creates an endpoint on `receiver` at `path` through `process`; returns its id.
-async fn endpoint(process: &Process, token: &str, receiver: &Receiver, path: &str) -> String {
+async fn endpoint(process: &Served, token: &str, receiver: &Receiver, path: &str) -> String {
     let body = process
         .graphql(token, CREATE_ENDPOINT, json!({ "url": receiver.url(path) }))
         .await;
@@ -96,7 +56,7 @@ async fn endpoint(process: &Process, token: &str, receiver: &Receiver, path: &st
         .to_owned()
 }
 
-async fn submit(process: &Process, token: &str, endpoint: &str, n: usize) -> Value {
+async fn submit(process: &Served, token: &str, endpoint: &str, n: usize) -> Value {
     process
         .graphql(token, SUBMIT, json!({ "id": endpoint, "n": n }))
         .await
@@ -131,14 +91,14 @@ async fn no_live_lease_is_stolen_by_a_skewed_clock() {
     })
     .await;
     let token = admin_token(&db).await;
-    let correct = Process::correct(&db, &[WORKER]);
+    let correct = correct(&db, &[WORKER]);
     let endpoint = endpoint(&correct, &token, &receiver, "slow").await;
     let body = submit(&correct, &token, &endpoint, 1).await;
     assert_eq!(body["data"]["submit"]["created"], true, "{body}");
     receiver.wait_for(1, Duration::from_secs(10)).await;
 
-    let _ahead = Process::skewed(&db, AHEAD, &[WORKER]);
-    let _behind = Process::skewed(&db, BEHIND, &[WORKER]);
+    let _ahead = skewed(&db, AHEAD, &[WORKER]);
+    let _behind = skewed(&db, BEHIND, &[WORKER]);
     // The held request ends 4 s after it began; watch well past it for a second copy.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let sent: Vec<usize> = per_delivery(&receiver).values().map(Vec::len).collect();
@@ -153,9 +113,9 @@ async fn submissions_through_skewed_apis_are_delivered_at_once() {
     let db = TestDb::new(Backend::Postgres).await;
     let receiver = Receiver::start(|_| Reply::status(200)).await;
     let token = admin_token(&db).await;
-    let ahead = Process::skewed(&db, AHEAD, &[]);
-    let behind = Process::skewed(&db, BEHIND, &[]);
-    let _worker = Process::correct(&db, &[WORKER]);
+    let ahead = skewed(&db, AHEAD, &[]);
+    let behind = skewed(&db, BEHIND, &[]);
+    let _worker = correct(&db, &[WORKER]);
     let endpoint = endpoint(&ahead, &token, &receiver, "prompt").await;
 
     let started = Instant::now();
@@ -190,11 +150,11 @@ async fn retries_keep_their_schedule_on_skewed_workers() {
     let db = TestDb::new(Backend::Postgres).await;
     let receiver = Receiver::start(|n| Reply::status(if n == 1 { 500 } else { 200 })).await;
     let token = admin_token(&db).await;
-    let api = Process::correct(&db, &[]);
+    let api = correct(&db, &[]);
     let endpoint = endpoint(&api, &token, &receiver, "flaky").await;
     let retry = [WORKER, ("COURIER_RETRY_BASE_MS", "2000")];
     for (round, offset) in [BEHIND, AHEAD].into_iter().enumerate() {
-        let worker = Process::skewed(&db, offset, &retry);
+        let worker = skewed(&db, offset, &retry);
         for n in 0..EACH {
             let body = submit(&api, &token, &endpoint, round * EACH + n).await;
             assert_eq!(body["data"]["submit"]["created"], true, "{body}");
@@ -234,8 +194,8 @@ async fn the_shared_rate_limit_stays_exact_across_skewed_clocks() {
         ("COURIER_RATE_LIMIT", "4"),
         ("COURIER_RATE_LIMIT_WINDOW_SECS", "60"),
     ];
-    let ahead = Process::skewed(&db, AHEAD, &limited);
-    let behind = Process::skewed(&db, BEHIND, &limited);
+    let ahead = skewed(&db, AHEAD, &limited);
+    let behind = skewed(&db, BEHIND, &limited);
     let admin = admin_token(&db).await;
     let endpoint = endpoint(&ahead, &admin, &receiver, "limited").await;
     let pool = db.connect(1).await;

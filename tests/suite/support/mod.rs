@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod collector;
 pub mod console;
 pub mod database;
 pub mod fixtures;

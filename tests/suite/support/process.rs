@@ -5,6 +5,11 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use courier::auth::{self, Role};
+use serde_json::{json, Value};
+
+use super::{http_client, TestDb};
+
 pub const COURIER: &str = env!("CARGO_BIN_EXE_courier");
 
 /// `courier` on `database_url`, logging JSON.
@@ -101,4 +106,72 @@ pub fn start_serve(
         .recv_timeout(Duration::from_secs(30))
         .expect("serve logs the address it listens on");
     (child, addr, at)
+}
+
+/// A `courier serve` child process, killed when dropped.
+pub struct Served {
+    child: Child,
+    /// Where it listens.
+    pub addr: String,
+}
+
+impl Served {
+    /// `courier serve` on `database_url` with `settings` (see [`spawn_serve`]).
+    pub fn start(database_url: &str, settings: &[(&str, &str)]) -> Served {
+        let (child, addr) = spawn_serve(database_url, settings);
+        Served::new(child, addr)
+    }
+
+    /// Takes charge of a process started otherwise.
+    pub fn new(child: Child, addr: String) -> Served {
+        Served { child, addr }
+    }
+
+    /// POSTs a GraphQL request to this process and returns the JSON body.
+    pub async fn graphql(&self, token: &str, query: &str, variables: Value) -> Value {
+        self.graphql_with_headers(token, query, variables, &[])
+            .await
+    }
+
+    /// Like [`Served::graphql`], with extra request headers.
+    pub async fn graphql_with_headers(
+        &self,
+        token: &str,
+        query: &str,
+        variables: Value,
+        headers: &[(&str, &str)],
+    ) -> Value {
+        let mut request = http_client()
+            .post(format!("http://{}/graphql", self.addr))
+            .bearer_auth(token)
+            .json(&json!({ "query": query, "variables": variables }));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request
+            .send()
+            .await
+            .expect("the process answers")
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An admin token, made directly in the database.
+pub async fn admin_token(db: &TestDb) -> String {
+    let pool = db.connect(1).await;
+    let token = auth::create_api_key(&pool, "admin", Role::Admin, Default::default())
+        .await
+        .expect("create an API key")
+        .token;
+    pool.close().await.expect("close");
+    token
 }

@@ -80,6 +80,8 @@ pub struct Received {
     pub signature: String,
     /// `webhook-ordering-key`, if sent.
     pub ordering_key: Option<String>,
+    /// `traceparent`, if sent.
+    pub traceparent: Option<String>,
 }
 
 impl Received {
@@ -309,6 +311,10 @@ async fn receive(
             timestamp: header("webhook-timestamp"),
             signature: header("webhook-signature"),
             ordering_key,
+            traceparent: headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
             at: std::time::Instant::now(),
             timestamp_secs: headers
                 .get("webhook-timestamp")

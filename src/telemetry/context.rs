@@ -1,0 +1,106 @@
+//! The W3C trace context: whether tracing is on, the `traceparent` of the span a request
+//! runs in (stored with what it submits), and reading one back, from a stored value or
+//! from a caller's request headers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::{SpanContext, TraceContextExt as _};
+use opentelemetry::Context;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+/// The header a webhook carries its attempt's trace context in, and a caller its own.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported. When not, no span is made and no context is stored.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Turns tracing on (once the exporter runs).
+pub(super) fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// `context` as a `traceparent` value (version `00`), if it is a valid context.
+pub fn traceparent(context: &SpanContext) -> Option<String> {
+    context.is_valid().then(|| {
+        format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The `traceparent` of the span the caller runs in, to store with what it makes; `None`
+/// when tracing is off or there is no span.
+pub fn current_traceparent() -> Option<String> {
+    if !enabled() {
+        return None;
+    }
+    let context = tracing::Span::current().context();
+    traceparent(context.span().span_context())
+}
+
+/// The span context a stored `traceparent` names, if it parses.
+pub fn parse(traceparent: &str) -> Option<SpanContext> {
+    let carrier = HashMap::from([(TRACEPARENT_HEADER.to_owned(), traceparent.to_owned())]);
+    let context = TraceContextPropagator::new().extract(&carrier);
+    let span = context.span().span_context().clone();
+    span.is_valid().then_some(span)
+}
+
+/// The caller's trace context from its request headers (`traceparent`, `tracestate`),
+/// when tracing is on and it sent a valid one: the parent of the request's span.
+pub fn from_headers(headers: &http::HeaderMap) -> Option<Context> {
+    if !enabled() {
+        return None;
+    }
+    let context =
+        TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
+    context.span().span_context().is_valid().then_some(context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_reads_back_as_the_context_it_was_written_from() {
+        let text = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let context = parse(text).expect("a valid traceparent");
+        assert_eq!(
+            format!("{:032x}", context.trace_id()),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert!(context.is_sampled());
+        assert!(context.is_remote());
+        assert_eq!(traceparent(&context).as_deref(), Some(text));
+    }
+
+    #[test]
+    fn garbage_and_all_zero_ids_are_no_context() {
+        for text in [
+            "",
+            "garbage",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        ] {
+            assert!(parse(text).is_none(), "{text:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn nothing_is_captured_while_tracing_is_off() {
+        assert!(!enabled());
+        assert_eq!(current_traceparent(), None);
+        assert!(from_headers(&http::HeaderMap::new()).is_none());
+    }
+}

@@ -1,0 +1,127 @@
+//! The OTLP trace pipeline: spans batched off the request path and posted as protobuf to
+//! the collector by Courier's own HTTP client, on the process's runtime.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_http::{HttpClient, HttpError};
+use opentelemetry_otlp::{SpanExporter, WithExportConfig as _, WithHttpConfig as _};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
+use tracing::Subscriber;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
+
+use super::spans::TARGET;
+
+/// Longest one export may take, connecting included: past it the batch is dropped, and
+/// the spans after it wait in the bounded queue (or are dropped when it is full).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest the exit waits for queued spans to go out.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Why tracing could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Tracing needs the async runtime to send from.
+    #[error("tracing must be started inside the async runtime")]
+    NoRuntime,
+    /// The HTTP client could not be built.
+    #[error("cannot build the OTLP HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    /// The exporter refused its settings (the collector URL, most likely).
+    #[error("cannot set up the OTLP exporter: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// The running trace pipeline.
+#[derive(Debug)]
+pub struct Traces {
+    provider: SdkTracerProvider,
+}
+
+impl Traces {
+    /// Starts exporting to `url` (the full traces URL) as `service_name`. Batching follows
+    /// the `OTEL_BSP_*` variables (by default a queue of 2,048 spans sent every 5 s), and
+    /// headers `OTEL_EXPORTER_OTLP_HEADERS`.
+    pub fn start(url: &str, service_name: &str) -> Result<Self, ExportError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ExportError::NoRuntime)?;
+        crate::crypto::install_tls_provider();
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("Courier/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(EXPORT_TIMEOUT)
+            .build()?;
+        let exporter = SpanExporter::builder()
+            .with_http()
+            .with_endpoint(url)
+            .with_timeout(EXPORT_TIMEOUT)
+            .with_http_client(OnRuntime { client, runtime })
+            .build()?;
+        let resource = Resource::builder()
+            .with_service_name(service_name.to_owned())
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build();
+        tracing::info!(%url, service_name, "exporting traces over OTLP/HTTP");
+        Ok(Traces { provider })
+    }
+
+    /// The layer that turns Courier's spans (those of [`TARGET`] only) into OpenTelemetry
+    /// spans.
+    pub fn layer<S>(&self) -> impl Layer<S>
+    where
+        S: Subscriber + for<'span> LookupSpan<'span>,
+    {
+        let tracer = self.provider.tracer("courier");
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(Targets::new().with_target(TARGET, tracing::Level::INFO))
+    }
+
+    /// Sends what is queued, for at most [`SHUTDOWN_TIMEOUT`], and stops.
+    pub async fn shutdown(self) {
+        let provider = self.provider;
+        let stopped =
+            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT))
+                .await;
+        if let Ok(Err(err)) = stopped {
+            tracing::warn!(error = %err, "the last spans could not be exported");
+        }
+    }
+}
+
+/// The exporter's HTTP client: the batch processor calls it from its own thread, so each
+/// request is run on the process's runtime, where reqwest's connections live.
+#[derive(Debug)]
+struct OnRuntime {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait]
+impl HttpClient for OnRuntime {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        let request = reqwest::Request::try_from(request)?;
+        let sent = self.runtime.spawn(async move {
+            let response = client.execute(request).await?;
+            let mut answer = http::Response::builder().status(response.status());
+            if let Some(headers) = answer.headers_mut() {
+                headers.extend(response.headers().clone());
+            }
+            let body = response.bytes().await?;
+            Ok::<_, HttpError>(answer.body(body)?)
+        });
+        sent.await?
+    }
+}

@@ -1,0 +1,91 @@
+//! Logs and traces: structured `tracing` to stderr (text or JSON, filtered by `RUST_LOG`),
+//! and, when a collector is configured, OpenTelemetry spans exported over OTLP.
+//!
+//! Tracing is off unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and costs nothing then: no
+//! span is made (see [`context::enabled`]) and nothing is stored with a submission.
+
+pub mod context;
+mod export;
+pub mod spans;
+
+use std::io::IsTerminal as _;
+
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+use crate::config::{LogFormat, TracingArgs};
+
+pub use self::export::ExportError;
+
+/// Default filter when `RUST_LOG` is unset: Courier at info, noisy dependencies at warn.
+/// Per-request access lines (method, URI, status, latency) come from `tower_http` at
+/// debug: `RUST_LOG=info,tower_http=debug` turns them on.
+const DEFAULT_FILTER: &str = "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn,tower_http=warn";
+
+/// What [`init`] set up; [`Telemetry::shutdown`] sends the spans still queued.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    traces: Option<export::Traces>,
+}
+
+impl Telemetry {
+    /// Exports what is queued (within a few seconds: a dead collector does not hold the
+    /// exit up) and stops the exporter.
+    pub async fn shutdown(self) {
+        if let Some(traces) = self.traces {
+            traces.shutdown().await;
+        }
+    }
+}
+
+/// Installs the global subscriber: logs to stderr (stdout stays for command output) and,
+/// with a collector configured, spans to it. A collector URL that cannot be used is an
+/// error; one that is merely unreachable is not (spans are dropped, never waited for).
+pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, ExportError> {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    // The exported spans are not log lines, nor prefixes of them.
+    let filter = match format!("{}=off", spans::TARGET).parse() {
+        Ok(quiet) => filter.add_directive(quiet),
+        Err(_) => filter,
+    };
+    let logs = tracing_subscriber::fmt::layer()
+        // Colours only for a person at a terminal: files, pipes and journals get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(|| LossyStderr);
+    let logs = match format {
+        LogFormat::Text => logs.boxed(),
+        LogFormat::Json => logs.json().flatten_event(true).boxed(),
+    };
+    let traces = tracing
+        .traces_url()
+        .map(|url| export::Traces::start(&url, &tracing.otel_service_name))
+        .transpose()?;
+    let spans = traces.as_ref().map(export::Traces::layer);
+    let _ = tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(spans)
+        .try_init();
+    if traces.is_some() {
+        context::enable();
+    }
+    Ok(Telemetry { traces })
+}
+
+/// Stderr that never fails: if the log sink is gone (a closed pipe), log lines are
+/// dropped instead of surfacing an error, which the subscriber would report with a
+/// panicking `eprintln!` and take down whatever task was logging.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! Connection hygiene, over raw TCP as a careless or hostile client would behave: a header
+//! sent halfway is cut off after the header timeout, a kept-alive connection is closed
+//! once idle, a WebSocket that never sends `connection_init` is closed with 4408, and the
+//! connection cap answers one connection too many with 503 (WebSockets count).
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::support::websocket::{connect, send, until_closed};
+use crate::support::{Backend, TestApp, TestDb};
+
+/// Generous bounds: these only prove the server acts, never how fast.
+const WITHIN: Duration = Duration::from_secs(10);
+
+const HEALTH: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: courier\r\n\r\n";
+
+/// Reads until the server closes the connection (or `WITHIN` passes, which fails); returns
+/// what it sent.
+async fn read_to_close(stream: &mut TcpStream) -> String {
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WITHIN, stream.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "the server kept the connection open; it sent {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Sends a health check on `stream` and reads its answer (the connection stays open).
+async fn health_on(stream: &mut TcpStream) -> String {
+    stream.write_all(HEALTH).await.expect("send");
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(WITHIN, stream.read(&mut answer))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+#[tokio::test]
+async fn half_a_header_is_cut_off_and_a_whole_one_is_served() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.header_timeout_ms = 300;
+        config.idle_timeout_ms = 60_000;
+    })
+    .await;
+    let mut half = TcpStream::connect(app.addr).await.expect("connect");
+    half.write_all(b"POST /graphql HTTP/1.1\r\nhost: courier\r\ncontent-ty")
+        .await
+        .expect("send half a header");
+    let answer = read_to_close(&mut half).await;
+    assert!(
+        answer.is_empty(),
+        "nothing is answered to half a header: {answer:?}"
+    );
+
+    // The same timeout leaves a whole request, sent slowly within it, alone.
+    let mut slow = TcpStream::connect(app.addr).await.expect("connect");
+    slow.write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    slow.write_all(b"host: courier\r\n\r\n")
+        .await
+        .expect("send");
+    let mut answer = vec![0u8; 4096];
+    let n = slow.read(&mut answer).await.expect("read");
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+}
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.idle_timeout_ms = 400;
+    })
+    .await;
+    let mut stream = TcpStream::connect(app.addr).await.expect("connect");
+    // Kept alive while it is used: two requests on one connection, under the idle timeout.
+    for _ in 0..2 {
+        let answer = health_on(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Then left idle: closed, with nothing more said.
+    let rest = read_to_close(&mut stream).await;
+    assert!(rest.is_empty(), "{rest:?}");
+
+    // A connection that never sends a byte is idle from the start.
+    let mut silent = TcpStream::connect(app.addr).await.expect("connect");
+    assert!(read_to_close(&mut silent).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_websocket_without_connection_init_is_closed_with_4408() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.ws_init_timeout_ms = 300;
+    })
+    .await;
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        let mut socket = connect(&app, protocol).await;
+        let (messages, close) = until_closed(&mut socket, WITHIN).await;
+        let (code, reason) = close.unwrap_or_else(|| panic!("{protocol}: no close frame"));
+        assert_eq!(code, 4408, "{protocol}: {reason}");
+        assert_eq!(reason, "Connection initialisation timeout");
+        assert!(messages.is_empty(), "{protocol}: {messages:?}");
+    }
+}
+
+#[tokio::test]
+async fn one_connection_over_the_cap_is_refused_with_503() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.max_connections = 2;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    // One kept-alive HTTP connection and one WebSocket hold the two places.
+    let mut held = TcpStream::connect(app.addr).await.expect("connect");
+    assert!(health_on(&mut held).await.starts_with("HTTP/1.1 200"));
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(
+        &mut socket,
+        json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } }),
+    )
+    .await;
+    let ack = crate::support::websocket::next(&mut socket).await;
+    assert_eq!(
+        ack.as_ref().map(|ack| ack["type"].clone()),
+        Some(json!("connection_ack"))
+    );
+
+    let mut over = TcpStream::connect(app.addr).await.expect("connect");
+    over.write_all(HEALTH).await.expect("send");
+    let refused = read_to_close(&mut over).await;
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused:?}");
+    assert!(
+        refused.to_lowercase().contains("retry-after: 1"),
+        "{refused:?}"
+    );
+    assert!(refused.contains("SERVICE_UNAVAILABLE"), "{refused:?}");
+
+    // The held ones still work; once the WebSocket goes, a new connection is served.
+    assert!(health_on(&mut held).await.starts_with("HTTP/1.1 200"));
+    drop(socket);
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let mut next = TcpStream::connect(app.addr).await.expect("connect");
+        next.write_all(HEALTH).await.expect("send");
+        let answer = read_first(&mut next).await;
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a place should free up once the WebSocket closes: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(held);
+    let counted = app.state.metrics.connections_refused.get();
+    assert!(counted >= 1, "refusals are counted: {counted}");
+}
+
+/// The first answer on `stream`, or what it sent before closing.
+async fn read_first(stream: &mut TcpStream) -> String {
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(WITHIN, stream.read(&mut answer))
+        .await
+        .expect("an answer in time")
+        .unwrap_or(0);
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}

@@ -1,0 +1,318 @@
+//! Traces, end to end: a real `courier serve` exporting OTLP/HTTP protobuf to a real
+//! collector, decoded here. A submit's span and the spans of its attempts are one trace,
+//! under the caller's own trace when it sends one, and every webhook carries its
+//! attempt's `traceparent`. A collector that never answers fails and holds up nothing; with
+//! no collector nothing is traced or stored.
+
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, Statement};
+use serde_json::{json, Value};
+
+use crate::on_both_backends;
+use crate::support::collector::{
+    dead_collector, CollectedSpan, Collector, KIND_CLIENT, KIND_SERVER, STATUS_ERROR,
+};
+use crate::support::fixtures::quick_worker;
+use crate::support::process::{admin_token, Served};
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+
+const CREATE_ENDPOINT: &str = "mutation($url: String!, $types: [String!]) { createEndpoint(input: {name: \"traced\", url: $url, eventTypes: $types}) { endpoint { id } secret } }";
+const SUBMIT: &str = "mutation Deliver($id: ID!, $p: JSON!) { submit(input: {endpointId: $id, payload: $p}) { delivery { id } } }";
+const PUBLISH: &str = "mutation($p: JSON!) { publish(input: {eventType: \"order.paid\", payload: $p}) { event { id } } }";
+
+/// A caller's own trace context, as an instrumented partner backend would send it.
+const CALLER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const CALLER_SPAN: &str = "b7ad6b7169203331";
+
+/// A traced process: worker on, quick polling, one retry 100 ms after a failure, spans
+/// exported every 100 ms to `collector`, then `settings`.
+fn traced(db: &TestDb, collector: &str, settings: &[(&str, &str)]) -> Served {
+    let mut all = vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ("COURIER_WORKER_CONCURRENCY", "4"),
+        ("COURIER_POLL_INTERVAL_MS", "100"),
+        ("COURIER_RETRY_SCHEDULE", "100ms"),
+    ];
+    all.extend_from_slice(settings);
+    Served::start(&db.url, &all)
+}
+
+/// Creates an endpoint on `receiver` at `path`, subscribed to `types`; returns its id.
+async fn endpoint(
+    process: &Served,
+    token: &str,
+    receiver: &Receiver,
+    path: &str,
+    types: &[&str],
+) -> String {
+    let body = process
+        .graphql(
+            token,
+            CREATE_ENDPOINT,
+            json!({ "url": receiver.url(path), "types": types }),
+        )
+        .await;
+    let created = &body["data"]["createEndpoint"];
+    receiver.set_secret(path, created["secret"].as_str().expect("secret"));
+    created["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("endpoint: {body}"))
+        .to_owned()
+}
+
+fn named<'a>(spans: &'a [CollectedSpan], name: &str) -> Vec<&'a CollectedSpan> {
+    spans.iter().filter(|span| span.name == name).collect()
+}
+
+/// The trace id and span id of a `traceparent`.
+fn ids_of(traceparent: &str) -> (String, String) {
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "traceparent {traceparent:?}");
+    assert_eq!(parts[0], "00", "version of {traceparent:?}");
+    assert_eq!(parts[3], "01", "sampled flag of {traceparent:?}");
+    (parts[1].to_owned(), parts[2].to_owned())
+}
+
+async fn stored_trace_context(db: &TestDb, delivery_id: &str) -> Option<String> {
+    let pool = db.connect(1).await;
+    let backend = pool.backend();
+    let row = pool
+        .conn()
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            "SELECT s.trace_context FROM submissions s \
+             JOIN webhook_deliveries d ON d.submission_id = s.id WHERE d.id = $1",
+            [uuid::Uuid::parse_str(delivery_id).expect("uuid").into()],
+        ))
+        .await
+        .expect("query")
+        .expect("the delivery's submission");
+    let context: Option<String> = row.try_get("", "trace_context").expect("column");
+    pool.close().await.expect("close");
+    context
+}
+
+/// A submit sent with the caller's `traceparent`; its first attempt is answered 500, the
+/// retry 200. The operation's span continues the caller's trace; each attempt's span is its
+/// child and links to it; each webhook carries its own attempt's context.
+async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let collector = Collector::start().await;
+    let receiver = Receiver::start(|nth| Reply::status(if nth == 1 { 500 } else { 200 })).await;
+    let process = traced(&db, collector.url(), &[]);
+    let token = admin_token(&db).await;
+    let endpoint = endpoint(&process, &token, &receiver, "r", &[]).await;
+
+    let caller = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let submitted = process
+        .graphql_with_headers(
+            &token,
+            SUBMIT,
+            json!({ "id": endpoint, "p": { "order": 1 } }),
+            &[("traceparent", &caller)],
+        )
+        .await;
+    let delivery_id = submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("submit: {submitted}"))
+        .to_owned();
+    let received = receiver.wait_for(2, Duration::from_secs(20)).await;
+    assert!(received
+        .iter()
+        .all(|r| r.verified && r.webhook_id == delivery_id));
+
+    let spans = collector
+        .wait_until(Duration::from_secs(20), |spans| {
+            named(spans, "mutation Deliver").len() == 1
+                && named(spans, "webhook attempt").len() == 2
+        })
+        .await;
+    let operation = named(&spans, "mutation Deliver")[0];
+    assert_eq!(operation.kind, KIND_SERVER);
+    assert_eq!(operation.service_name, "courier");
+    assert_eq!(
+        operation.trace_id, CALLER_TRACE,
+        "the caller's trace goes on"
+    );
+    assert_eq!(operation.parent_span_id, CALLER_SPAN);
+    assert_eq!(operation.attributes["graphql.operation.type"], "mutation");
+    assert_eq!(operation.attributes["graphql.operation.name"], "Deliver");
+    assert!(collector
+        .content_types()
+        .iter()
+        .all(|content_type| content_type == "application/x-protobuf"));
+
+    let mut attempts = named(&spans, "webhook attempt");
+    attempts.sort_by_key(|span| span.attributes["courier.attempt"].clone());
+    for (attempt, (span, webhook)) in attempts.iter().zip(&received).enumerate() {
+        assert_eq!(span.kind, KIND_CLIENT);
+        assert_eq!(
+            span.trace_id, CALLER_TRACE,
+            "one trace from submit to attempt"
+        );
+        assert_eq!(
+            span.parent_span_id, operation.span_id,
+            "a child of the submit"
+        );
+        assert_eq!(
+            span.links,
+            vec![(operation.trace_id.clone(), operation.span_id.clone())],
+            "linked to the submit"
+        );
+        assert_eq!(span.attributes["courier.delivery.id"], delivery_id);
+        assert_eq!(
+            span.attributes["courier.attempt"],
+            (attempt + 1).to_string()
+        );
+        assert_eq!(span.attributes["server.address"], "127.0.0.1");
+        let traceparent = webhook
+            .traceparent
+            .as_deref()
+            .expect("the webhook's traceparent");
+        assert_eq!(
+            ids_of(traceparent),
+            (CALLER_TRACE.to_owned(), span.span_id.clone())
+        );
+    }
+    assert_eq!(attempts[0].attributes["http.response.status_code"], "500");
+    assert_eq!(attempts[0].status_code, STATUS_ERROR);
+    assert_eq!(attempts[1].attributes["http.response.status_code"], "200");
+    assert_ne!(attempts[1].status_code, STATUS_ERROR);
+
+    assert_eq!(
+        stored_trace_context(&db, &delivery_id).await,
+        Some(format!("00-{CALLER_TRACE}-{}-01", operation.span_id)),
+        "the submission keeps the context its attempts link to"
+    );
+}
+
+/// A publish with no caller context starts a trace of its own, which the attempts at every
+/// endpoint it reaches join; `OTEL_SERVICE_NAME` names the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_event_traces_to_every_endpoint_it_reaches() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let collector = Collector::start().await;
+    let receiver = Receiver::accepting().await;
+    let process = traced(
+        &db,
+        collector.url(),
+        &[("OTEL_SERVICE_NAME", "courier-east")],
+    );
+    let token = admin_token(&db).await;
+    endpoint(&process, &token, &receiver, "a", &["order.paid"]).await;
+    endpoint(&process, &token, &receiver, "b", &["order.paid"]).await;
+
+    let published = process
+        .graphql(&token, PUBLISH, json!({ "p": { "order": 7 } }))
+        .await;
+    assert!(
+        published["data"]["publish"]["event"]["id"].is_string(),
+        "{published}"
+    );
+    let received = receiver.wait_for(2, Duration::from_secs(20)).await;
+
+    let spans = collector
+        .wait_until(Duration::from_secs(20), |spans| {
+            named(spans, "mutation publish").len() == 1
+                && named(spans, "webhook attempt").len() == 2
+        })
+        .await;
+    let operation = named(&spans, "mutation publish")[0];
+    assert_eq!(operation.service_name, "courier-east");
+    assert_eq!(operation.parent_span_id, "", "a trace of its own");
+    let attempts = named(&spans, "webhook attempt");
+    for span in &attempts {
+        assert_eq!(span.service_name, "courier-east");
+        assert_eq!(span.trace_id, operation.trace_id);
+        assert_eq!(span.parent_span_id, operation.span_id);
+    }
+    let mut endpoints: Vec<&String> = attempts
+        .iter()
+        .map(|span| &span.attributes["courier.endpoint.id"])
+        .collect();
+    endpoints.sort();
+    endpoints.dedup();
+    assert_eq!(endpoints.len(), 2, "one attempt span per endpoint");
+    for webhook in &received {
+        let (trace, span) = ids_of(webhook.traceparent.as_deref().expect("traceparent"));
+        assert_eq!(trace, operation.trace_id);
+        assert!(attempts.iter().any(|attempt| attempt.span_id == span));
+    }
+}
+
+/// Exports to a collector that accepts connections and never answers time out on the
+/// exporter's own thread, and the small queue overflows: every submit still answers and
+/// every webhook still goes out, each with its trace context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_never_answers_fails_and_holds_up_nothing() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let (dead, _stop) = dead_collector().await;
+    let receiver = Receiver::accepting().await;
+    let process = traced(
+        &db,
+        &dead,
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "8"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4"),
+        ],
+    );
+    let token = admin_token(&db).await;
+    let endpoint = endpoint(&process, &token, &receiver, "r", &[]).await;
+
+    const SUBMISSIONS: usize = 40;
+    for n in 0..SUBMISSIONS {
+        let submitted = process
+            .graphql(&token, SUBMIT, json!({ "id": endpoint, "p": { "n": n } }))
+            .await;
+        assert!(
+            submitted["data"]["submit"]["delivery"]["id"].is_string(),
+            "submit {n}: {submitted}"
+        );
+    }
+    let received = receiver
+        .wait_for(SUBMISSIONS, Duration::from_secs(30))
+        .await;
+    assert_eq!(received.len(), SUBMISSIONS);
+    assert!(received
+        .iter()
+        .all(|webhook| webhook.verified && webhook.traceparent.is_some()));
+}
+
+/// With no collector configured (the default) nothing is traced: a caller's
+/// `traceparent` is not carried on, no webhook has one, and no context is stored.
+async fn without_a_collector_nothing_is_traced(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (endpoint, secret) = app.create_endpoint(&admin, &receiver.url("r")).await;
+    receiver.set_secret("r", &secret);
+    let submitted: Value = crate::support::http_client()
+        .post(app.url("/graphql"))
+        .bearer_auth(&admin)
+        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+        .json(&json!({ "query": SUBMIT, "variables": { "id": endpoint, "p": { "n": 1 } } }))
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("JSON");
+    let delivery_id = submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("submit: {submitted}"))
+        .to_owned();
+    let received = receiver.wait_for(1, Duration::from_secs(20)).await;
+    assert!(received[0].verified);
+    assert_eq!(received[0].traceparent, None);
+    assert_eq!(stored_trace_context(&db, &delivery_id).await, None);
+}
+
+on_both_backends!(
+    a_submit_and_its_attempts_are_one_trace,
+    without_a_collector_nothing_is_traced,
+);
