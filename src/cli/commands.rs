@@ -132,6 +132,10 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
              link-local addresses, this host and its network included"
         );
     }
+    crate::http::connections::warn_if_over_file_limit(
+        config.max_connections,
+        u64::from(config.worker_concurrency).saturating_add(u64::from(database.db_pool_size)),
+    );
     let db = connect(database).await?;
     // Refuse to start rather than ever sign with a secret this process cannot open.
     let keys = config.secret_keys();

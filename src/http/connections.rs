@@ -117,6 +117,39 @@ pub async fn serve(
     Ok(())
 }
 
+/// Warns at start-up when `max_connections`, with the process's other descriptors
+/// (`others`: the worker's webhook connections and the database pool), could need more
+/// open files than the process may have (its soft limit, where the system tells it).
+pub fn warn_if_over_file_limit(max_connections: u64, others: u64) {
+    let Some(limit) = open_file_limit() else {
+        return;
+    };
+    // Listeners, log files and the like.
+    const SPARE: u64 = 64;
+    if max_connections.saturating_add(others).saturating_add(SPARE) > limit {
+        tracing::warn!(
+            max_connections,
+            open_file_limit = limit,
+            "COURIER_MAX_CONNECTIONS, with the worker's connections and the database pool, may \
+             need more open files than this process may have: raise its limit (ulimit -n) or \
+             lower COURIER_MAX_CONNECTIONS"
+        );
+    }
+}
+
+/// The soft limit on open files, from `/proc/self/limits` (Linux; elsewhere unknown).
+fn open_file_limit() -> Option<u64> {
+    soft_file_limit(&std::fs::read_to_string("/proc/self/limits").ok()?)
+}
+
+/// The soft open-file limit in the text of `/proc/self/limits` (`None` when unlimited).
+fn soft_file_limit(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
 /// Tells a connection over the limit so, then closes it.
 async fn refuse(mut stream: TcpStream, _slot: OwnedSemaphorePermit) {
     let told = async {
@@ -345,5 +378,22 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_open_file_limit_is_read_from_proc_limits() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max processes             unlimited            unlimited            processes \n\
+                      Max open files            1024                 524288               files     \n";
+        assert_eq!(soft_file_limit(limits), Some(1024));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(soft_file_limit(unlimited), None);
+        assert_eq!(soft_file_limit(""), None);
     }
 }
