@@ -1,8 +1,8 @@
 //! Serving HTTP connections with limits a hostile or careless client cannot outstay: at most
 //! `COURIER_MAX_CONNECTIONS` at once (WebSockets included; one more is answered 503 and
 //! closed), a request's header must arrive within `COURIER_HEADER_TIMEOUT_MS` of its first
-//! byte, and a kept-alive connection with no request for `COURIER_IDLE_TIMEOUT_MS` is
-//! closed. On shutdown every connection finishes the request it is serving.
+//! byte (and its body may pause no longer), and a kept-alive connection with no request for
+//! `COURIER_IDLE_TIMEOUT_MS` is closed. On shutdown every connection finishes the request it is serving.
 
 use std::io;
 use std::pin::Pin;
@@ -13,13 +13,14 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
+use tower_http::timeout::TimeoutBody;
 
 use crate::metrics::Metrics;
 
@@ -39,18 +40,29 @@ pub struct ConnectionLimits {
 /// Refusals being written at once; a connection past even these is closed unanswered.
 const MAX_REFUSING: usize = 64;
 
-/// How long a refusal waits for the client to finish sending before it closes, so the 503
-/// is read rather than lost to a reset.
-const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+/// How long a refusal may take: reading the request's header, answering, and reading what
+/// else the client sends before closing, so the 503 is read rather than lost to a reset.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// The most of a refused request's header that is read before answering.
+const REFUSAL_READ_LIMIT: usize = 16 * 1024;
+
+/// The body a connection over the limit is answered with.
+const REFUSAL_BODY: &str = "{\"errors\":[{\"message\":\"too many connections; retry\",\"extensions\":{\"code\":\"SERVICE_UNAVAILABLE\"}}]}";
 
 /// What a connection over the limit is told, in full: HTTP/1.1 with `Retry-After`.
-const REFUSAL: &str = "HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/json\r\n\
-retry-after: 1\r\n\
-connection: close\r\n\
-content-length: 102\r\n\
-\r\n\
-{\"errors\":[{\"message\":\"too many connections; retry\",\"extensions\":{\"code\":\"SERVICE_UNAVAILABLE\"}}]}";
+fn refusal() -> String {
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\n\
+         content-type: application/json\r\n\
+         retry-after: 1\r\n\
+         connection: close\r\n\
+         content-length: {}\r\n\
+         \r\n\
+         {REFUSAL_BODY}",
+        REFUSAL_BODY.len()
+    )
+}
 
 /// Serves `router` on `listener` under `limits` until `shutdown` fires, then waits (at most
 /// the grace period) for open connections to finish what they are serving.
@@ -82,9 +94,10 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
+                let open = Open::new(permit, metrics.clone());
                 connections.spawn(serve_connection(
                     stream,
-                    permit,
+                    open,
                     router.clone(),
                     limits,
                     shutdown.clone(),
@@ -97,9 +110,6 @@ pub async fn serve(
                 }
             }
         }
-        metrics
-            .connections_open
-            .set((limits.max_connections - permits.available_permits()) as i64);
     }
     drop(listener);
     let finished = tokio::time::timeout(limits.shutdown_grace, async {
@@ -113,8 +123,30 @@ pub async fn serve(
         );
         connections.abort_all();
     }
-    metrics.connections_open.set(0);
     Ok(())
+}
+
+/// An open connection: its place under the cap, and its count in the open-connections
+/// gauge, both given back when the stream is dropped (after a WebSocket upgrade too).
+struct Open {
+    _permit: OwnedSemaphorePermit,
+    metrics: Arc<Metrics>,
+}
+
+impl Open {
+    fn new(permit: OwnedSemaphorePermit, metrics: Arc<Metrics>) -> Self {
+        metrics.connections_open.inc();
+        Open {
+            _permit: permit,
+            metrics,
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.metrics.connections_open.dec();
+    }
 }
 
 /// Warns at start-up when `max_connections`, with the process's other descriptors
@@ -153,12 +185,22 @@ fn soft_file_limit(limits: &str) -> Option<u64> {
 /// Tells a connection over the limit so, then closes it.
 async fn refuse(mut stream: TcpStream, _slot: OwnedSemaphorePermit) {
     let told = async {
-        stream.write_all(REFUSAL.as_bytes()).await?;
+        // Answer once the request's header is in (an HTTP client reads nothing sent
+        // before its request), or once the client has sent all it will.
+        let mut head = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REFUSAL_READ_LIMIT {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&chunk[..n]);
+        }
+        stream.write_all(refusal().as_bytes()).await?;
         stream.shutdown().await?;
         // Read what the client still sends, so closing does not reset the connection
         // before it has read the answer.
-        let mut sink = [0u8; 1024];
-        while tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await? > 0 {}
+        while stream.read(&mut chunk).await? > 0 {}
         Ok::<_, io::Error>(())
     };
     let _ = tokio::time::timeout(REFUSAL_LINGER, told).await;
@@ -168,7 +210,7 @@ async fn refuse(mut stream: TcpStream, _slot: OwnedSemaphorePermit) {
 /// or shutdown has let it finish its request.
 async fn serve_connection(
     stream: TcpStream,
-    permit: OwnedSemaphorePermit,
+    open: Open,
     router: Router,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
@@ -177,13 +219,17 @@ async fn serve_connection(
     let io = TokioIo::new(Watched {
         stream,
         activity: activity.clone(),
-        _permit: permit,
+        _open: open,
     });
     let counted = activity.clone();
     let service =
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let router = router.clone();
-            let (request, in_flight) = counted.begin(request.map(axum::body::Body::new));
+            // A body that stops arriving for the header timeout ends the request (and, left
+            // unread, the connection), so a stalled upload holds nothing for long either.
+            let request = request
+                .map(|body| axum::body::Body::new(TimeoutBody::new(limits.header_timeout, body)));
+            let (request, in_flight) = counted.begin(request);
             async move {
                 let response = router.oneshot(request).await;
                 drop(in_flight);
@@ -320,12 +366,12 @@ impl Activity {
     }
 }
 
-/// The TCP stream, noting its activity, and holding the connection's permit for as long as
+/// The TCP stream, noting its activity, and holding the connection's place for as long as
 /// the stream lives (through a WebSocket upgrade too).
 struct Watched {
     stream: TcpStream,
     activity: Arc<Activity>,
-    _permit: OwnedSemaphorePermit,
+    _open: Open,
 }
 
 impl AsyncRead for Watched {

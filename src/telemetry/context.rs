@@ -9,7 +9,6 @@ use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::{SpanContext, TraceContextExt as _};
 use opentelemetry::Context;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The header a webhook carries its attempt's trace context in, and a caller its own.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
@@ -44,7 +43,9 @@ pub fn current_traceparent() -> Option<String> {
     if !enabled() {
         return None;
     }
-    let context = tracing::Span::current().context();
+    // The OpenTelemetry context, not the current `tracing` span's: a debug span that only
+    // the logs record (when `RUST_LOG` enables it) may be current, and it has none.
+    let context = Context::current();
     traceparent(context.span().span_context())
 }
 

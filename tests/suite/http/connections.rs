@@ -78,6 +78,37 @@ async fn half_a_header_is_cut_off_and_a_whole_one_is_served() {
 }
 
 #[tokio::test]
+async fn the_header_is_timed_from_its_first_byte_and_a_stalled_body_ends_its_request() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.header_timeout_ms = 300;
+        config.idle_timeout_ms = 60_000;
+    })
+    .await;
+    // Quiet for longer than the header timeout, then a whole request: served.
+    let mut late = TcpStream::connect(app.addr).await.expect("connect");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let answer = health_on(&mut late).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+
+    // A whole header announcing a body that never comes: the request ends and the
+    // connection closes, instead of holding its place.
+    let mut stalled = TcpStream::connect(app.addr).await.expect("connect");
+    stalled
+        .write_all(
+            b"POST /graphql HTTP/1.1\r\nhost: courier\r\ncontent-type: application/json\r\n\
+              content-length: 1048576\r\n\r\n{\"query\":",
+        )
+        .await
+        .expect("send");
+    let answer = read_to_close(&mut stalled).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 4"),
+        "a stalled body gets a 4xx at most: {answer:?}"
+    );
+}
+
+#[tokio::test]
 async fn an_idle_kept_alive_connection_is_closed() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn_with(&db, |config| {
@@ -140,15 +171,21 @@ async fn one_connection_over_the_cap_is_refused_with_503() {
         Some(json!("connection_ack"))
     );
 
-    let mut over = TcpStream::connect(app.addr).await.expect("connect");
-    over.write_all(HEALTH).await.expect("send");
-    let refused = read_to_close(&mut over).await;
-    assert!(refused.starts_with("HTTP/1.1 503"), "{refused:?}");
-    assert!(
-        refused.to_lowercase().contains("retry-after: 1"),
-        "{refused:?}"
+    assert_eq!(app.state.metrics.connections_open.get(), 2);
+
+    // An HTTP client reads the refusal as a whole response.
+    let refused = crate::support::http_client()
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("a complete answer");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: serde_json::Value = refused.json().await.expect("a JSON body");
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"],
+        "SERVICE_UNAVAILABLE"
     );
-    assert!(refused.contains("SERVICE_UNAVAILABLE"), "{refused:?}");
 
     // The held ones still work; once the WebSocket goes, a new connection is served.
     assert!(health_on(&mut held).await.starts_with("HTTP/1.1 200"));
@@ -168,6 +205,14 @@ async fn one_connection_over_the_cap_is_refused_with_503() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(held);
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while app.state.metrics.connections_open.get() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the open-connections gauge comes back to 0"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let counted = app.state.metrics.connections_refused.get();
     assert!(counted >= 1, "refusals are counted: {counted}");
 }
