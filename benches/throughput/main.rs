@@ -15,7 +15,7 @@
 //! endpoints; 1 skips it), `BENCH_KEYED` (`100000,10,1000`: a backlog drained over
 //! endpoints and ordering keys, round robin, after the same backlog over the same endpoints
 //! without keys; 0 skips both), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
-//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history,tracing`; pgbench always runs),
+//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history,tracing,hygiene`; pgbench always runs),
 //! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
 //! (500000: expired deliveries retention prunes), `BENCH_RETENTION_BACKLOG` (100000: the
 //! backlog drained while it prunes), `BENCH_HISTORY_SIZES` (`100000,10000000`:
@@ -28,6 +28,7 @@
 
 mod drain;
 mod history;
+mod hygiene;
 mod neighbours;
 mod pgbench;
 mod process;
@@ -96,12 +97,15 @@ async fn main() {
         let submit =
             workloads::submit_throughput(&server, connections, Duration::from_secs(seconds)).await;
         println!(
-            "submit: {:.0}/s over {connections} connections ({:.2}x pgbench), {} errors",
+            "submit: {:.0}/s over {connections} connections ({:.2}x pgbench), {} errors, \
+             courier CPU {:.0} us per submit",
             submit.per_second,
             submit.per_second / pgbench_tps,
-            submit.errors
+            submit.errors,
+            submit.cpu_us_per_submit
         );
         results["submit_per_second"] = json!(submit.per_second);
+        results["submit_cpu_us"] = json!(submit.cpu_us_per_submit);
         results["submit_ratio"] = json!(submit.per_second / pgbench_tps);
         results["submit_errors"] = json!(submit.errors);
     }
@@ -259,6 +263,24 @@ async fn main() {
             exported.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
         );
         results["tracing"] = json!(figures);
+    }
+
+    if runs("hygiene") {
+        let h = hygiene::half_headers(&server, 2000, Duration::from_secs(40)).await;
+        println!(
+            "{} connections sending half a header: {} closed by the server, the last {:.1} s after \
+             the last opened; a health check meanwhile {}",
+            h.connections,
+            h.closed,
+            h.last_closed_after.as_secs_f64(),
+            if h.served_meanwhile { "answered 200" } else { "went unanswered" }
+        );
+        results["half_headers"] = json!({
+            "connections": h.connections,
+            "closed": h.closed,
+            "last_closed_after_seconds": h.last_closed_after.as_secs_f64(),
+            "served_meanwhile": h.served_meanwhile,
+        });
     }
 
     if runs("neighbours") {

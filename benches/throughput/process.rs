@@ -112,6 +112,11 @@ impl Server {
             .unwrap_or(0.0)
     }
 
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// CPU time this process has used so far, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
         cpu_seconds(self.child.id())

@@ -18,6 +18,9 @@ pub const SUBMIT: &str =
 pub struct Throughput {
     pub per_second: f64,
     pub errors: u64,
+    /// CPU time of the `courier serve` process per submission answered, over the measured
+    /// window, in microseconds.
+    pub cpu_us_per_submit: f64,
 }
 
 pub struct Latency {
@@ -172,9 +175,18 @@ pub async fn submit_throughput_in(
             }
         }));
     }
+    // The server's CPU time over the measured window alone (warm-up and start-up left out).
+    let pid = server.pid();
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(warmup.into()).await;
+        let start = crate::process::cpu_seconds(pid);
+        tokio::time::sleep_until(deadline.into()).await;
+        crate::process::cpu_seconds(pid) - start
+    });
     for task in tasks {
         let _ = task.await;
     }
+    let cpu_seconds = cpu.await.unwrap_or(0.0);
     // What was stored waits (its endpoint disabled) rather than competing with whatever is
     // measured next in the same database; its destination accepts nothing anyway.
     let disabled = graphql(
@@ -190,9 +202,11 @@ pub async fn submit_throughput_in(
         "{disabled}"
     );
     server.stop();
+    let answered = (ok.load(Ordering::Relaxed) + errors.load(Ordering::Relaxed)).max(1);
     Throughput {
         per_second: ok.load(Ordering::Relaxed) as f64 / duration.as_secs_f64(),
         errors: errors.load(Ordering::Relaxed),
+        cpu_us_per_submit: cpu_seconds * 1e6 / answered as f64,
     }
 }
 
