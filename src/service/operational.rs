@@ -170,6 +170,8 @@ pub async fn publish(
     // Who hears about an endpoint is asked once per type and endpoint (many deliveries of
     // one endpoint may fail in one recording).
     let mut listeners: HashMap<(&'static str, Uuid), Vec<Uuid>> = HashMap::new();
+    // The database's time, read once the first event has listeners.
+    let mut at = None;
     for change in changes {
         let key = (change.event_type(), change.endpoint_id());
         let targets = match listeners.entry(key) {
@@ -179,7 +181,11 @@ pub async fn publish(
                 .clone(),
         };
         if !targets.is_empty() {
-            created.extend(publish_one(txn, backend, change, targets).await?);
+            let at = match at {
+                Some(at) => at,
+                None => *at.insert(database_now(txn, backend).await?),
+            };
+            created.extend(publish_one(txn, backend, change, targets, at).await?);
         }
     }
     Ok(created)
@@ -207,15 +213,26 @@ async fn targets(
     .collect()
 }
 
-/// Stores one event for `change` and its deliveries to `targets`.
+/// The database's time now (on SQLite, which has no server, this process's).
+async fn database_now(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+) -> Result<DateTime<Utc>, DbErr> {
+    txn.query_one_raw(Clock::new(backend).statement("SELECT {now} AS now", []))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("the database's time".into()))?
+        .try_get("", "now")
+}
+
+/// Stores one event for `change`, stamped `at`, and its deliveries to `targets`.
 async fn publish_one(
     txn: &impl ConnectionTrait,
     backend: DbBackend,
     change: &Operational,
     targets: Vec<Uuid>,
+    at: DateTime<Utc>,
 ) -> Result<Vec<StateChange>, DbErr> {
     let clock = Clock::new(backend);
-    let at = crate::db::now();
     let payload = change.payload(at);
     // The payload holds only ids, type names and times: no number to fail on.
     let hash = payload_hash(&payload).map_err(|err| DbErr::Custom(err.to_string()))?;

@@ -238,3 +238,51 @@ async fn the_shared_rate_limit_stays_exact_across_skewed_clocks() {
     }
     panic!("every burst straddled a window boundary");
 }
+
+/// An operational event says when it happened by the database's clock: an endpoint
+/// disabled through a process whose clock runs two minutes ahead is announced with the
+/// time the database gave the change, not the process's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operational_events_are_stamped_with_the_database_time() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let token = admin_token(&db).await;
+    let ahead = skewed(&db, AHEAD, &[WORKER]);
+    let receiver = Receiver::accepting().await;
+    let listener = ahead
+        .graphql(
+            &token,
+            "mutation($url: String!) { createEndpoint(input: {name: \"pager\", url: $url, \
+             eventTypes: [\"courier.endpoint.disabled\"]}) { endpoint { id } secret } }",
+            json!({ "url": receiver.url("pager") }),
+        )
+        .await;
+    let secret = listener["data"]["createEndpoint"]["secret"]
+        .as_str()
+        .unwrap_or_else(|| panic!("listener: {listener}"));
+    receiver.set_secret("pager", secret);
+    let subject = endpoint(&ahead, &token, &receiver, "subject").await;
+
+    let disabled = ahead
+        .graphql(
+            &token,
+            "mutation($id: ID!) { updateEndpoint(id: $id, input: {disabled: true}) { endpoint { disabled } } }",
+            json!({ "id": subject }),
+        )
+        .await;
+    assert_eq!(
+        disabled["data"]["updateEndpoint"]["endpoint"]["disabled"], true,
+        "{disabled}"
+    );
+    let received = receiver.wait_for(1, Duration::from_secs(20)).await;
+    assert!(received[0].verified);
+    assert_eq!(received[0].body["type"], "courier.endpoint.disabled");
+    let at: chrono::DateTime<chrono::Utc> = received[0].body["at"]
+        .as_str()
+        .and_then(|at| at.parse().ok())
+        .unwrap_or_else(|| panic!("an `at`: {}", received[0].body));
+    let off = (at - chrono::Utc::now()).num_seconds().abs();
+    assert!(
+        off < 30,
+        "the event's time is the database's, not the skewed process's ({off} s off)"
+    );
+}
