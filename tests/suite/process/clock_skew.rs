@@ -40,21 +40,7 @@ fn with_defaults<'a>(settings: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)>
 
 const WORKER: (&str, &str) = ("COURIER_WORKER_CONCURRENCY", "4");
 
-const CREATE_ENDPOINT: &str = "mutation($url: String!) { createEndpoint(input: {name: \"skew\", url: $url}) { endpoint { id } secret } }";
 const SUBMIT: &str = "mutation($id: ID!, $n: JSON!) { submit(input: {endpointId: $id, payload: $n}) { created submission { createdAt } delivery { id } } }";
-
-/// Creates an endpoint on `receiver` at `path` through `process`; returns its id.
-async fn endpoint(process: &Served, token: &str, receiver: &Receiver, path: &str) -> String {
-    let body = process
-        .graphql(token, CREATE_ENDPOINT, json!({ "url": receiver.url(path) }))
-        .await;
-    let created = &body["data"]["createEndpoint"];
-    receiver.set_secret(path, created["secret"].as_str().expect("secret"));
-    created["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("endpoint: {body}"))
-        .to_owned()
-}
 
 async fn submit(process: &Served, token: &str, endpoint: &str, n: usize) -> Value {
     process
@@ -92,7 +78,9 @@ async fn no_live_lease_is_stolen_by_a_skewed_clock() {
     .await;
     let token = admin_token(&db).await;
     let correct = correct(&db, &[WORKER]);
-    let endpoint = endpoint(&correct, &token, &receiver, "slow").await;
+    let endpoint = correct
+        .create_endpoint(&token, &receiver, "slow", &[])
+        .await;
     let body = submit(&correct, &token, &endpoint, 1).await;
     assert_eq!(body["data"]["submit"]["created"], true, "{body}");
     receiver.wait_for(1, Duration::from_secs(10)).await;
@@ -116,7 +104,9 @@ async fn submissions_through_skewed_apis_are_delivered_at_once() {
     let ahead = skewed(&db, AHEAD, &[]);
     let behind = skewed(&db, BEHIND, &[]);
     let _worker = correct(&db, &[WORKER]);
-    let endpoint = endpoint(&ahead, &token, &receiver, "prompt").await;
+    let endpoint = ahead
+        .create_endpoint(&token, &receiver, "prompt", &[])
+        .await;
 
     let started = Instant::now();
     for n in 0..EACH {
@@ -151,7 +141,7 @@ async fn retries_keep_their_schedule_on_skewed_workers() {
     let receiver = Receiver::start(|n| Reply::status(if n == 1 { 500 } else { 200 })).await;
     let token = admin_token(&db).await;
     let api = correct(&db, &[]);
-    let endpoint = endpoint(&api, &token, &receiver, "flaky").await;
+    let endpoint = api.create_endpoint(&token, &receiver, "flaky", &[]).await;
     let retry = [WORKER, ("COURIER_RETRY_BASE_MS", "2000")];
     for (round, offset) in [BEHIND, AHEAD].into_iter().enumerate() {
         let worker = skewed(&db, offset, &retry);
@@ -197,7 +187,9 @@ async fn the_shared_rate_limit_stays_exact_across_skewed_clocks() {
     let ahead = skewed(&db, AHEAD, &limited);
     let behind = skewed(&db, BEHIND, &limited);
     let admin = admin_token(&db).await;
-    let endpoint = endpoint(&ahead, &admin, &receiver, "limited").await;
+    let endpoint = ahead
+        .create_endpoint(&admin, &receiver, "limited", &[])
+        .await;
     let pool = db.connect(1).await;
     // A burst may straddle a window boundary of the database's clock; then try again.
     for _ in 0..3 {
@@ -248,19 +240,12 @@ async fn operational_events_are_stamped_with_the_database_time() {
     let token = admin_token(&db).await;
     let ahead = skewed(&db, AHEAD, &[WORKER]);
     let receiver = Receiver::accepting().await;
-    let listener = ahead
-        .graphql(
-            &token,
-            "mutation($url: String!) { createEndpoint(input: {name: \"pager\", url: $url, \
-             eventTypes: [\"courier.endpoint.disabled\"]}) { endpoint { id } secret } }",
-            json!({ "url": receiver.url("pager") }),
-        )
+    ahead
+        .create_endpoint(&token, &receiver, "pager", &["courier.endpoint.disabled"])
         .await;
-    let secret = listener["data"]["createEndpoint"]["secret"]
-        .as_str()
-        .unwrap_or_else(|| panic!("listener: {listener}"));
-    receiver.set_secret("pager", secret);
-    let subject = endpoint(&ahead, &token, &receiver, "subject").await;
+    let subject = ahead
+        .create_endpoint(&token, &receiver, "subject", &[])
+        .await;
 
     let disabled = ahead
         .graphql(

@@ -16,7 +16,6 @@ use crate::support::collector::{
 use crate::support::process::{admin_token, Served};
 use crate::support::{Backend, Receiver, Reply, TestDb};
 
-const CREATE_ENDPOINT: &str = "mutation($url: String!, $types: [String!]) { createEndpoint(input: {name: \"traced\", url: $url, eventTypes: $types}) { endpoint { id } secret } }";
 const SUBMIT: &str = "mutation Deliver($id: ID!, $p: JSON!) { submit(input: {endpointId: $id, payload: $p}) { delivery { id } } }";
 const PUBLISH: &str = "mutation($p: JSON!) { publish(input: {eventType: \"order.paid\", payload: $p}) { event { id } } }";
 
@@ -45,29 +44,6 @@ fn delivering<'a>(settings: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     ];
     all.extend_from_slice(settings);
     all
-}
-
-/// Creates an endpoint on `receiver` at `path`, subscribed to `types`; returns its id.
-async fn endpoint(
-    process: &Served,
-    token: &str,
-    receiver: &Receiver,
-    path: &str,
-    types: &[&str],
-) -> String {
-    let body = process
-        .graphql(
-            token,
-            CREATE_ENDPOINT,
-            json!({ "url": receiver.url(path), "types": types }),
-        )
-        .await;
-    let created = &body["data"]["createEndpoint"];
-    receiver.set_secret(path, created["secret"].as_str().expect("secret"));
-    created["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("endpoint: {body}"))
-        .to_owned()
 }
 
 fn named<'a>(spans: &'a [CollectedSpan], name: &str) -> Vec<&'a CollectedSpan> {
@@ -111,7 +87,7 @@ async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
     let receiver = Receiver::start(|nth| Reply::status(if nth == 1 { 500 } else { 200 })).await;
     let process = traced(&db, collector.url(), &[]);
     let token = admin_token(&db).await;
-    let endpoint = endpoint(&process, &token, &receiver, "r", &[]).await;
+    let endpoint = process.create_endpoint(&token, &receiver, "r", &[]).await;
 
     let caller = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let submitted = process
@@ -209,8 +185,12 @@ async fn a_published_event_traces_to_every_endpoint_it_reaches() {
         &[("OTEL_SERVICE_NAME", "courier-east")],
     );
     let token = admin_token(&db).await;
-    endpoint(&process, &token, &receiver, "a", &["order.paid"]).await;
-    endpoint(&process, &token, &receiver, "b", &["order.paid"]).await;
+    process
+        .create_endpoint(&token, &receiver, "a", &["order.paid"])
+        .await;
+    process
+        .create_endpoint(&token, &receiver, "b", &["order.paid"])
+        .await;
 
     let published = process
         .graphql(&token, PUBLISH, json!({ "p": { "order": 7 } }))
@@ -268,7 +248,7 @@ async fn a_collector_that_never_answers_fails_and_holds_up_nothing() {
         ],
     );
     let token = admin_token(&db).await;
-    let endpoint = endpoint(&process, &token, &receiver, "r", &[]).await;
+    let endpoint = process.create_endpoint(&token, &receiver, "r", &[]).await;
 
     const SUBMISSIONS: usize = 40;
     let mut slowest = Duration::ZERO;
@@ -305,7 +285,7 @@ async fn without_a_collector_nothing_is_traced(backend: Backend) {
     let receiver = Receiver::accepting().await;
     let process = Served::start(&db.url, &delivering(&[]));
     let token = admin_token(&db).await;
-    let endpoint = endpoint(&process, &token, &receiver, "r", &[]).await;
+    let endpoint = process.create_endpoint(&token, &receiver, "r", &[]).await;
     let submitted = process
         .graphql_with_headers(
             &token,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use courier::auth::{self, Role};
 use serde_json::{json, Value};
 
-use super::{http_client, TestDb};
+use super::{http_client, Receiver, TestDb};
 
 pub const COURIER: &str = env!("CARGO_BIN_EXE_courier");
 
@@ -131,6 +131,31 @@ impl Served {
     pub async fn graphql(&self, token: &str, query: &str, variables: Value) -> Value {
         self.graphql_with_headers(token, query, variables, &[])
             .await
+    }
+
+    /// Creates an endpoint on `receiver` at `path`, subscribed to `event_types` (none: every
+    /// type), and gives the receiver its secret; returns its id.
+    pub async fn create_endpoint(
+        &self,
+        token: &str,
+        receiver: &Receiver,
+        path: &str,
+        event_types: &[&str],
+    ) -> String {
+        let body = self
+            .graphql(
+                token,
+                "mutation($url: String!, $types: [String!]) { createEndpoint(input: \
+                 {name: \"served\", url: $url, eventTypes: $types}) { endpoint { id } secret } }",
+                json!({ "url": receiver.url(path), "types": event_types }),
+            )
+            .await;
+        let created = &body["data"]["createEndpoint"];
+        receiver.set_secret(path, created["secret"].as_str().expect("secret"));
+        created["endpoint"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("endpoint: {body}"))
+            .to_owned()
     }
 
     /// Like [`Served::graphql`], with extra request headers.
