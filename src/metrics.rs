@@ -107,6 +107,8 @@ pub struct Metrics {
     /// Claim transactions this process committed, whatever they found: proof the worker
     /// is looking.
     pub claim_rounds: Counter,
+    /// Of [`Metrics::claims`], those a submission made in the transaction that stored it.
+    pub claims_at_submit: Counter,
     /// Delivery attempts by outcome.
     pub attempts: Family<OutcomeLabels, Counter>,
     /// Results that arrived after their claim was superseded.
@@ -211,6 +213,7 @@ impl Metrics {
         );
         let claims = Counter::default();
         let claim_rounds = Counter::default();
+        let claims_at_submit = Counter::default();
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let superseded = Counter::default();
         let outcomes_given_up = Counter::default();
@@ -226,6 +229,11 @@ impl Metrics {
             "delivery_claim_rounds",
             "Claim transactions this process committed, whatever they found",
             claim_rounds.clone(),
+        );
+        registry.register(
+            "delivery_claims_at_submit",
+            "Deliveries claimed by the submission that stored them, in its own transaction",
+            claims_at_submit.clone(),
         );
         registry.register(
             "delivery_attempts",
@@ -311,6 +319,7 @@ impl Metrics {
             lagged_subscribers,
             claims,
             claim_rounds,
+            claims_at_submit,
             attempts,
             superseded,
             outcomes_given_up,

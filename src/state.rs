@@ -22,6 +22,7 @@ use crate::service::submissions::intake::Intake;
 use crate::service::submissions::publish::Fanout;
 use crate::service::submissions::Submissions;
 use crate::service::tenants::Tenants;
+use crate::worker::handoff::Handoff;
 
 /// Everything a request or a background task needs, behind one reference count: a request
 /// clones it several times, and cloning each service's pools and counters instead (dozens
@@ -72,6 +73,9 @@ pub struct Services {
     pub fanout: Fanout,
     /// The per-API-key submission limit.
     pub submit_rate_limiter: RateLimiter,
+    /// Where this process's worker takes the deliveries submissions claim as they are
+    /// stored.
+    pub handoff: Handoff,
 }
 
 impl AppState {
@@ -94,6 +98,7 @@ impl AppState {
             metrics.clone(),
         );
         let access = Access::new(db.clone());
+        let handoff = Handoff::default();
         AppState(Arc::new(Services {
             tenants: Tenants::new(db.clone(), access.clone(), &config.public_url()),
             keys: Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms))),
@@ -110,7 +115,7 @@ impl AppState {
                 db.clone(),
                 access.clone(),
                 intake.clone(),
-                GroupCommit::start(db.clone(), bus.clone(), metrics.clone()),
+                GroupCommit::start(db.clone(), bus.clone(), metrics.clone(), handoff.clone()),
             ),
             deliveries: Deliveries::new(
                 db.clone(),
@@ -123,6 +128,7 @@ impl AppState {
             access,
             bus,
             submit_rate_limiter,
+            handoff,
             wakeup,
             db,
             config: Arc::new(config),

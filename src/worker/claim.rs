@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::ended::Snapshot;
 use super::targets::{self, load_targets, Target};
-use super::turns::{self, FollowUp};
+use super::turns::{self, FollowUp, Turns};
 use crate::bus::{ChangeBus, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::parking::with_parking;
@@ -149,6 +149,9 @@ pub struct ClaimRequest {
     /// This process's requests that ended and wait to be recorded (see
     /// [`super::ended`]): not in flight at their receivers any more.
     pub ended: Snapshot,
+    /// Look only at this endpoint's turn (a submission claiming its own fresh delivery,
+    /// see [`super::handoff`]); `None`: every ready endpoint's.
+    pub only: Option<Uuid>,
 }
 
 /// What a claim did.
@@ -192,6 +195,7 @@ pub async fn claim_due(
         lease,
         default_max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         ended: Snapshot::default(),
+        only: None,
     };
     let mut claimed = claim(db, bus, request).await?;
     claimed.follow_up().run(db, bus).await?;
@@ -207,14 +211,23 @@ pub async fn claim_due_with_targets(
     request: ClaimRequest,
 ) -> Result<(Claimed, HashMap<Uuid, Target>), ClaimError> {
     let mut claimed = claim(db, bus, request).await?;
-    let rows = std::mem::take(&mut claimed.rows);
-    let targets = match db.backend() {
-        DbBackend::Postgres => targets::from_rows(keys, &claimed.claims, &rows),
-        _ => load_targets(db, keys, &claimed.claims).await,
-    };
-    match targets {
+    match targets_of(db, keys, &mut claimed).await {
         Ok(targets) => Ok((claimed, targets)),
         Err(err) => Err(ClaimError::Load(claimed, err)),
+    }
+}
+
+/// What to send for each of `claimed`'s claims, once it has committed: on PostgreSQL from
+/// the rows the claim returned, on SQLite read now.
+pub(crate) async fn targets_of(
+    db: &Db,
+    keys: &SecretKeys,
+    claimed: &mut Claimed,
+) -> Result<HashMap<Uuid, Target>, DbErr> {
+    let rows = std::mem::take(&mut claimed.rows);
+    match db.backend() {
+        DbBackend::Postgres => targets::from_rows(keys, &claimed.claims, &rows),
+        _ => load_targets(db, keys, &claimed.claims).await,
     }
 }
 
@@ -257,21 +270,26 @@ type Taken = (Claim, DateTime<Utc>);
 
 /// The four steps of a claim inside its transaction, and the state changes to publish
 /// (`PENDING` -> `PROCESSING`; retaking an expired lease changes no state).
-async fn claim_in(
+pub(crate) async fn claim_in(
     txn: &DatabaseTransaction,
     db: &Db,
     request: &ClaimRequest,
 ) -> Result<(Claimed, Vec<StateChange>), DbErr> {
     let most = request.limit.min(MAX_TURNS);
     let ended = &request.ended;
+    let turns = match request.only {
+        Some(endpoint_id) => Turns::Of(endpoint_id),
+        None => Turns::Ready(&ended.revisit),
+    };
     let (standings, now) =
-        turns::lock_turns(txn, db, most, &ended.revisit, request.default_max_in_flight).await?;
+        turns::lock_turns(txn, db, most, turns, request.default_max_in_flight).await?;
     let mut claimed = Claimed::default();
     claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
-    claimed.missed_revisit = ended
-        .revisit
-        .iter()
-        .any(|id| !standings.iter().any(|s| s.endpoint_id == *id));
+    claimed.missed_revisit = request.only.is_none()
+        && ended
+            .revisit
+            .iter()
+            .any(|id| !standings.iter().any(|s| s.endpoint_id == *id));
     if standings.is_empty() {
         return Ok((claimed, Vec::new()));
     }

@@ -13,6 +13,7 @@ pub mod answer;
 pub mod claim;
 pub mod dispatch;
 pub mod ended;
+pub mod handoff;
 pub mod health;
 pub mod record;
 mod recorder;
@@ -22,22 +23,26 @@ mod targets;
 pub mod turns;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sea_orm::DbErr;
-use tokio::sync::{mpsc, Semaphore};
-use tokio::task::JoinSet;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::ended::EndedRequests;
+use self::handoff::Starter;
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
 use self::schedule::{NextStep, RetryPolicy};
 use self::targets::Target;
+use crate::crypto::sealing::SecretKeys;
 use crate::db;
 use crate::error::error_chain;
 use crate::state::AppState;
@@ -105,21 +110,24 @@ impl Worker {
         // Bounded by the recording permits its items carry, each freed once recorded.
         let (results, inbox) = mpsc::channel(this.concurrency.max(1));
         let recorder = tokio::spawn(Recorder::new(this.state.clone()).run(inbox));
-        let mut in_flight = JoinSet::new();
+        let running = Arc::new(Running {
+            worker: Arc::clone(&this),
+            results: Mutex::new(Some(results)),
+            tasks: TaskTracker::new(),
+            abandon: CancellationToken::new(),
+            backlogged: AtomicBool::new(false),
+        });
+        this.state.handoff.attach(running.clone());
         tracing::info!(concurrency = this.concurrency, "delivery worker started");
         // Whether the last claim took all it asked for: more is due than there are slots.
         let mut backlog = false;
         let mut last_sweep: Option<tokio::time::Instant> = None;
         loop {
+            running.backlogged.store(backlog, Ordering::Relaxed);
             if last_sweep.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
                 last_sweep = Some(tokio::time::Instant::now());
                 // Off the claiming path: it may look at every endpoint.
                 tokio::spawn(Arc::clone(&this).sweep());
-            }
-            while let Some(joined) = in_flight.try_join_next() {
-                if let Err(err) = joined {
-                    tracing::error!(error = %err, "a delivery task failed; its delivery will be reclaimed after its lease");
-                }
             }
             if shutdown.is_cancelled() {
                 break;
@@ -154,19 +162,8 @@ impl Worker {
                         backlog = true;
                     }
                     let follow_up = claimed.follow_up();
-                    this.start(claimed.claims, targets, &mut in_flight, &results)
-                        .await;
-                    if !follow_up.is_empty() {
-                        let state = this.state.clone();
-                        tokio::spawn(async move {
-                            match follow_up.run(&state.db, &state.bus).await {
-                                Ok(0) => {}
-                                Ok(_) => state.wakeup.hint(),
-                                Err(err) => tracing::warn!(error = %error_chain(&err),
-                                    "looking again at endpoints a claim put to sleep failed; the sweep will"),
-                            }
-                        });
-                    }
+                    this.start(claimed.claims, targets, &running);
+                    this.follow_up(follow_up);
                 }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")
@@ -175,14 +172,31 @@ impl Worker {
             if backlog {
                 continue;
             }
+            running.backlogged.store(false, Ordering::Relaxed);
             tokio::select! {
                 () = this.state.wakeup.notified() => {}
                 () = tokio::time::sleep(poll) => {}
                 () = shutdown.cancelled() => break,
             }
         }
-        drop(results);
-        this.drain(in_flight, recorder).await;
+        this.state.handoff.detach();
+        this.drain(&running, recorder).await;
+    }
+
+    /// Runs a claim's follow-up (see [`turns::FollowUp`]) off the claiming path.
+    fn follow_up(&self, follow_up: turns::FollowUp) {
+        if follow_up.is_empty() {
+            return;
+        }
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            match follow_up.run(&state.db, &state.bus).await {
+                Ok(0) => {}
+                Ok(_) => state.wakeup.hint(),
+                Err(err) => tracing::warn!(error = %error_chain(&err),
+                    "looking again at endpoints a claim put to sleep failed; the sweep will"),
+            }
+        });
     }
 
     /// The fewest free slots worth a claim while a backlog waits: a quarter of the slots,
@@ -217,6 +231,7 @@ impl Worker {
             lease: self.state.config.lease(),
             default_max_in_flight: self.state.config.endpoint_max_in_flight,
             ended: self.ended.snapshot(),
+            only: None,
         };
         let claimed = db
             .within_deadline(claim_due_with_targets(db, &self.state.bus, &keys, request))
@@ -242,13 +257,12 @@ impl Worker {
         }
     }
 
-    /// Starts one task per claim.
-    async fn start(
+    /// Starts one task per claim, each in a free slot.
+    fn start(
         self: &Arc<Self>,
         claims: Vec<Claim>,
         mut targets: HashMap<Uuid, Target>,
-        in_flight: &mut JoinSet<()>,
-        results: &mpsc::Sender<Finished>,
+        running: &Running,
     ) {
         for claim in claims {
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {
@@ -256,35 +270,43 @@ impl Worker {
                 continue;
             };
             let target = targets.remove(&claim.delivery_id);
-            let (worker, results) = (Arc::clone(self), results.clone());
-            in_flight.spawn(async move {
-                let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
-                let attempt = worker.deliver(claim, target).await;
-                // No longer in flight at the receiver: this process's claims stop counting
-                // it, and come back at once for an endpoint that was full.
-                let (ended, was_full) = worker.ended.ended(delivery_id, endpoint_id);
-                if was_full {
-                    worker.state.wakeup.hint();
-                }
-                // The semaphore is never closed; were it, the outcome would be retried
-                // after its lease like any unrecorded one.
-                let Ok(permit) = worker.recording.clone().acquire_owned().await else {
-                    return;
-                };
-                drop(slot);
-                worker.slot_freed();
-                // The recorder only stops after every sender is gone, so this cannot fail
-                // while the worker runs.
-                let _ = results
-                    .send(Finished {
-                        attempt,
-                        _permit: permit,
-                        _ended: ended,
-                    })
-                    .await;
-            });
+            running.spawn(claim, target, slot);
         }
         self.note_in_flight();
+    }
+
+    /// Sends one claimed delivery in `slot`, then hands its outcome to the recorder.
+    async fn send_and_report(
+        self: Arc<Self>,
+        claim: Claim,
+        target: Option<Target>,
+        slot: OwnedSemaphorePermit,
+        results: mpsc::Sender<Finished>,
+    ) {
+        let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
+        let attempt = self.deliver(claim, target).await;
+        // No longer in flight at the receiver: this process's claims stop counting
+        // it, and come back at once for an endpoint that was full.
+        let (ended, was_full) = self.ended.ended(delivery_id, endpoint_id);
+        if was_full {
+            self.state.wakeup.hint();
+        }
+        // The semaphore is never closed; were it, the outcome would be retried
+        // after its lease like any unrecorded one.
+        let Ok(permit) = self.recording.clone().acquire_owned().await else {
+            return;
+        };
+        drop(slot);
+        self.slot_freed();
+        // The recorder only stops after every sender is gone, so this cannot fail
+        // while the worker runs.
+        let _ = results
+            .send(Finished {
+                attempt,
+                _permit: permit,
+                _ended: ended,
+            })
+            .await;
     }
 
     /// Wakes the claiming loop for a freed slot.
@@ -360,9 +382,10 @@ impl Worker {
     }
 
     /// Lets in-flight deliveries finish, and their outcomes be recorded, within the grace period.
-    async fn drain(&self, mut in_flight: JoinSet<()>, recorder: tokio::task::JoinHandle<()>) {
+    async fn drain(&self, running: &Running, recorder: tokio::task::JoinHandle<()>) {
         let grace = self.state.config.shutdown_grace();
-        let remaining = in_flight.len();
+        running.tasks.close();
+        let remaining = running.tasks.len();
         if remaining > 0 {
             tracing::info!(
                 remaining,
@@ -371,18 +394,23 @@ impl Worker {
             );
         }
         let deadline = tokio::time::Instant::now() + grace;
-        let drained = tokio::time::timeout_at(deadline, async {
-            while in_flight.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
+        if tokio::time::timeout_at(deadline, running.tasks.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!(
-                unfinished = in_flight.len(),
+                unfinished = running.tasks.len(),
                 "grace period over; unfinished deliveries will be reclaimed after their lease"
             );
-            in_flight.abort_all();
+            running.abandon.cancel();
+            running.tasks.wait().await;
         }
         // Every sender is gone now: the recorder writes what it holds and stops.
+        running
+            .results
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let flush = deadline.max(tokio::time::Instant::now() + Duration::from_secs(5));
         if tokio::time::timeout_at(flush, recorder).await.is_err() {
             tracing::warn!(
@@ -391,5 +419,101 @@ impl Worker {
         }
         self.state.metrics.in_flight.set(0);
         tracing::info!("delivery worker stopped");
+    }
+}
+
+/// The worker while it runs: what starting a delivery needs, shared by the claiming loop
+/// and the claims submissions hand over (see [`handoff`]).
+struct Running {
+    worker: Arc<Worker>,
+    /// The recorder's inbox; taken at shutdown, once nothing more starts.
+    results: Mutex<Option<mpsc::Sender<Finished>>>,
+    /// The deliveries in flight.
+    tasks: TaskTracker,
+    /// Fired when the grace period is over: the deliveries still in flight are dropped.
+    abandon: CancellationToken,
+    /// Whether the last claim left a backlog: its slots go round robin, not to submits.
+    backlogged: AtomicBool,
+}
+
+impl Running {
+    /// Sends `claim` in `slot` as a task of its own. After shutdown nothing starts: the
+    /// delivery is reclaimed after its lease.
+    fn spawn(&self, claim: Claim, target: Option<Target>, slot: OwnedSemaphorePermit) {
+        let results = self
+            .results
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(results) = results else {
+            tracing::debug!(delivery_id = %claim.delivery_id, "stopping: a claimed delivery waits for its lease");
+            return;
+        };
+        let (worker, abandon) = (Arc::clone(&self.worker), self.abandon.clone());
+        self.tasks.spawn(async move {
+            tokio::select! {
+                biased;
+                () = abandon.cancelled() => {}
+                () = worker.send_and_report(claim, target, slot, results) => {}
+            }
+        });
+    }
+}
+
+impl Starter for Running {
+    fn reserve(&self) -> Option<OwnedSemaphorePermit> {
+        let worker = &self.worker;
+        if worker.state.shutdown.is_cancelled() || self.backlogged.load(Ordering::Relaxed) {
+            return None;
+        }
+        worker.slots.clone().try_acquire_owned().ok()
+    }
+
+    fn request(&self, endpoint_id: Uuid) -> ClaimRequest {
+        let config = &self.worker.state.config;
+        let mut ended = self.worker.ended.snapshot();
+        ended.revisit.clear();
+        ClaimRequest {
+            limit: 1,
+            lease: config.lease(),
+            default_max_in_flight: config.endpoint_max_in_flight,
+            ended,
+            only: Some(endpoint_id),
+        }
+    }
+
+    fn keys(&self) -> SecretKeys {
+        self.worker.state.config.secret_keys()
+    }
+
+    fn start(
+        &self,
+        slot: OwnedSemaphorePermit,
+        mut claimed: Claimed,
+        mut targets: HashMap<Uuid, Target>,
+    ) {
+        let worker = &self.worker;
+        worker.ended.visited(claimed.visited.iter().copied());
+        let metrics = &worker.state.metrics;
+        metrics.claims.inc_by(claimed.claims.len() as u64);
+        metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);
+        worker.follow_up(claimed.follow_up());
+        let mut claims = std::mem::take(&mut claimed.claims).into_iter();
+        match claims.next() {
+            Some(claim) => {
+                let target = targets.remove(&claim.delivery_id);
+                self.spawn(claim, target, slot);
+                // A claim at submit asks for one; were there more, they take free slots.
+                worker.start(claims.collect(), targets, self);
+            }
+            None => {
+                drop(slot);
+                worker.slot_freed();
+            }
+        }
+    }
+
+    fn released(&self) {
+        self.worker.slot_freed();
     }
 }

@@ -19,14 +19,26 @@ use crate::service::flow::{self, Facts, Rate, Standing, Turn};
 
 /// The ready endpoints' turns, longest waiting first, locked (PostgreSQL: skipping turns
 /// another claim holds, never waiting), with what limits them. `$1`: the most to take;
-/// `{revisit}`: full endpoints this process has since freed a slot of, whatever their turn.
+/// `{revisit}`: full endpoints this process has since freed a slot of, whatever their turn;
+/// `{only}`: the one endpoint a claim at submit looks at (see [`Turns::Of`]).
 const LOCK_TURNS: &str = "\
 SELECT f.endpoint_id, f.rate_tat, f.served_at, e.paused_until, e.max_in_flight, e.rate_limit,
        e.disabled, {now} AS now
 FROM endpoint_flow f JOIN endpoints e ON e.id = f.endpoint_id
-WHERE f.turn_at <= {now} {revisit}
+WHERE (f.turn_at <= {now} {revisit}) {only}
 ORDER BY f.turn_at, f.endpoint_id
 LIMIT $1 {lock}";
+
+/// Which turns a claim looks at.
+#[derive(Debug, Clone, Copy)]
+pub enum Turns<'a> {
+    /// The ready endpoints, longest waiting first, and these full ones this process has
+    /// since freed a slot of (the claiming loop).
+    Ready(&'a [Uuid]),
+    /// This one endpoint, if its turn has come (a submission claiming its own fresh
+    /// delivery, see [`crate::worker::handoff`]).
+    Of(Uuid),
+}
 
 /// What the claim left for each endpoint, this transaction's claims included: the
 /// earliest due time of its waiting and in-flight rows, and its requests in flight (less
@@ -80,13 +92,13 @@ SET next_attempt_at = NULL, updated_at = {now}
 WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at <= {now}
   AND {parked(webhook_deliveries.endpoint_id)}";
 
-/// Locks the turns of up to `limit` ready endpoints (and of `revisit`), and returns their
-/// standings with the database's time.
+/// Locks the turns of up to `limit` of `turns`, and returns their standings with the
+/// database's time.
 pub async fn lock_turns(
     txn: &DatabaseTransaction,
     db: &Db,
     limit: u32,
-    revisit: &[Uuid],
+    turns: Turns<'_>,
     default_max_in_flight: u32,
 ) -> Result<(Vec<Standing>, DateTime<Utc>), DbErr> {
     let backend = db.backend();
@@ -95,14 +107,26 @@ pub async fn lock_turns(
         _ => "",
     };
     let mut values = vec![Value::from(i64::from(limit))];
-    let revisit_sql = if revisit.is_empty() {
-        String::new()
-    } else {
-        let (list, ids) = Db::id_list(backend, 2, revisit, false);
-        values.extend(ids);
-        format!("OR f.endpoint_id {list}")
+    let (revisit_sql, only_sql) = match turns {
+        Turns::Ready([]) => (String::new(), String::new()),
+        Turns::Ready(revisit) => {
+            let (list, ids) = Db::id_list(backend, 2, revisit, false);
+            values.extend(ids);
+            (format!("OR f.endpoint_id {list}"), String::new())
+        }
+        Turns::Of(endpoint_id) => {
+            values.push(Value::from(endpoint_id));
+            (String::new(), "AND f.endpoint_id = $2".to_owned())
+        }
     };
-    let sql = fill(LOCK_TURNS, &[("lock", lock), ("revisit", &revisit_sql)]);
+    let sql = fill(
+        LOCK_TURNS,
+        &[
+            ("lock", lock),
+            ("revisit", &revisit_sql),
+            ("only", &only_sql),
+        ],
+    );
     let rows = txn
         .query_all_raw(db.clock().statement(&sql, values))
         .await?;

@@ -18,8 +18,9 @@ use crate::db::{may_have_committed, Db};
 use crate::error::{error_chain, Error};
 use crate::metrics::Metrics;
 use crate::service::submissions::store::{
-    outcome, prepare, store, store_many, NewRows, Prepared, Reported, Stored,
+    outcome, prepare, store, store_claiming, store_many, NewRows, Prepared, Reported, Stored,
 };
+use crate::worker::handoff::{Handoff, Reservation};
 
 /// Most submissions written in one statement.
 const MAX_BATCH: usize = 64;
@@ -34,12 +35,16 @@ struct Job {
     reply: oneshot::Sender<Result<Stored, Error>>,
 }
 
-/// Hands submissions to the group-commit task (PostgreSQL), or stores them directly.
+/// Hands submissions to the group-commit task (PostgreSQL), or stores them directly. A
+/// submission written alone, while the local worker has a slot to spare, claims its own
+/// delivery as it is stored (see [`crate::worker::handoff`]); a group does not (under load
+/// the claiming loop takes the backlog in batches, round robin).
 #[derive(Clone, Debug)]
 pub struct GroupCommit {
     db: Db,
     bus: ChangeBus,
     metrics: Arc<Metrics>,
+    handoff: Handoff,
     jobs: Option<mpsc::Sender<Job>>,
 }
 
@@ -51,13 +56,15 @@ impl std::fmt::Debug for Job {
 
 impl GroupCommit {
     /// On PostgreSQL, starts the group-commit task (it ends when the last handle is dropped).
-    pub fn start(db: Db, bus: ChangeBus, metrics: Arc<Metrics>) -> Self {
+    /// Claims at submit go to the worker attached to `handoff`.
+    pub fn start(db: Db, bus: ChangeBus, metrics: Arc<Metrics>, handoff: Handoff) -> Self {
         let jobs = (db.backend() == DbBackend::Postgres).then(|| {
             let (jobs, inbox) = mpsc::channel(MAX_BATCH * 4);
             let committer = Committer {
                 db: db.clone(),
                 bus: bus.clone(),
                 metrics: metrics.clone(),
+                handoff: handoff.clone(),
             };
             tokio::spawn(committer.run(inbox));
             jobs
@@ -66,6 +73,7 @@ impl GroupCommit {
             db,
             bus,
             metrics,
+            handoff,
             jobs,
         }
     }
@@ -74,12 +82,15 @@ impl GroupCommit {
     /// idempotency key is [`Stored::KeyTaken`].
     pub async fn store(&self, rows: NewRows) -> Result<Stored, Error> {
         let Some(jobs) = &self.jobs else {
-            return Ok(store(&self.db, &self.bus, rows).await?);
+            return Ok(match self.handoff.reserve() {
+                Some(reservation) => store_claiming(&self.db, &self.bus, rows, reservation).await?,
+                None => store(&self.db, &self.bus, rows).await?,
+            });
         };
         let (reply, answer) = oneshot::channel();
         let queued = Queued::new(&self.metrics);
         if let Err(mpsc::error::SendError(job)) = jobs.send(Job { rows, reply }).await {
-            return store_checked(&self.db, &self.bus, job.rows).await;
+            return store_checked(&self.db, &self.bus, job.rows, None).await;
         }
         // The group-commit task counts it out when it takes it.
         std::mem::forget(queued);
@@ -111,6 +122,7 @@ struct Committer {
     db: Db,
     bus: ChangeBus,
     metrics: Arc<Metrics>,
+    handoff: Handoff,
 }
 
 impl Committer {
@@ -121,7 +133,8 @@ impl Committer {
             self.metrics.submissions_queued.dec_by(jobs.len() as i64);
             if jobs.len() == 1 {
                 if let Some(job) = jobs.pop() {
-                    let stored = store_checked(&self.db, &self.bus, job.rows).await;
+                    let reservation = self.handoff.reserve();
+                    let stored = store_checked(&self.db, &self.bus, job.rows, reservation).await;
                     let _ = job.reply.send(stored);
                 }
                 continue;
@@ -187,7 +200,7 @@ impl Committer {
                 )));
             } else if !job.reply.is_closed() {
                 // Not written: each on its own, so each caller gets its own answer.
-                let stored = store_checked(db, &self.bus, job.rows).await;
+                let stored = store_checked(db, &self.bus, job.rows, None).await;
                 let _ = job.reply.send(stored);
             }
         }
@@ -219,11 +232,24 @@ impl Committer {
     }
 }
 
-/// Stores one submission within the database deadline. If that fails, its delivery is
-/// looked up by its pre-minted id: found, the write committed and only its answer was lost.
-async fn store_checked(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, Error> {
+/// Stores one submission within the database deadline, claiming its delivery with
+/// `reservation` if there is one. If that fails, its delivery is looked up by its
+/// pre-minted id: found, the write committed and only its answer was lost (a claim it made
+/// then is taken again after its lease).
+async fn store_checked(
+    db: &Db,
+    bus: &ChangeBus,
+    rows: NewRows,
+    reservation: Option<Reservation>,
+) -> Result<Stored, Error> {
     let (submission_id, delivery_id) = (rows.submission.id, rows.delivery_id);
-    let err = match db.within_deadline(store(db, bus, rows)).await {
+    let stored = async {
+        match reservation {
+            Some(reservation) => store_claiming(db, bus, rows, reservation).await,
+            None => store(db, bus, rows).await,
+        }
+    };
+    let err = match db.within_deadline(stored).await {
         Ok(stored) => return Ok(stored),
         Err(err) if !may_have_committed(&err) => return Err(Error::from(err)),
         Err(err) => err,

@@ -10,18 +10,21 @@ use chrono::{DateTime, Utc};
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
 use sea_orm::{
-    ActiveModelTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel,
+    ActiveModelTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel, QueryResult,
     TryInsertResult, Value,
 };
 use serde_json::Value as Json;
 use uuid::Uuid;
 
-use crate::bus::{self, ChangeBus, StateChange};
+use crate::bus::{self, ChangeBus, Staged, StateChange};
 use crate::db::parking::with_parking;
 use crate::db::sql::{fill, Rows};
 use crate::db::Db;
+use crate::error::error_chain;
 use crate::service::flow;
 use crate::service::lines::{self, Place};
+use crate::worker::claim::{release, targets_of, ClaimRequest, Claimed};
+use crate::worker::handoff::{claim_at_submit, Reservation};
 
 /// PostgreSQL, for any number of submissions: the submissions, their deliveries and their
 /// creation events in one statement. A row whose endpoint is unknown or disabled is
@@ -169,7 +172,7 @@ pub async fn store(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, Db
             let reported = reported.get(&prepared.delivery.id).copied();
             Ok(outcome(prepared, reported))
         }
-        _ => store_sqlite(db, bus, prepared).await,
+        _ => Ok(store_sqlite(db, bus, prepared, None).await?.0),
     }
 }
 
@@ -212,6 +215,83 @@ pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
 /// Writes `prepared` with `STORE_POSTGRES`, committed on its own (one round trip however
 /// many rows), and returns what each row reported, by delivery id.
 pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, Reported>, DbErr> {
+    let (sql, values) = store_statement(prepared)?;
+    let values = &values;
+    let statement = || db.clock().statement(sql, values.iter().cloned());
+    // A batch with ordering keys upserts its lines' rows, which concurrent batches of the
+    // same lines also update: at READ COMMITTED such a batch waits for the other and goes
+    // on, while at a stricter server default it would fail to serialize again and again on
+    // a busy line. So it runs in a transaction under the race policy (READ COMMITTED); the
+    // rest stays one round trip.
+    let keyed = prepared.iter().any(|p| p.submission.ordering_key.is_some());
+    let reported = if keyed {
+        db.transaction(|txn| async move { txn.query_all_raw(statement()).await })
+            .await?
+    } else {
+        db.autocommit(statement).await?
+    };
+    reported_by_row(&reported)
+}
+
+/// Stores one submission, as [`store`] does, and in the same transaction claims its
+/// endpoint's due work (the new delivery, unless it waits in its line or older work is due
+/// first) for the local worker's `reservation` (see [`crate::worker::handoff`]); once
+/// committed, hands the claim over, so the request leaves without another commit. A claim
+/// that fails or finds no room leaves the submission to an ordinary claim.
+pub async fn store_claiming(
+    db: &Db,
+    bus: &ChangeBus,
+    rows: NewRows,
+    reservation: Reservation,
+) -> Result<Stored, DbErr> {
+    let prepared = prepare(rows);
+    let request = reservation.request(prepared.submission.endpoint_id);
+    let (stored, claimed) = match db.backend() {
+        DbBackend::Postgres => {
+            let (sql, values) = store_statement(std::slice::from_ref(&prepared))?;
+            let (values, prepared_ref, request) = (&values, &prepared, &request);
+            let (reported, claimed) = db
+                .transaction(|txn| async move {
+                    let statement = db.clock().statement(sql, values.iter().cloned());
+                    let rows = txn.query_all_raw(statement).await?;
+                    let reported = reported_by_row(&rows)?.remove(&prepared_ref.delivery.id);
+                    let claimed = match reported {
+                        Some(Reported::Created(_, place)) if !place.is_some_and(|p| p.waiting) => {
+                            match claim_at_submit(&txn, db, request).await {
+                                Some((claimed, changes)) => {
+                                    Some((claimed, bus.stage(&*txn, changes).await?))
+                                }
+                                None => None,
+                            }
+                        }
+                        _ => None,
+                    };
+                    Ok((reported, claimed))
+                })
+                .await?;
+            (outcome(prepared, reported), claimed)
+        }
+        _ => store_sqlite(db, bus, prepared, Some(&request)).await?,
+    };
+    if let Some((mut claimed, staged)) = claimed {
+        staged.committed();
+        match targets_of(db, &reservation.keys(), &mut claimed).await {
+            Ok(targets) => reservation.start(claimed, targets),
+            Err(err) => {
+                tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
+                if let Err(err) = release(db, bus, &claimed.claims).await {
+                    // It stays `processing` and is reclaimed after its lease.
+                    tracing::error!(error = %error_chain(&err), "releasing a claim failed");
+                }
+            }
+        }
+    }
+    Ok(stored)
+}
+
+/// `STORE_POSTGRES` for `prepared`, with its values. On PostgreSQL the rows travel as
+/// arrays, so the text is the same for every batch: it is rendered once per process.
+fn store_statement(prepared: &[Prepared]) -> Result<(&'static str, Vec<Value>), DbErr> {
     let mut rows = Rows::new(DbBackend::Postgres, STORE_COLUMNS);
     for p in prepared {
         let s = &p.submission;
@@ -230,8 +310,6 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
         ])?;
     }
     let (rows, values) = rows.render(1);
-    // On PostgreSQL the rows travel as arrays, so the text is the same for every batch: it
-    // is rendered once per process.
     static SQL: OnceLock<String> = OnceLock::new();
     let sql = SQL.get_or_init(|| {
         let wake = flow::wake(
@@ -249,22 +327,12 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
             ],
         )
     });
-    let values = &values;
-    let statement = || db.clock().statement(sql, values.iter().cloned());
-    // A batch with ordering keys upserts its lines' rows, which concurrent batches of the
-    // same lines also update: at READ COMMITTED such a batch waits for the other and goes
-    // on, while at a stricter server default it would fail to serialize again and again on
-    // a busy line. So it runs in a transaction under the race policy (READ COMMITTED); the
-    // rest stays one round trip.
-    let keyed = prepared.iter().any(|p| p.submission.ordering_key.is_some());
-    let reported = if keyed {
-        db.transaction(|txn| async move { txn.query_all_raw(statement()).await })
-            .await?
-    } else {
-        db.autocommit(statement).await?
-    };
-    reported
-        .iter()
+    Ok((sql.as_str(), values))
+}
+
+/// What each row of `STORE_POSTGRES` reported, by delivery id.
+fn reported_by_row(rows: &[QueryResult]) -> Result<HashMap<Uuid, Reported>, DbErr> {
+    rows.iter()
         .map(|row| {
             let id: Uuid = row.try_get("", "id")?;
             let outcome: String = row.try_get("", "outcome")?;
@@ -287,10 +355,19 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
         .collect()
 }
 
+/// What [`store_sqlite`] did, and the claim it made at submit, if asked to.
+type StoredSqlite = (Stored, Option<(Claimed, Staged)>);
+
 /// SQLite: one write transaction (`BEGIN IMMEDIATE`, which excludes every other writer):
 /// the endpoint read, the submission inserted unless its key is taken, then its delivery,
-/// the endpoint's turn woken and the creation staged.
-async fn store_sqlite(db: &Db, bus: &ChangeBus, prepared: Prepared) -> Result<Stored, DbErr> {
+/// the endpoint's turn woken, with `claim` its due work claimed at submit (see
+/// [`store_claiming`]), and the changes staged.
+async fn store_sqlite(
+    db: &Db,
+    bus: &ChangeBus,
+    prepared: Prepared,
+    claim: Option<&ClaimRequest>,
+) -> Result<StoredSqlite, DbErr> {
     let prepared = &prepared;
     let stored = db
         .transaction(|txn| async move {
@@ -324,17 +401,36 @@ async fn store_sqlite(db: &Db, bus: &ChangeBus, prepared: Prepared) -> Result<St
                 placed(&mut delivery, *place);
             }
             flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
-            let staged = bus.stage(&*txn, vec![prepared.created.clone()]).await?;
-            Ok(Some(Some(Some((delivery, staged)))))
+            let mut changes = vec![prepared.created.clone()];
+            let claimed =
+                match claim {
+                    Some(request) if !delivery.waiting => claim_at_submit(&txn, db, request)
+                        .await
+                        .map(|(claimed, claim_changes)| {
+                            changes.extend(claim_changes);
+                            claimed
+                        }),
+                    _ => None,
+                };
+            let staged = bus.stage(&*txn, changes).await?;
+            Ok(Some(Some(Some((delivery, staged, claimed)))))
         })
         .await?;
     Ok(match stored {
-        None => Stored::EndpointMissing,
-        Some(None) => Stored::EndpointDisabled,
-        Some(Some(None)) => Stored::KeyTaken,
-        Some(Some(Some((delivery, staged)))) => {
-            staged.committed();
-            Stored::Created(Box::new(prepared.submission.clone()), Box::new(delivery))
+        None => (Stored::EndpointMissing, None),
+        Some(None) => (Stored::EndpointDisabled, None),
+        Some(Some(None)) => (Stored::KeyTaken, None),
+        Some(Some(Some((delivery, staged, claimed)))) => {
+            let created =
+                Stored::Created(Box::new(prepared.submission.clone()), Box::new(delivery));
+            match claimed {
+                // Published by the caller, which hands the claim over.
+                Some(claimed) => (created, Some((claimed, staged))),
+                None => {
+                    staged.committed();
+                    (created, None)
+                }
+            }
         }
     })
 }

@@ -1,9 +1,11 @@
 //! Fair share and flow control per endpoint: the claim's arithmetic on both backends (caps,
 //! shares, rate limits, pauses, bad settings), then real receivers behind several app
 //! instances on PostgreSQL (the cap, the rate limit and a pause held across processes, a
-//! settings change felt by another process, and neighbours that are slow or hang).
+//! settings change felt by another process, and neighbours that are slow or hang), and
+//! claims made at submit under the same rules.
 
 mod across_instances;
+mod at_submit;
 mod claiming;
 mod neighbours;
 

@@ -1,0 +1,157 @@
+//! Claims made outside the claiming loop, handed to this process's worker: a submission
+//! stored while the worker has a slot to spare claims its endpoint's due work in the
+//! transaction that stores it (see [`crate::service::submissions::store`]), so the only
+//! commit before its request leaves is the submission's own.
+//!
+//! The slot is reserved before the transaction begins, so a claim made at submit always
+//! has one to start in. The claim is an ordinary one (the same rules, statements, lease and
+//! fence, see [`super::claim`]), limited to one delivery and to the submission's endpoint:
+//! if the process dies before the request leaves, the lease runs out and any worker takes
+//! the delivery again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sea_orm::{DatabaseTransaction, TransactionTrait};
+use tokio::sync::OwnedSemaphorePermit;
+use uuid::Uuid;
+
+use super::claim::{claim_in, ClaimRequest, Claimed};
+use super::targets::Target;
+use crate::bus::StateChange;
+use crate::crypto::sealing::SecretKeys;
+use crate::db::Db;
+use crate::error::error_chain;
+
+/// What a running worker offers for hand-offs.
+pub(crate) trait Starter: Send + Sync {
+    /// A free slot, if the worker has one to spare: it runs, is not stopping, and no
+    /// backlog waits for its slots (that work is shared round robin by the claiming loop).
+    fn reserve(&self) -> Option<OwnedSemaphorePermit>;
+    /// A claim of one delivery of `endpoint_id`, under the worker's own settings.
+    fn request(&self, endpoint_id: Uuid) -> ClaimRequest;
+    /// The keys that open the endpoints' secrets.
+    fn keys(&self) -> SecretKeys;
+    /// Starts what `claimed` holds (at most one delivery) in `slot`, giving the slot back
+    /// if it holds nothing, and runs the claim's follow-up.
+    fn start(&self, slot: OwnedSemaphorePermit, claimed: Claimed, targets: HashMap<Uuid, Target>);
+    /// A reserved slot was given back unused.
+    fn released(&self);
+}
+
+/// Where this process's worker, while it runs, takes claims made at submit. Without a
+/// worker (an API-only process) nothing is reserved and every submission waits for a claim.
+#[derive(Clone, Default)]
+pub struct Handoff(Arc<Mutex<Option<Arc<dyn Starter>>>>);
+
+impl std::fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handoff")
+            .field("attached", &self.starter().is_some())
+            .finish()
+    }
+}
+
+impl Handoff {
+    fn starter(&self) -> Option<Arc<dyn Starter>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A slot of the local worker for a claim at submit, if it has one to spare.
+    pub fn reserve(&self) -> Option<Reservation> {
+        let starter = self.starter()?;
+        let slot = starter.reserve()?;
+        Some(Reservation {
+            slot: Some(slot),
+            starter,
+        })
+    }
+
+    /// The worker takes hand-offs from now on.
+    pub(crate) fn attach(&self, starter: Arc<dyn Starter>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(starter);
+    }
+
+    /// The worker stopped: no more reservations.
+    pub(crate) fn detach(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+/// A slot of the local worker, held for one claim at submit. Dropped unused, the slot is
+/// free again.
+pub struct Reservation {
+    slot: Option<OwnedSemaphorePermit>,
+    starter: Arc<dyn Starter>,
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation").finish_non_exhaustive()
+    }
+}
+
+impl Reservation {
+    /// What to claim for a submission to `endpoint_id`.
+    pub fn request(&self, endpoint_id: Uuid) -> ClaimRequest {
+        self.starter.request(endpoint_id)
+    }
+
+    /// The keys that open the endpoints' secrets.
+    pub fn keys(&self) -> SecretKeys {
+        self.starter.keys()
+    }
+
+    /// Starts what the committed claim holds in the reserved slot (given back if it holds
+    /// nothing), and runs the claim's follow-up.
+    pub fn start(mut self, claimed: Claimed, targets: HashMap<Uuid, Target>) {
+        if let Some(slot) = self.slot.take() {
+            self.starter.start(slot, claimed, targets);
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            drop(slot);
+            self.starter.released();
+        }
+    }
+}
+
+/// The claim of a submission's own endpoint inside the transaction that stored it (after
+/// the statement that stored it, so the claim sees the new row), under a savepoint: if the
+/// claim fails, the submission still commits, and waits for an ordinary claim. The state
+/// changes to publish come back with it, for the caller to stage after the creation.
+pub(crate) async fn claim_at_submit(
+    txn: &DatabaseTransaction,
+    db: &Db,
+    request: &ClaimRequest,
+) -> Option<(Claimed, Vec<StateChange>)> {
+    let savepoint = match txn.begin().await {
+        Ok(savepoint) => savepoint,
+        Err(err) => {
+            tracing::warn!(error = %error_chain(&err), "cannot claim at submit; the submission waits for a claim");
+            return None;
+        }
+    };
+    let claimed = claim_in(&savepoint, db, request).await;
+    let done = match claimed {
+        Ok(claimed) => savepoint.commit().await.map(|()| claimed),
+        Err(err) => {
+            let _ = savepoint.rollback().await;
+            Err(err)
+        }
+    };
+    match done {
+        Ok(claimed) => Some(claimed),
+        Err(err) => {
+            tracing::warn!(error = %error_chain(&err), "claiming at submit failed; the submission waits for a claim");
+            None
+        }
+    }
+}

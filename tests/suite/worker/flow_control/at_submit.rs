@@ -1,0 +1,345 @@
+//! Claims at submit: a submission stored while the local worker has a slot to spare claims
+//! its own delivery in the transaction that stores it, under the same rules as any claim:
+//! the endpoint's cap (held across instances, racing the claiming loops), its rate limit,
+//! due order within the endpoint, and the lease and fence when the process dies or the
+//! request outlives its lease.
+
+use std::time::Duration;
+
+use courier::config::ServeArgs;
+use serde_json::json;
+
+use super::{each_once, endpoint_with, most_in_any_window};
+use crate::support::fixtures::{attempts, delivery, delivery_id, quick_worker, settle, submit};
+use crate::support::process::{admin_token, Served};
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+
+fn answering_after(delay: Duration) -> impl Fn(usize) -> Reply + Send + Sync + 'static {
+    move |_| Reply {
+        body: Default::default(),
+        status: 200,
+        headers: Vec::new(),
+        delay,
+    }
+}
+
+/// Submits `n` and returns the delivery's id.
+async fn submit_one(app: &TestApp, admin: &str, endpoint: &str, n: usize) -> uuid::Uuid {
+    let body = submit(app, admin, endpoint, json!({ "n": n }), None).await;
+    assert!(body["errors"].is_null(), "{body}");
+    assert_eq!(
+        body["data"]["submit"]["delivery"]["state"], "PENDING",
+        "submit answers with the delivery as created: {body}"
+    );
+    delivery_id(&body).parse().expect("a delivery id")
+}
+
+/// One submission at a time: each is claimed by the submit itself (no claiming round),
+/// delivered once, signed, with one attempt, and published `PENDING`, `PROCESSING`,
+/// `DELIVERED` in that order.
+async fn a_quiet_submission_claims_its_own_delivery(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_with(&app, &admin, &receiver, "quiet", json!({})).await;
+    let mut changes = app.state.bus.subscribe();
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(submit_one(&app, &admin, &endpoint, n).await);
+        receiver.wait_for(n + 1, Duration::from_secs(10)).await;
+    }
+    let metrics = &app.state.metrics;
+    assert_eq!(metrics.claims_at_submit.get(), 5, "each claimed at submit");
+    let pool = app.state.db.clone();
+    for id in &ids {
+        crate::support::fixtures::eventually("delivered", Duration::from_secs(10), || async {
+            delivery(&pool, *id).await.state == entity::webhook_delivery::DeliveryState::Delivered
+        })
+        .await;
+        assert_eq!(attempts(&pool, *id).await.len(), 1, "one attempt");
+    }
+    let mut seen: std::collections::HashMap<uuid::Uuid, Vec<String>> = Default::default();
+    while let Ok(Ok(message)) =
+        tokio::time::timeout(Duration::from_millis(500), changes.recv()).await
+    {
+        if let courier::bus::ChangeMessage::Change(change) = message {
+            seen.entry(change.delivery_id)
+                .or_default()
+                .push(format!("{:?}", change.state));
+        }
+    }
+    for id in &ids {
+        assert_eq!(
+            seen.get(id).map(Vec::as_slice),
+            Some(
+                &[
+                    "Pending".to_owned(),
+                    "Processing".into(),
+                    "Delivered".into()
+                ][..]
+            ),
+            "the changes of {id}"
+        );
+    }
+    settle([app]).await;
+    each_once(&receiver, "quiet", 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_submission_claims_its_own_delivery_sqlite() {
+    a_quiet_submission_claims_its_own_delivery(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_submission_claims_its_own_delivery_postgres() {
+    a_quiet_submission_claims_its_own_delivery(Backend::Postgres).await;
+}
+
+/// A full endpoint takes nothing at submit: with `maxInFlight: 1` and a slow receiver, the
+/// second submission waits for the first to end, and they arrive in submission order. A
+/// rate limit holds too: four submissions in a row to `rateLimit: 2` never start more
+/// than two in a second.
+async fn a_submission_claims_only_within_its_endpoints_limits(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::start(answering_after(Duration::from_millis(400))).await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let capped = endpoint_with(
+        &app,
+        &admin,
+        &receiver,
+        "capped",
+        json!({ "maxInFlight": 1 }),
+    )
+    .await;
+    let limited = endpoint_with(
+        &app,
+        &admin,
+        &receiver,
+        "limited",
+        json!({ "rateLimit": 2 }),
+    )
+    .await;
+
+    submit_one(&app, &admin, &capped, 0).await;
+    receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(app.state.metrics.claims_at_submit.get(), 1);
+    submit_one(&app, &admin, &capped, 1).await;
+    assert_eq!(
+        app.state.metrics.claims_at_submit.get(),
+        1,
+        "a full endpoint claims nothing at submit"
+    );
+    let received = receiver.wait_for(2, Duration::from_secs(10)).await;
+    assert_eq!(receiver.most_in_flight("capped"), 1, "never two at once");
+    let order: Vec<_> = received.iter().map(|r| r.body["n"].clone()).collect();
+    assert_eq!(
+        order,
+        vec![json!(0), json!(1)],
+        "due order within the endpoint"
+    );
+
+    for n in 0..4 {
+        submit_one(&app, &admin, &limited, n).await;
+    }
+    let received = receiver.wait_for(6, Duration::from_secs(15)).await;
+    let arrivals: Vec<_> = received
+        .iter()
+        .filter(|r| r.path == "limited")
+        .map(|r| r.at)
+        .collect();
+    assert_eq!(arrivals.len(), 4);
+    let most = most_in_any_window(&arrivals, Duration::from_secs(1));
+    assert!(most <= 2, "{most} starts within a second at rateLimit 2");
+    settle([app]).await;
+    each_once(&receiver, "capped", 2);
+    each_once(&receiver, "limited", 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_claims_only_within_its_endpoints_limits_sqlite() {
+    a_submission_claims_only_within_its_endpoints_limits(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_claims_only_within_its_endpoints_limits_postgres() {
+    a_submission_claims_only_within_its_endpoints_limits(Backend::Postgres).await;
+}
+
+/// Three instances, six submitters racing through them, and the instances' claiming loops
+/// all claiming for one endpoint with `maxInFlight: 3`: the receiver never holds more than
+/// three at once, claims at submit happen on several instances, and each of the 48 arrives
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_at_submit_and_claiming_loops_share_one_cap_across_instances() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(answering_after(Duration::from_millis(60))).await;
+    let configure = |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = 4;
+        config.request_timeout_ms = 5_000;
+        config.lease_secs = 30;
+    };
+    let apps = std::sync::Arc::new([
+        TestApp::spawn_with(&db, configure).await,
+        TestApp::spawn_with(&db, configure).await,
+        TestApp::spawn_with(&db, configure).await,
+    ]);
+    let admin = apps[0].admin_token().await;
+    let endpoint = endpoint_with(
+        &apps[0],
+        &admin,
+        &receiver,
+        "shared",
+        json!({ "maxInFlight": 3 }),
+    )
+    .await;
+    let mut submitters = tokio::task::JoinSet::new();
+    for submitter in 0..6 {
+        let (apps, admin, endpoint) = (apps.clone(), admin.clone(), endpoint.clone());
+        submitters.spawn(async move {
+            for n in 0..8 {
+                let app = &apps[(submitter + n) % 3];
+                submit_one(app, &admin, &endpoint, submitter * 8 + n).await;
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+        });
+    }
+    while let Some(done) = submitters.join_next().await {
+        done.expect("a submitter");
+    }
+    receiver.wait_for(48, Duration::from_secs(30)).await;
+    let most = receiver.most_in_flight("shared");
+    assert!(most <= 3, "the receiver held {most} requests at once");
+    let at_submit = apps
+        .each_ref()
+        .map(|app| app.state.metrics.claims_at_submit.get());
+    assert!(
+        at_submit.iter().filter(|n| **n > 0).count() >= 2 && at_submit.iter().sum::<u64>() >= 4,
+        "several instances claimed at submit: {at_submit:?}"
+    );
+    let apps = std::sync::Arc::try_unwrap(apps).unwrap_or_else(|_| panic!("apps still shared"));
+    settle(apps).await;
+    each_once(&receiver, "shared", 48);
+}
+
+/// A request that outlives the lease of a claim made at submit: another instance takes
+/// the delivery again once the lease runs out and delivers it, and the late answer of the
+/// first claim is recorded as superseded and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_made_at_submit_is_fenced_like_any_other() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(|n| Reply {
+        body: Default::default(),
+        status: 200,
+        headers: Vec::new(),
+        delay: if n == 1 {
+            Duration::from_millis(3_500)
+        } else {
+            Duration::ZERO
+        },
+    })
+    .await;
+    let short_lease = |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.lease_secs = 1;
+        config.request_timeout_ms = 8_000;
+    };
+    let first = TestApp::spawn_with(&db, short_lease).await;
+    let admin = first.admin_token().await;
+    let endpoint = endpoint_with(&first, &admin, &receiver, "slow", json!({})).await;
+    let id = submit_one(&first, &admin, &endpoint, 0).await;
+    assert_eq!(first.state.metrics.claims_at_submit.get(), 1);
+    let second = TestApp::spawn_with(&db, short_lease).await;
+    let pool = first.state.db.clone();
+    crate::support::fixtures::eventually(
+        "the late result is recorded",
+        Duration::from_secs(15),
+        || async { attempts(&pool, id).await.len() == 2 },
+    )
+    .await;
+    let attempts = attempts(&pool, id).await;
+    assert_eq!(
+        attempts.iter().filter(|a| a.superseded).count(),
+        1,
+        "the first claim's late answer is superseded: {attempts:?}"
+    );
+    assert_eq!(
+        delivery(&pool, id).await.state,
+        entity::webhook_delivery::DeliveryState::Delivered
+    );
+    assert!(second.state.metrics.claims.get() + first.state.metrics.claims.get() >= 2);
+    let received = receiver.wait_for(2, Duration::from_secs(5)).await;
+    assert_eq!(
+        received[0].webhook_id, received[1].webhook_id,
+        "one webhook, sent again"
+    );
+    first.stop().await;
+    second.stop().await;
+}
+
+/// The real binary, killed while the request of a delivery it claimed at submit is on its
+/// way: nothing is lost. Another process takes the delivery again when the lease runs out
+/// and delivers it, with the same webhook id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_after_claiming_at_submit_loses_nothing() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start(|n| Reply {
+        body: Default::default(),
+        status: 200,
+        headers: Vec::new(),
+        delay: if n == 1 {
+            Duration::from_secs(60)
+        } else {
+            Duration::ZERO
+        },
+    })
+    .await;
+    let settings = [
+        ("COURIER_LEASE_SECS", "2"),
+        ("COURIER_REQUEST_TIMEOUT_MS", "30000"),
+        ("COURIER_POLL_INTERVAL_MS", "100"),
+        ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true"),
+    ];
+    let first = Served::start(&db.url, &settings);
+    let token = admin_token(&db).await;
+    let endpoint = first.create_endpoint(&token, &receiver, "crash", &[]).await;
+    let body = first
+        .graphql(
+            &token,
+            crate::support::fixtures::SUBMIT,
+            json!({ "input": { "endpointId": endpoint, "payload": { "n": 1 } } }),
+        )
+        .await;
+    assert!(body["errors"].is_null(), "{body}");
+    let id: uuid::Uuid = delivery_id(&body).parse().expect("a delivery id");
+    crate::support::fixtures::eventually(
+        "the request is on its way",
+        Duration::from_secs(10),
+        || async { receiver.in_flight("crash") == 1 },
+    )
+    .await;
+    let metrics = reqwest::get(format!("http://{}/metrics", first.addr))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics.contains("courier_delivery_claims_at_submit_total 1"),
+        "claimed at submit: {metrics}"
+    );
+    drop(first);
+    let second = Served::start(&db.url, &settings);
+    let pool = courier::db::Db::connect(&db.url, 2).await.expect("a pool");
+    crate::support::fixtures::eventually("delivered", Duration::from_secs(20), || async {
+        delivery(&pool, id).await.state == entity::webhook_delivery::DeliveryState::Delivered
+    })
+    .await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 2, "sent again after the crash");
+    assert_eq!(received[0].webhook_id, received[1].webhook_id);
+    assert!(received.iter().all(|r| r.verified));
+    drop(second);
+}
