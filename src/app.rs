@@ -52,10 +52,17 @@ impl App {
             shutdown.clone(),
         ));
         let limit = self.state.db.timeouts().acquire;
-        let (_, live) = tokio::join!(
-            crate::db::warm_up(&self.state.db, limit),
-            self.state.bus.wait_live(limit)
-        );
+        let warm = async {
+            let db = &self.state.db;
+            crate::db::warm_up(db, limit).await;
+            // A submission's statements and its claim's, planned on every connection.
+            crate::db::warm_statements(db, limit, |txn| async move {
+                crate::service::submissions::store::warm_statements(&txn, db).await?;
+                crate::worker::claim::warm_statements(&txn, db).await
+            })
+            .await;
+        };
+        let (_, live) = tokio::join!(warm, self.state.bus.wait_live(limit));
         if !live {
             tracing::warn!("not yet listening for changes from other processes; going on");
         }

@@ -71,7 +71,7 @@ async fn receive(
             }
             Ok(Ok(Some(notification))) => match StateChange::from_wire(notification.payload()) {
                 Some(changes) => {
-                    if changes.iter().any(|c| c.state == DeliveryState::Pending) {
+                    if waits_for_a_claim(&changes) {
                         wakeup.hint();
                     }
                     for change in changes {
@@ -104,5 +104,57 @@ async fn receive(
     }
 }
 
+/// Whether `changes` (one notification) make a delivery due that no claim took in the same
+/// transaction: a submission that claimed its own delivery publishes both together, and
+/// wakes no worker.
+fn waits_for_a_claim(changes: &[StateChange]) -> bool {
+    changes.iter().any(|change| {
+        change.state == DeliveryState::Pending
+            && !changes.iter().any(|later| {
+                later.delivery_id == change.delivery_id && later.state == DeliveryState::Processing
+            })
+    })
+}
+
 /// How long the listener may stay quiet before its connection is checked.
 const LIVENESS_CHECK: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn change(delivery_id: Uuid, state: DeliveryState) -> StateChange {
+        StateChange {
+            delivery_id,
+            endpoint_id: Uuid::nil(),
+            previous_state: None,
+            state,
+            at: crate::db::now(),
+        }
+    }
+
+    #[test]
+    fn a_creation_claimed_in_the_same_transaction_wakes_no_worker() {
+        let (claimed, waiting) = (Uuid::now_v7(), Uuid::now_v7());
+        let together = [
+            change(claimed, DeliveryState::Pending),
+            change(claimed, DeliveryState::Processing),
+        ];
+        assert!(!waits_for_a_claim(&together));
+        assert!(waits_for_a_claim(&[change(
+            waiting,
+            DeliveryState::Pending
+        )]));
+        let mixed = [
+            change(claimed, DeliveryState::Pending),
+            change(waiting, DeliveryState::Pending),
+            change(claimed, DeliveryState::Processing),
+        ];
+        assert!(waits_for_a_claim(&mixed));
+        assert!(!waits_for_a_claim(&[change(
+            waiting,
+            DeliveryState::Delivered
+        )]));
+    }
+}

@@ -198,6 +198,12 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_ENDPOINT_MAX_IN_FLIGHT", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub endpoint_max_in_flight: u32,
 
+    /// Whether a submission written on its own, while this process's worker has a slot to
+    /// spare, claims its delivery in the transaction that stores it, so the request leaves
+    /// after that one commit; `false` leaves every delivery to the claiming loop.
+    #[arg(long, env = "COURIER_CLAIM_AT_SUBMIT", default_value_t = true, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub claim_at_submit: bool,
+
     /// How long a claim is held before another worker may reclaim the delivery.
     #[arg(long, env = "COURIER_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub lease_secs: u64,

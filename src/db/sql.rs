@@ -125,7 +125,8 @@ impl Rows {
     }
 
     /// The SQL for the `{rows}` slot with parameters numbered from `first`, and the values
-    /// to bind for them (there must be at least one row).
+    /// to bind for them. With no rows (on PostgreSQL: to prepare a statement), each array
+    /// is bound with its declared type, as rows would bind it.
     pub fn render(self, first: usize) -> (String, Vec<Value>) {
         match self.backend {
             DbBackend::Postgres => {
@@ -139,8 +140,11 @@ impl Rows {
                 let values = self
                     .columns
                     .into_iter()
-                    .map(|column| {
-                        let ty = column.first().map_or(ArrayType::String, Value::array_type);
+                    .zip(self.types)
+                    .map(|(column, declared)| {
+                        let ty = column
+                            .first()
+                            .map_or_else(|| array_type(declared), Value::array_type);
                         Value::Array(ty, Some(Box::new(column)))
                     })
                     .collect();
@@ -169,6 +173,22 @@ impl Rows {
                 (format!("VALUES {list}"), values)
             }
         }
+    }
+}
+
+/// The array type sea-orm binds for a column of PostgreSQL type `declared` (what its
+/// values would bind as), so an empty array is bound as the same type as a full one.
+fn array_type(declared: &str) -> ArrayType {
+    match declared {
+        "uuid" => ArrayType::Uuid,
+        "jsonb" | "json" => ArrayType::Json,
+        "int2" | "smallint" => ArrayType::SmallInt,
+        "int4" | "int" | "integer" => ArrayType::Int,
+        "int8" | "bigint" => ArrayType::BigInt,
+        "float8" | "double precision" => ArrayType::Double,
+        "bool" | "boolean" => ArrayType::Bool,
+        "timestamptz" => ArrayType::ChronoDateTimeUtc,
+        _ => ArrayType::String,
     }
 }
 

@@ -66,3 +66,40 @@ pub async fn warm_up(db: &Db, limit: Duration) {
         Err(_) => tracing::warn!("warming up the database connections took too long; going on"),
     }
 }
+
+/// Runs `work` once on every connection of the pool at the same time (PostgreSQL), each in
+/// a transaction of its own that commits, for statements that prepare and plan themselves
+/// on first use: each connection keeps its prepared statements and their plans, so the
+/// first requests after start-up find them made. The transactions wait for each other
+/// before they end, so no two share a connection. Best effort within `limit`.
+pub async fn warm_statements<F, Fut>(db: &Db, limit: Duration, work: F)
+where
+    F: Fn(super::Txn) -> Fut,
+    Fut: std::future::Future<Output = Result<(), sea_orm::DbErr>>,
+{
+    if db.backend() != DbBackend::Postgres {
+        return;
+    }
+    let size = db
+        .conn()
+        .get_postgres_connection_pool()
+        .options()
+        .get_max_connections() as usize;
+    let all_in = tokio::sync::Barrier::new(size);
+    let (work, all_in) = (&work, &all_in);
+    let warm = join_all((0..size).map(|_| async move {
+        let done = db
+            .transaction(|txn| async move {
+                let done = work(txn).await;
+                all_in.wait().await;
+                done
+            })
+            .await;
+        if let Err(err) = done {
+            tracing::debug!(error = %err, "warming up statements on a connection failed");
+        }
+    }));
+    if tokio::time::timeout(limit, warm).await.is_err() {
+        tracing::debug!("warming up statements took too long; going on");
+    }
+}

@@ -372,16 +372,8 @@ async fn claim_postgres(
     if wanted.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let clock = db.clock();
-    let values = [
-        Value::from(wanted.iter().map(|w| w.0).collect::<Vec<_>>()),
-        Value::from(wanted.iter().map(|w| w.1).collect::<Vec<_>>()),
-        Value::from(wanted.iter().map(|w| w.2).collect::<Vec<_>>()),
-        clock.after(lease),
-        Value::from(ended.to_vec()),
-    ];
     let returned = txn
-        .query_all_raw(clock.statement(&targets::with_columns(CLAIM_POSTGRES, ""), values))
+        .query_all_raw(claim_statement(db, &wanted, lease, ended))
         .await?;
     let claims = returned
         .iter()
@@ -391,6 +383,34 @@ async fn claim_postgres(
         })
         .collect::<Result<Vec<_>, DbErr>>()?;
     Ok((claims, returned))
+}
+
+/// [`CLAIM_POSTGRES`] for `wanted` (endpoint, how many, cap).
+fn claim_statement(
+    db: &Db,
+    wanted: &[(Uuid, i32, i32)],
+    lease: Duration,
+    ended: &[Uuid],
+) -> sea_orm::Statement {
+    let clock = db.clock();
+    let values = [
+        Value::from(wanted.iter().map(|w| w.0).collect::<Vec<_>>()),
+        Value::from(wanted.iter().map(|w| w.1).collect::<Vec<_>>()),
+        Value::from(wanted.iter().map(|w| w.2).collect::<Vec<_>>()),
+        clock.after(lease),
+        Value::from(ended.to_vec()),
+    ];
+    clock.statement(&targets::with_columns(CLAIM_POSTGRES, ""), values)
+}
+
+/// Prepares and plans, on `txn`'s connection, the statements of a claim at submit
+/// (PostgreSQL), each asked for nothing: nothing is locked or written.
+pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
+    turns::lock_turns(txn, db, 1, Turns::Of(Uuid::nil()), DEFAULT_MAX_IN_FLIGHT).await?;
+    txn.query_all_raw(claim_statement(db, &[], Duration::from_secs(1), &[]))
+        .await?;
+    turns::facts(txn, db, &[], &HashMap::new(), &[]).await?;
+    turns::warm_set_turns(txn).await
 }
 
 /// Step 2 on SQLite.

@@ -18,6 +18,7 @@ pub mod health;
 pub mod record;
 mod recorder;
 pub mod retention;
+mod running;
 pub mod schedule;
 mod targets;
 pub mod turns;
@@ -37,12 +38,11 @@ use uuid::Uuid;
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::ended::EndedRequests;
-use self::handoff::Starter;
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
+use self::running::Running;
 use self::schedule::{NextStep, RetryPolicy};
 use self::targets::Target;
-use crate::crypto::sealing::SecretKeys;
 use crate::db;
 use crate::error::error_chain;
 use crate::state::AppState;
@@ -419,101 +419,5 @@ impl Worker {
         }
         self.state.metrics.in_flight.set(0);
         tracing::info!("delivery worker stopped");
-    }
-}
-
-/// The worker while it runs: what starting a delivery needs, shared by the claiming loop
-/// and the claims submissions hand over (see [`handoff`]).
-struct Running {
-    worker: Arc<Worker>,
-    /// The recorder's inbox; taken at shutdown, once nothing more starts.
-    results: Mutex<Option<mpsc::Sender<Finished>>>,
-    /// The deliveries in flight.
-    tasks: TaskTracker,
-    /// Fired when the grace period is over: the deliveries still in flight are dropped.
-    abandon: CancellationToken,
-    /// Whether the last claim left a backlog: its slots go round robin, not to submits.
-    backlogged: AtomicBool,
-}
-
-impl Running {
-    /// Sends `claim` in `slot` as a task of its own. After shutdown nothing starts: the
-    /// delivery is reclaimed after its lease.
-    fn spawn(&self, claim: Claim, target: Option<Target>, slot: OwnedSemaphorePermit) {
-        let results = self
-            .results
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let Some(results) = results else {
-            tracing::debug!(delivery_id = %claim.delivery_id, "stopping: a claimed delivery waits for its lease");
-            return;
-        };
-        let (worker, abandon) = (Arc::clone(&self.worker), self.abandon.clone());
-        self.tasks.spawn(async move {
-            tokio::select! {
-                biased;
-                () = abandon.cancelled() => {}
-                () = worker.send_and_report(claim, target, slot, results) => {}
-            }
-        });
-    }
-}
-
-impl Starter for Running {
-    fn reserve(&self) -> Option<OwnedSemaphorePermit> {
-        let worker = &self.worker;
-        if worker.state.shutdown.is_cancelled() || self.backlogged.load(Ordering::Relaxed) {
-            return None;
-        }
-        worker.slots.clone().try_acquire_owned().ok()
-    }
-
-    fn request(&self, endpoint_id: Uuid) -> ClaimRequest {
-        let config = &self.worker.state.config;
-        let mut ended = self.worker.ended.snapshot();
-        ended.revisit.clear();
-        ClaimRequest {
-            limit: 1,
-            lease: config.lease(),
-            default_max_in_flight: config.endpoint_max_in_flight,
-            ended,
-            only: Some(endpoint_id),
-        }
-    }
-
-    fn keys(&self) -> SecretKeys {
-        self.worker.state.config.secret_keys()
-    }
-
-    fn start(
-        &self,
-        slot: OwnedSemaphorePermit,
-        mut claimed: Claimed,
-        mut targets: HashMap<Uuid, Target>,
-    ) {
-        let worker = &self.worker;
-        worker.ended.visited(claimed.visited.iter().copied());
-        let metrics = &worker.state.metrics;
-        metrics.claims.inc_by(claimed.claims.len() as u64);
-        metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);
-        worker.follow_up(claimed.follow_up());
-        let mut claims = std::mem::take(&mut claimed.claims).into_iter();
-        match claims.next() {
-            Some(claim) => {
-                let target = targets.remove(&claim.delivery_id);
-                self.spawn(claim, target, slot);
-                // A claim at submit asks for one; were there more, they take free slots.
-                worker.start(claims.collect(), targets, self);
-            }
-            None => {
-                drop(slot);
-                worker.slot_freed();
-            }
-        }
-    }
-
-    fn released(&self) {
-        self.worker.slot_freed();
     }
 }

@@ -255,6 +255,22 @@ pub async fn set_turns(
     Ok(())
 }
 
+/// Prepares and plans [`SET_TURNS_POSTGRES`] on `txn`'s connection, setting nothing.
+pub async fn warm_set_turns(txn: &DatabaseTransaction) -> Result<(), DbErr> {
+    let ids: Vec<Uuid> = Vec::new();
+    let times: Vec<String> = Vec::new();
+    let values = [
+        Value::from(ids),
+        Value::from(times.clone()),
+        Value::from(times.clone()),
+        Value::from(times.clone()),
+        Value::from(times),
+    ];
+    txn.execute_raw(Clock::new(DbBackend::Postgres).statement(SET_TURNS_POSTGRES, values))
+        .await?;
+    Ok(())
+}
+
 /// What is left to do once a claim has committed, which must not delay its requests: wake
 /// any endpoint it put to sleep that meanwhile got due work or a free slot (a submission
 /// that committed between the claim's snapshot and its commit saw the endpoint still ready

@@ -197,6 +197,7 @@ impl Committer {
                 let _ = job.reply.send(Ok(Stored::Created(
                     Box::new(rows.submission),
                     Box::new(rows.delivery),
+                    false,
                 )));
             } else if !job.reply.is_closed() {
                 // Not written: each on its own, so each caller gets its own answer.
@@ -271,7 +272,11 @@ async fn store_checked(
     match found {
         Ok(Some((submission, delivery))) => {
             tracing::warn!(error = %error_chain(&err), %delivery_id, "submission committed but its answer was lost");
-            Ok(Stored::Created(Box::new(submission), Box::new(delivery)))
+            Ok(Stored::Created(
+                Box::new(submission),
+                Box::new(delivery),
+                false,
+            ))
         }
         _ => Err(Error::from(err)),
     }

@@ -83,8 +83,8 @@ impl Intake {
         }
     }
 
-    /// Something new committed with `deliveries` new deliveries: counted, and the worker
-    /// hinted when there is something to deliver.
+    /// Something new committed with `deliveries` new deliveries waiting for a claim:
+    /// counted, and the worker hinted when there is something to deliver.
     pub fn stored(&self, outcome: SubmissionOutcome, deliveries: usize) {
         self.metrics.submission(outcome);
         if deliveries > 0 {

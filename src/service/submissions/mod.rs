@@ -142,8 +142,10 @@ impl Submissions {
             delivery_id: Uuid::now_v7(),
         };
         match self.group_commit.store(rows).await? {
-            Stored::Created(submission, delivery) => {
-                self.intake.stored(SubmissionOutcome::Created, 1);
+            Stored::Created(submission, delivery, claimed_at_submit) => {
+                // A delivery the submission claimed is with the worker already.
+                let to_wake = if claimed_at_submit { 0 } else { 1 };
+                self.intake.stored(SubmissionOutcome::Created, to_wake);
                 tracing::debug!(submission_id = %submission.id, delivery_id = %delivery.id, "submission stored");
                 Ok(SubmitOutcome {
                     created: true,

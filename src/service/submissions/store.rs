@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
 use sea_orm::{
-    ActiveModelTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, IntoActiveModel, QueryResult,
-    TryInsertResult, Value,
+    ActiveModelTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait,
+    IntoActiveModel, QueryResult, TryInsertResult, Value,
 };
 use serde_json::Value as Json;
 use uuid::Uuid;
@@ -97,8 +97,9 @@ FROM input JOIN stored_deliveries d ON d.id = input.delivery_id";
 #[derive(Debug, Clone)]
 pub enum Stored {
     /// Stored: the submission and its delivery as written (with the database's time on
-    /// PostgreSQL).
-    Created(Box<submission::Model>, Box<webhook_delivery::Model>),
+    /// PostgreSQL), and whether the submission claimed the delivery as it stored it (see
+    /// [`store_claiming`]): then the worker has it already and needs no wake-up.
+    Created(Box<submission::Model>, Box<webhook_delivery::Model>, bool),
     /// Its idempotency key was already taken for the endpoint; nothing was written.
     KeyTaken,
     /// The endpoint is disabled; nothing was written.
@@ -204,7 +205,7 @@ pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
             if let Some(place) = place {
                 placed(&mut delivery, place);
             }
-            Stored::Created(Box::new(submission), Box::new(delivery))
+            Stored::Created(Box::new(submission), Box::new(delivery), false)
         }
         Some(Reported::KeyTaken) => Stored::KeyTaken,
         Some(Reported::EndpointDisabled) => Stored::EndpointDisabled,
@@ -215,7 +216,7 @@ pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
 /// Writes `prepared` with `STORE_POSTGRES`, committed on its own (one round trip however
 /// many rows), and returns what each row reported, by delivery id.
 pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, Reported>, DbErr> {
-    let (sql, values) = store_statement(prepared)?;
+    let (sql, values) = store_statement(prepared, Notify::InStatement)?;
     let values = &values;
     let statement = || db.clock().statement(sql, values.iter().cloned());
     // A batch with ordering keys upserts its lines' rows, which concurrent batches of the
@@ -248,28 +249,41 @@ pub async fn store_claiming(
     let request = reservation.request(prepared.submission.endpoint_id);
     let (stored, claimed) = match db.backend() {
         DbBackend::Postgres => {
-            let (sql, values) = store_statement(std::slice::from_ref(&prepared))?;
+            let (sql, values) = store_statement(std::slice::from_ref(&prepared), Notify::Staged)?;
             let (values, prepared_ref, request) = (&values, &prepared, &request);
             let (reported, claimed) = db
                 .transaction(|txn| async move {
                     let statement = db.clock().statement(sql, values.iter().cloned());
                     let rows = txn.query_all_raw(statement).await?;
                     let reported = reported_by_row(&rows)?.remove(&prepared_ref.delivery.id);
-                    let claimed = match reported {
-                        Some(Reported::Created(_, place)) if !place.is_some_and(|p| p.waiting) => {
-                            match claim_at_submit(&txn, db, request).await {
-                                Some((claimed, changes)) => {
-                                    Some((claimed, bus.stage(&*txn, changes).await?))
-                                }
-                                None => None,
-                            }
-                        }
-                        _ => None,
+                    let Some(Reported::Created(at, place)) = reported else {
+                        return Ok((reported, None));
                     };
-                    Ok((reported, claimed))
+                    // The creation and the claim travel in one notification, so no
+                    // process is woken for a delivery already on its way.
+                    let mut changes = vec![StateChange {
+                        at,
+                        ..prepared_ref.created.clone()
+                    }];
+                    let claimed = if place.is_some_and(|p| p.waiting) {
+                        None
+                    } else {
+                        claim_at_submit(&txn, db, request).await
+                    };
+                    let claimed = claimed.map(|(claimed, claim_changes)| {
+                        changes.extend(claim_changes);
+                        claimed
+                    });
+                    let staged = bus.stage(&*txn, changes).await?;
+                    Ok((reported, claimed.map(|claimed| (claimed, staged))))
                 })
                 .await?;
-            (outcome(prepared, reported), claimed)
+            let mut stored = outcome(prepared, reported);
+            if let (Stored::Created(_, _, at_submit), Some((claimed, _))) = (&mut stored, &claimed)
+            {
+                *at_submit = !claimed.claims.is_empty();
+            }
+            (stored, claimed)
         }
         _ => store_sqlite(db, bus, prepared, Some(&request)).await?,
     };
@@ -289,9 +303,22 @@ pub async fn store_claiming(
     Ok(stored)
 }
 
+/// Who publishes the creation of what `STORE_POSTGRES` stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Notify {
+    /// The statement itself, with its commit.
+    InStatement,
+    /// The caller, staging it later in the same transaction (with a claim's changes).
+    Staged,
+}
+
 /// `STORE_POSTGRES` for `prepared`, with its values. On PostgreSQL the rows travel as
-/// arrays, so the text is the same for every batch: it is rendered once per process.
-fn store_statement(prepared: &[Prepared]) -> Result<(&'static str, Vec<Value>), DbErr> {
+/// arrays, so the text is the same for every batch: it is rendered once per process (for
+/// each way of publishing the creation).
+fn store_statement(
+    prepared: &[Prepared],
+    notify: Notify,
+) -> Result<(&'static str, Vec<Value>), DbErr> {
     let mut rows = Rows::new(DbBackend::Postgres, STORE_COLUMNS);
     for p in prepared {
         let s = &p.submission;
@@ -310,13 +337,21 @@ fn store_statement(prepared: &[Prepared]) -> Result<(&'static str, Vec<Value>), 
         ])?;
     }
     let (rows, values) = rows.render(1);
-    static SQL: OnceLock<String> = OnceLock::new();
-    let sql = SQL.get_or_init(|| {
+    static IN_STATEMENT: OnceLock<String> = OnceLock::new();
+    static STAGED: OnceLock<String> = OnceLock::new();
+    let cell = match notify {
+        Notify::InStatement => &IN_STATEMENT,
+        Notify::Staged => &STAGED,
+    };
+    let sql = cell.get_or_init(|| {
         let wake = flow::wake(
             DbBackend::Postgres,
             "SELECT endpoint_id FROM stored_deliveries WHERE NOT waiting",
         );
-        let notify = bus::notify_created(STORED_CHANGES);
+        let notify = match notify {
+            Notify::InStatement => bus::notify_created(STORED_CHANGES),
+            Notify::Staged => "SELECT 0 AS notifications".to_owned(),
+        };
         fill(
             &with_parking(DbBackend::Postgres, STORE_POSTGRES),
             &[
@@ -328,6 +363,16 @@ fn store_statement(prepared: &[Prepared]) -> Result<(&'static str, Vec<Value>), 
         )
     });
     Ok((sql.as_str(), values))
+}
+
+/// Prepares and plans, on `txn`'s connection, both forms of the statement that stores
+/// submissions (PostgreSQL), with no rows: nothing is written.
+pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
+    for notify in [Notify::InStatement, Notify::Staged] {
+        let (sql, values) = store_statement(&[], notify)?;
+        txn.query_all_raw(db.clock().statement(sql, values)).await?;
+    }
+    Ok(())
 }
 
 /// What each row of `STORE_POSTGRES` reported, by delivery id.
@@ -421,14 +466,19 @@ async fn store_sqlite(
         Some(None) => (Stored::EndpointDisabled, None),
         Some(Some(None)) => (Stored::KeyTaken, None),
         Some(Some(Some((delivery, staged, claimed)))) => {
-            let created =
-                Stored::Created(Box::new(prepared.submission.clone()), Box::new(delivery));
+            let created = |claimed| {
+                Stored::Created(
+                    Box::new(prepared.submission.clone()),
+                    Box::new(delivery),
+                    claimed,
+                )
+            };
             match claimed {
                 // Published by the caller, which hands the claim over.
-                Some(claimed) => (created, Some((claimed, staged))),
+                Some(claimed) => (created(!claimed.claims.is_empty()), Some((claimed, staged))),
                 None => {
                     staged.committed();
-                    (created, None)
+                    (created(false), None)
                 }
             }
         }

@@ -362,3 +362,24 @@ async fn idempotency_holds_at_repeatable_read() {
     );
     assert_eq!(row_counts(&apps[0]).await, (1, 1));
 }
+
+/// Every PostgreSQL connection of the pool plans a statement once (a generic plan), rather
+/// than afresh at every run of the larger statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_plan_each_statement_once() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = db.connect(2).await;
+    let mode = pool
+        .conn()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SHOW plan_cache_mode",
+        ))
+        .await
+        .expect("show")
+        .expect("row");
+    assert_eq!(
+        mode.try_get::<String>("", "plan_cache_mode").expect("mode"),
+        "force_generic_plan"
+    );
+}

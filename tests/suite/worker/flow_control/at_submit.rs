@@ -343,3 +343,26 @@ async fn a_process_killed_after_claiming_at_submit_loses_nothing() {
     assert!(received.iter().all(|r| r.verified));
     drop(second);
 }
+
+/// With `COURIER_CLAIM_AT_SUBMIT=false` every delivery waits for the claiming loop, and is
+/// delivered all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_at_submit_can_be_turned_off() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.claim_at_submit = false;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_with(&app, &admin, &receiver, "off", json!({})).await;
+    for n in 0..3 {
+        submit_one(&app, &admin, &endpoint, n).await;
+        receiver.wait_for(n + 1, Duration::from_secs(10)).await;
+    }
+    assert_eq!(app.state.metrics.claims_at_submit.get(), 0);
+    assert!(app.state.metrics.claims.get() >= 3, "the loop claimed them");
+    settle([app]).await;
+    each_once(&receiver, "off", 3);
+}
