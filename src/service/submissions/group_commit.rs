@@ -17,8 +17,9 @@ use crate::bus::ChangeBus;
 use crate::db::{may_have_committed, Db};
 use crate::error::{error_chain, Error};
 use crate::metrics::Metrics;
+use crate::service::submissions::claiming::store_claiming;
 use crate::service::submissions::store::{
-    outcome, prepare, store, store_claiming, store_many, NewRows, Prepared, Reported, Stored,
+    outcome, prepare, store, store_many, NewRows, Prepared, Reported, Stored,
 };
 use crate::worker::handoff::{Handoff, Reservation};
 

@@ -20,11 +20,10 @@ use crate::bus::{self, ChangeBus, Staged, StateChange};
 use crate::db::parking::with_parking;
 use crate::db::sql::{fill, Rows};
 use crate::db::Db;
-use crate::error::error_chain;
 use crate::service::flow;
 use crate::service::lines::{self, Place};
-use crate::worker::claim::{release, targets_of, ClaimRequest, Claimed};
-use crate::worker::handoff::{claim_at_submit, Reservation};
+use crate::worker::claim::{ClaimRequest, Claimed};
+use crate::worker::handoff::claim_at_submit;
 
 /// PostgreSQL, for any number of submissions: the submissions, their deliveries and their
 /// creation events in one statement. A row whose endpoint is unknown or disabled is
@@ -98,7 +97,7 @@ FROM input JOIN stored_deliveries d ON d.id = input.delivery_id";
 pub enum Stored {
     /// Stored: the submission and its delivery as written (with the database's time on
     /// PostgreSQL), and whether the submission claimed the delivery as it stored it (see
-    /// [`store_claiming`]): then the worker has it already and needs no wake-up.
+    /// [`super::claiming::store_claiming`]): then the worker has it already and needs no wake-up.
     Created(Box<submission::Model>, Box<webhook_delivery::Model>, bool),
     /// Its idempotency key was already taken for the endpoint; nothing was written.
     KeyTaken,
@@ -234,78 +233,9 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
     reported_by_row(&reported)
 }
 
-/// Stores one submission, as [`store`] does, and in the same transaction claims its
-/// endpoint's due work (the new delivery, unless it waits in its line or older work is due
-/// first) for the local worker's `reservation` (see [`crate::worker::handoff`]); once
-/// committed, hands the claim over, so the request leaves without another commit. A claim
-/// that fails or finds no room leaves the submission to an ordinary claim.
-pub async fn store_claiming(
-    db: &Db,
-    bus: &ChangeBus,
-    rows: NewRows,
-    reservation: Reservation,
-) -> Result<Stored, DbErr> {
-    let prepared = prepare(rows);
-    let request = reservation.request(prepared.submission.endpoint_id);
-    let (stored, claimed) = match db.backend() {
-        DbBackend::Postgres => {
-            let (sql, values) = store_statement(std::slice::from_ref(&prepared), Notify::Staged)?;
-            let (values, prepared_ref, request) = (&values, &prepared, &request);
-            let (reported, claimed) = db
-                .transaction(|txn| async move {
-                    let statement = db.clock().statement(sql, values.iter().cloned());
-                    let rows = txn.query_all_raw(statement).await?;
-                    let reported = reported_by_row(&rows)?.remove(&prepared_ref.delivery.id);
-                    let Some(Reported::Created(at, place)) = reported else {
-                        return Ok((reported, None));
-                    };
-                    // The creation and the claim travel in one notification, so no
-                    // process is woken for a delivery already on its way.
-                    let mut changes = vec![StateChange {
-                        at,
-                        ..prepared_ref.created.clone()
-                    }];
-                    let claimed = if place.is_some_and(|p| p.waiting) {
-                        None
-                    } else {
-                        claim_at_submit(&txn, db, request).await
-                    };
-                    let claimed = claimed.map(|(claimed, claim_changes)| {
-                        changes.extend(claim_changes);
-                        claimed
-                    });
-                    let staged = bus.stage(&*txn, changes).await?;
-                    Ok((reported, claimed.map(|claimed| (claimed, staged))))
-                })
-                .await?;
-            let mut stored = outcome(prepared, reported);
-            if let (Stored::Created(_, _, at_submit), Some((claimed, _))) = (&mut stored, &claimed)
-            {
-                *at_submit = !claimed.claims.is_empty();
-            }
-            (stored, claimed)
-        }
-        _ => store_sqlite(db, bus, prepared, Some(&request)).await?,
-    };
-    if let Some((mut claimed, staged)) = claimed {
-        staged.committed();
-        match targets_of(db, &reservation.keys(), &mut claimed).await {
-            Ok(targets) => reservation.start(claimed, targets),
-            Err(err) => {
-                tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
-                if let Err(err) = release(db, bus, &claimed.claims).await {
-                    // It stays `processing` and is reclaimed after its lease.
-                    tracing::error!(error = %error_chain(&err), "releasing a claim failed");
-                }
-            }
-        }
-    }
-    Ok(stored)
-}
-
 /// Who publishes the creation of what `STORE_POSTGRES` stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Notify {
+pub(super) enum Notify {
     /// The statement itself, with its commit.
     InStatement,
     /// The caller, staging it later in the same transaction (with a claim's changes).
@@ -315,7 +245,7 @@ enum Notify {
 /// `STORE_POSTGRES` for `prepared`, with its values. On PostgreSQL the rows travel as
 /// arrays, so the text is the same for every batch: it is rendered once per process (for
 /// each way of publishing the creation).
-fn store_statement(
+pub(super) fn store_statement(
     prepared: &[Prepared],
     notify: Notify,
 ) -> Result<(&'static str, Vec<Value>), DbErr> {
@@ -376,7 +306,7 @@ pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), D
 }
 
 /// What each row of `STORE_POSTGRES` reported, by delivery id.
-fn reported_by_row(rows: &[QueryResult]) -> Result<HashMap<Uuid, Reported>, DbErr> {
+pub(super) fn reported_by_row(rows: &[QueryResult]) -> Result<HashMap<Uuid, Reported>, DbErr> {
     rows.iter()
         .map(|row| {
             let id: Uuid = row.try_get("", "id")?;
@@ -401,13 +331,13 @@ fn reported_by_row(rows: &[QueryResult]) -> Result<HashMap<Uuid, Reported>, DbEr
 }
 
 /// What [`store_sqlite`] did, and the claim it made at submit, if asked to.
-type StoredSqlite = (Stored, Option<(Claimed, Staged)>);
+pub(super) type StoredSqlite = (Stored, Option<(Claimed, Staged)>);
 
 /// SQLite: one write transaction (`BEGIN IMMEDIATE`, which excludes every other writer):
 /// the endpoint read, the submission inserted unless its key is taken, then its delivery,
 /// the endpoint's turn woken, with `claim` its due work claimed at submit (see
-/// [`store_claiming`]), and the changes staged.
-async fn store_sqlite(
+/// [`super::claiming::store_claiming`]), and the changes staged.
+pub(super) async fn store_sqlite(
     db: &Db,
     bus: &ChangeBus,
     prepared: Prepared,

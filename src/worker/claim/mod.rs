@@ -20,13 +20,15 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Value};
 use uuid::Uuid;
 
+mod sqlite;
+
+use self::sqlite::claim_sqlite;
 use super::ended::Snapshot;
 use super::targets::{self, load_targets, Target};
 use super::turns::{self, FollowUp, Turns};
 use crate::bus::{ChangeBus, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::parking::with_parking;
-use crate::db::sql::fill;
 use crate::db::Db;
 use crate::service::flow::{self, Facts, Standing};
 
@@ -79,29 +81,6 @@ WHERE w.id = due.id
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
           w.claim_expires_at, w.updated_at, w.ordering_key, w.event_type, due.previous_state,
           {target_columns}";
-
-/// Step 2 on SQLite (inside `BEGIN IMMEDIATE`, which already excludes other writers), per
-/// endpoint: its requests in flight now (less `{not_ended}`).
-const IN_FLIGHT_SQLITE: &str = "SELECT COUNT(*) AS n FROM webhook_deliveries \
-     WHERE endpoint_id = $1 AND state = 'processing' AND next_attempt_at > {now} \
-       AND id {not_ended}";
-
-/// ... its due rows in due order, at most `$2`.
-const DUE_SQLITE: &str = "SELECT id, state AS previous_state FROM webhook_deliveries \
-     WHERE endpoint_id = $1 AND state IN ('pending', 'processing') AND next_attempt_at <= {now} \
-     ORDER BY next_attempt_at LIMIT $2";
-
-/// ... and the UPDATE, guarded by the due conditions again (the write transaction excludes
-/// every other writer, so they hold); `randomblob(16)` is a fresh UUID's bytes.
-const CLAIM_SQLITE: &str = "\
-UPDATE webhook_deliveries
-SET state = 'processing', claim_token = randomblob(16), claim_expires_at = {after($1)},
-    next_attempt_at = {after($1)}, updated_at = {now}
-WHERE state IN ('pending', 'processing')
-  AND next_attempt_at <= {now}
-  AND id {ids}
-RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at,
-          claim_expires_at, updated_at, ordering_key, event_type";
 
 /// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
 /// due now, or parked if its endpoint was disabled meanwhile.
@@ -174,6 +153,14 @@ pub struct Claimed {
 }
 
 impl Claimed {
+    /// A claim of nothing whose follow-up looks again at `endpoint_id` (see [`FollowUp`]).
+    pub fn looking_again(endpoint_id: Uuid, default_max_in_flight: u32) -> Self {
+        let mut claimed = Claimed::default();
+        claimed.follow_up.slept.push(endpoint_id);
+        claimed.follow_up.default_max_in_flight = default_max_in_flight;
+        claimed
+    }
+
     /// The claim's follow-up (see [`FollowUp`]), to run once it has committed without
     /// delaying its requests.
     pub fn follow_up(&mut self) -> FollowUp {
@@ -266,7 +253,7 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
 }
 
 /// A claimed row and when the claim changed it.
-type Taken = (Claim, DateTime<Utc>);
+pub(super) type Taken = (Claim, DateTime<Utc>);
 
 /// The four steps of a claim inside its transaction, and the state changes to publish
 /// (`PENDING` -> `PROCESSING`; retaking an expired lease changes no state).
@@ -291,6 +278,12 @@ pub(crate) async fn claim_in(
             .iter()
             .any(|id| !standings.iter().any(|s| s.endpoint_id == *id));
     if standings.is_empty() {
+        if let Some(endpoint_id) = request.only {
+            // A claim at submit that found its endpoint's turn held by another claim, or
+            // set ahead by one: that claim could not see this submission, and may put the
+            // endpoint to sleep with it due. Once this commits, look again.
+            claimed.follow_up.slept.push(endpoint_id);
+        }
         return Ok((claimed, Vec::new()));
     }
     let wants = flow::wants(&standings, now, request.limit);
@@ -413,69 +406,7 @@ pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), D
     turns::warm_set_turns(txn).await
 }
 
-/// Step 2 on SQLite.
-async fn claim_sqlite(
-    txn: &DatabaseTransaction,
-    db: &Db,
-    standings: &[Standing],
-    wants: &[u32],
-    lease: Duration,
-    ended: &[Uuid],
-) -> Result<Vec<Taken>, DbErr> {
-    let mut previous: Vec<(Uuid, DeliveryState)> = Vec::new();
-    let (not_ended, ended_values) = Db::id_list(db.backend(), 2, ended, true);
-    let in_flight_sql = fill(IN_FLIGHT_SQLITE, &[("not_ended", &not_ended)]);
-    for (standing, want) in standings.iter().zip(wants) {
-        if *want == 0 {
-            continue;
-        }
-        let clock = db.clock();
-        let mut values = vec![Value::from(standing.endpoint_id)];
-        values.extend(ended_values.iter().cloned());
-        let in_flight: i64 = match txn
-            .query_one_raw(clock.statement(&in_flight_sql, values))
-            .await?
-        {
-            Some(row) => row.try_get("", "n")?,
-            None => 0,
-        };
-        let free = (i64::from(standing.max_in_flight) - in_flight).max(0);
-        let take = free.min(i64::from(*want));
-        if take == 0 {
-            continue;
-        }
-        for row in txn
-            .query_all_raw(clock.statement(DUE_SQLITE, [standing.endpoint_id.into(), take.into()]))
-            .await?
-        {
-            previous.push((row.try_get("", "id")?, row.try_get("", "previous_state")?));
-        }
-    }
-    if previous.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids: Vec<Uuid> = previous.iter().map(|(id, _)| *id).collect();
-    let (list, id_values) = Db::id_list(db.backend(), 2, &ids, false);
-    let sql = fill(CLAIM_SQLITE, &[("ids", &list)]);
-    let clock = db.clock();
-    let mut values = vec![clock.after(lease)];
-    values.extend(id_values);
-    let claimed = txn.query_all_raw(clock.statement(&sql, values)).await?;
-    // RETURNING on SQLite can only name the updated table: the previous states come from above.
-    let mut claims = Vec::with_capacity(claimed.len());
-    for row in &claimed {
-        let id: Uuid = row.try_get("", "id")?;
-        let state = previous
-            .iter()
-            .find(|(due_id, _)| *due_id == id)
-            .map(|(_, state)| *state)
-            .ok_or_else(|| DbErr::RecordNotFound("the state of a claimed row".into()))?;
-        claims.push(claim_from(row, state)?);
-    }
-    Ok(claims)
-}
-
-fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Result<Taken, DbErr> {
+pub(super) fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Result<Taken, DbErr> {
     let token: Option<Uuid> = row.try_get("", "claim_token")?;
     let lease: Option<DateTime<Utc>> = row.try_get("", "claim_expires_at")?;
     let (Some(claim_token), Some(lease_expires_at)) = (token, lease) else {

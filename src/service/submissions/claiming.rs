@@ -1,0 +1,95 @@
+//! Storing a submission and claiming its delivery in one transaction (a claim at submit,
+//! see [`crate::worker::handoff`]): the request leaves after the submission's own commit.
+
+use std::collections::HashMap;
+
+use sea_orm::{ConnectionTrait, DbBackend, DbErr};
+
+use super::store::{
+    outcome, prepare, reported_by_row, store_sqlite, store_statement, NewRows, Notify, Reported,
+    Stored,
+};
+use crate::bus::{ChangeBus, StateChange};
+use crate::db::Db;
+use crate::error::error_chain;
+use crate::worker::claim::{release, targets_of, Claimed};
+use crate::worker::handoff::{claim_at_submit, Reservation};
+
+/// Stores one submission, as [`super::store::store`] does, and in the same transaction claims its
+/// endpoint's due work (the new delivery, unless it waits in its line or older work is due
+/// first) for the local worker's `reservation` (see [`crate::worker::handoff`]); once
+/// committed, hands the claim over, so the request leaves without another commit. A claim
+/// that fails or finds no room leaves the submission to an ordinary claim.
+pub async fn store_claiming(
+    db: &Db,
+    bus: &ChangeBus,
+    rows: NewRows,
+    reservation: Reservation,
+) -> Result<Stored, DbErr> {
+    let prepared = prepare(rows);
+    let request = reservation.request(prepared.submission.endpoint_id);
+    let (stored, claimed) = match db.backend() {
+        DbBackend::Postgres => {
+            let (sql, values) = store_statement(std::slice::from_ref(&prepared), Notify::Staged)?;
+            let (values, prepared_ref, request) = (&values, &prepared, &request);
+            let (reported, claimed) = db
+                .transaction(|txn| async move {
+                    let statement = db.clock().statement(sql, values.iter().cloned());
+                    let rows = txn.query_all_raw(statement).await?;
+                    let reported = reported_by_row(&rows)?.remove(&prepared_ref.delivery.id);
+                    let Some(Reported::Created(at, place)) = reported else {
+                        return Ok((reported, None));
+                    };
+                    // The creation and the claim travel in one notification, so no
+                    // process is woken for a delivery already on its way.
+                    let mut changes = vec![StateChange {
+                        at,
+                        ..prepared_ref.created.clone()
+                    }];
+                    let claimed = if place.is_some_and(|p| p.waiting) {
+                        None
+                    } else {
+                        claim_at_submit(&txn, db, request).await
+                    };
+                    let claimed = claimed.map(|(claimed, claim_changes)| {
+                        changes.extend(claim_changes);
+                        claimed
+                    });
+                    let staged = bus.stage(&*txn, changes).await?;
+                    Ok((reported, claimed.map(|claimed| (claimed, staged))))
+                })
+                .await?;
+            let mut stored = outcome(prepared, reported);
+            if let (Stored::Created(_, _, at_submit), Some((claimed, _))) = (&mut stored, &claimed)
+            {
+                *at_submit = !claimed.claims.is_empty();
+            }
+            (stored, claimed)
+        }
+        _ => store_sqlite(db, bus, prepared, Some(&request)).await?,
+    };
+    let Some((mut claimed, staged)) = claimed else {
+        if let Stored::Created(_, delivery, _) = &stored {
+            if !delivery.waiting {
+                // The claim failed: a claim elsewhere may have missed this submission
+                // and put its endpoint to sleep. Look again now it has committed.
+                let endpoint_id = delivery.endpoint_id;
+                let look_again = Claimed::looking_again(endpoint_id, request.default_max_in_flight);
+                reservation.start(look_again, HashMap::new());
+            }
+        }
+        return Ok(stored);
+    };
+    staged.committed();
+    match targets_of(db, &reservation.keys(), &mut claimed).await {
+        Ok(targets) => reservation.start(claimed, targets),
+        Err(err) => {
+            tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
+            if let Err(err) = release(db, bus, &claimed.claims).await {
+                // It stays `processing` and is reclaimed after its lease.
+                tracing::error!(error = %error_chain(&err), "releasing a claim failed");
+            }
+        }
+    }
+    Ok(stored)
+}
