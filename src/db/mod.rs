@@ -71,7 +71,8 @@ impl Db {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             // Every statement here is prepared once per connection and run with arrays and
             // ids whose sizes do not change its best plan, and none leans on a parameter's
-            // value for an index (states are written into the text). Left to itself,
+            // value for an index (states are written into the text; the optional filters
+            // of a fan-out read the endpoints, which it reads whole anyway). Left to itself,
             // PostgreSQL plans the larger statements afresh on every run (a custom plan sees
             // each array's length, so it always looks cheaper), which cost milliseconds a
             // submission and a claim; a generic plan is made once per connection.

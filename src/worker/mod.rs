@@ -116,6 +116,7 @@ impl Worker {
             tasks: TaskTracker::new(),
             abandon: CancellationToken::new(),
             backlogged: AtomicBool::new(false),
+            reserved: std::sync::atomic::AtomicUsize::new(0),
         });
         this.state.handoff.attach(running.clone());
         tracing::info!(concurrency = this.concurrency, "delivery worker started");
@@ -150,6 +151,11 @@ impl Worker {
                 }
             }
             backlog = false;
+            // The slots are held before claiming: a submission claiming at submit
+            // reserves slots too, and must not take one a claimed delivery needs.
+            let Ok(held) = this.slots.clone().try_acquire_many_owned(free as u32) else {
+                continue;
+            };
             match this.claim(free).await {
                 Ok((mut claimed, targets)) => {
                     // A ready endpoint whose rows someone else holds is no backlog: wait for a hint.
@@ -162,7 +168,7 @@ impl Worker {
                         backlog = true;
                     }
                     let follow_up = claimed.follow_up();
-                    this.start(claimed.claims, targets, &running);
+                    this.start(claimed.claims, targets, &running, Some(held));
                     this.follow_up(follow_up);
                 }
                 Err(err) => {
@@ -257,15 +263,26 @@ impl Worker {
         }
     }
 
-    /// Starts one task per claim, each in a free slot.
+    /// Starts one task per claim, each in one of the `held` slots (or a free one); the
+    /// held slots left over are freed.
     fn start(
         self: &Arc<Self>,
         claims: Vec<Claim>,
         mut targets: HashMap<Uuid, Target>,
         running: &Running,
+        mut held: Option<OwnedSemaphorePermit>,
     ) {
         for claim in claims {
-            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            let slot = match held.take() {
+                Some(mut permits) if permits.num_permits() > 1 => {
+                    let one = permits.split(1);
+                    held = Some(permits);
+                    one
+                }
+                Some(permits) => Some(permits),
+                None => self.slots.clone().try_acquire_owned().ok(),
+            };
+            let Some(slot) = slot else {
                 tracing::error!(delivery_id = %claim.delivery_id, "no free slot for a claimed delivery");
                 continue;
             };

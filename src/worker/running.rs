@@ -3,7 +3,7 @@
 //! [`super::handoff`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -30,6 +30,8 @@ pub(super) struct Running {
     pub(super) abandon: CancellationToken,
     /// Whether the last claim left a backlog: its slots go round robin, not to submits.
     pub(super) backlogged: AtomicBool,
+    /// Slots reserved by submissions that have not handed them back yet.
+    pub(super) reserved: AtomicUsize,
 }
 
 impl Running {
@@ -65,7 +67,22 @@ impl Starter for Running {
         {
             return None;
         }
-        worker.slots.clone().try_acquire_owned().ok()
+        // At most a quarter of the slots wait on submissions at once (on SQLite each
+        // waits for the write lock), so the claiming loop always has slots to share.
+        let most = (worker.concurrency / 4).max(1);
+        let taken = self
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < most).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return None;
+        }
+        let slot = worker.slots.clone().try_acquire_owned().ok();
+        if slot.is_none() {
+            self.reserved.fetch_sub(1, Ordering::AcqRel);
+        }
+        slot
     }
 
     fn request(&self, endpoint_id: Uuid) -> ClaimRequest {
@@ -91,8 +108,12 @@ impl Starter for Running {
         mut claimed: Claimed,
         mut targets: HashMap<Uuid, Target>,
     ) {
+        self.reserved.fetch_sub(1, Ordering::AcqRel);
         let worker = &self.worker;
         worker.ended.visited(claimed.visited.iter().copied());
+        if claimed.more {
+            worker.state.wakeup.hint();
+        }
         let metrics = &worker.state.metrics;
         metrics.claims.inc_by(claimed.claims.len() as u64);
         metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);
@@ -103,7 +124,7 @@ impl Starter for Running {
                 let target = targets.remove(&claim.delivery_id);
                 self.spawn(claim, target, slot);
                 // A claim at submit asks for one; were there more, they take free slots.
-                worker.start(claims.collect(), targets, self);
+                worker.start(claims.collect(), targets, self, None);
             }
             None => {
                 drop(slot);
@@ -113,6 +134,7 @@ impl Starter for Running {
     }
 
     fn released(&self) {
+        self.reserved.fetch_sub(1, Ordering::AcqRel);
         self.worker.slot_freed();
     }
 }

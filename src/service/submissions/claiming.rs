@@ -60,9 +60,10 @@ pub async fn store_claiming(
                 })
                 .await?;
             let mut stored = outcome(prepared, reported);
-            if let (Stored::Created(_, _, at_submit), Some((claimed, _))) = (&mut stored, &claimed)
+            if let (Stored::Created(_, delivery, at_submit), Some((claimed, _))) =
+                (&mut stored, &claimed)
             {
-                *at_submit = !claimed.claims.is_empty();
+                *at_submit = claimed.claims.iter().any(|c| c.delivery_id == delivery.id);
             }
             (stored, claimed)
         }
@@ -81,15 +82,20 @@ pub async fn store_claiming(
         return Ok(stored);
     };
     staged.committed();
-    match targets_of(db, &reservation.keys(), &mut claimed).await {
-        Ok(targets) => reservation.start(claimed, targets),
-        Err(err) => {
-            tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
-            if let Err(err) = release(db, bus, &claimed.claims).await {
-                // It stays `processing` and is reclaimed after its lease.
-                tracing::error!(error = %error_chain(&err), "releasing a claim failed");
+    // Committed: from here on the claim is the worker's, whatever becomes of the caller
+    // (a request given up on must not strand it until its lease runs out).
+    let (db, bus) = (db.clone(), bus.clone());
+    tokio::spawn(async move {
+        match targets_of(&db, &reservation.keys(), &mut claimed).await {
+            Ok(targets) => reservation.start(claimed, targets),
+            Err(err) => {
+                tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
+                if let Err(err) = release(&db, &bus, &claimed.claims).await {
+                    // It stays `processing` and is reclaimed after its lease.
+                    tracing::error!(error = %error_chain(&err), "releasing a claim failed");
+                }
             }
         }
-    }
+    });
     Ok(stored)
 }

@@ -396,6 +396,7 @@ pub(super) async fn store_sqlite(
         Some(None) => (Stored::EndpointDisabled, None),
         Some(Some(None)) => (Stored::KeyTaken, None),
         Some(Some(Some((delivery, staged, claimed)))) => {
+            let delivery_id = delivery.id;
             let created = |claimed| {
                 Stored::Created(
                     Box::new(prepared.submission.clone()),
@@ -405,7 +406,10 @@ pub(super) async fn store_sqlite(
             };
             match claimed {
                 // Published by the caller, which hands the claim over.
-                Some(claimed) => (created(!claimed.claims.is_empty()), Some((claimed, staged))),
+                Some(claimed) => {
+                    let this_one = claimed.claims.iter().any(|c| c.delivery_id == delivery_id);
+                    (created(this_one), Some((claimed, staged)))
+                }
                 None => {
                     staged.committed();
                     (created(false), None)

@@ -34,13 +34,19 @@ async fn submit_one(app: &TestApp, admin: &str, endpoint: &str, n: usize) -> uui
     delivery_id(&body).parse().expect("a delivery id")
 }
 
-/// One submission at a time: each is claimed by the submit itself (no claiming round),
-/// delivered once, signed, with one attempt, and published `PENDING`, `PROCESSING`,
-/// `DELIVERED` in that order.
+/// One submission at a time: each is claimed by the submit itself (a claim is
+/// opportunistic: one that meets the claiming loop's own round, which holds the free slots
+/// while it claims, waits for the loop instead), delivered once, signed, with one attempt,
+/// and published `PENDING`, `PROCESSING`, `DELIVERED` in that order.
 async fn a_quiet_submission_claims_its_own_delivery(backend: Backend) {
     let db = TestDb::new(backend).await;
     let receiver = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        // The loop's own rounds, which a submission could meet, are a second apart.
+        config.poll_interval_ms = 1_000;
+    })
+    .await;
     let admin = app.admin_token().await;
     let endpoint = endpoint_with(&app, &admin, &receiver, "quiet", json!({})).await;
     let mut changes = app.state.bus.subscribe();
@@ -50,7 +56,13 @@ async fn a_quiet_submission_claims_its_own_delivery(backend: Backend) {
         receiver.wait_for(n + 1, Duration::from_secs(10)).await;
     }
     let metrics = &app.state.metrics;
-    assert_eq!(metrics.claims_at_submit.get(), 5, "each claimed at submit");
+    let at_submit = metrics.claims_at_submit.get();
+    assert!(at_submit >= 4, "claimed at submit: {at_submit} of 5");
+    assert_eq!(
+        metrics.claims.get(),
+        5,
+        "each claimed once, at submit or by the loop"
+    );
     let pool = app.state.db.clone();
     for id in &ids {
         crate::support::fixtures::eventually("delivered", Duration::from_secs(10), || async {
@@ -209,7 +221,8 @@ async fn claims_at_submit_and_claiming_loops_share_one_cap_across_instances() {
     while let Some(done) = submitters.join_next().await {
         done.expect("a submitter");
     }
-    receiver.wait_for(48, Duration::from_secs(30)).await;
+    // Well inside the 30 s lease: a claimed delivery left unsent would wait for it.
+    receiver.wait_for(48, Duration::from_secs(15)).await;
     let most = receiver.most_in_flight("shared");
     assert!(most <= 3, "the receiver held {most} requests at once");
     let at_submit = apps
