@@ -55,6 +55,23 @@ impl Reply {
     }
 }
 
+/// A receiver's script: 200 after `delay`, to every request.
+pub fn answering_after(delay: Duration) -> impl Fn(usize) -> Reply + Send + Sync + 'static {
+    move |_| Reply {
+        delay,
+        ..Reply::status(200)
+    }
+}
+
+/// A receiver's script: 200, to the first attempt of each webhook after `delay`, to the
+/// rest at once.
+pub fn slow_first_attempt(delay: Duration) -> impl Fn(usize) -> Reply + Send + Sync + 'static {
+    move |attempt| Reply {
+        delay: if attempt == 1 { delay } else { Duration::ZERO },
+        ..Reply::status(200)
+    }
+}
+
 /// One request as received.
 #[derive(Clone, Debug)]
 pub struct Received {

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{each_once, endpoint_with, most_in_any_window, submit_many};
 use crate::support::fixtures::{count, eventually, quick_worker, settle};
+use crate::support::receiver::answering_after;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// A worker with room for more requests than any endpoint here may take.
@@ -19,15 +20,6 @@ fn roomy_worker(config: &mut ServeArgs) {
     config.worker_concurrency = 16;
     config.request_timeout_ms = 5_000;
     config.lease_secs = 30;
-}
-
-fn answering_after(delay: Duration) -> impl Fn(usize) -> Reply + Send + Sync + 'static {
-    move |_| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay,
-    }
 }
 
 /// Three instances, each able to send two requests at once, never hold more than the

@@ -12,16 +12,8 @@ use serde_json::json;
 use super::{each_once, endpoint_with, most_in_any_window};
 use crate::support::fixtures::{attempts, delivery, delivery_id, quick_worker, settle, submit};
 use crate::support::process::{admin_token, Served};
-use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
-
-fn answering_after(delay: Duration) -> impl Fn(usize) -> Reply + Send + Sync + 'static {
-    move |_| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay,
-    }
-}
+use crate::support::receiver::{answering_after, slow_first_attempt};
+use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 /// Submits `n` and returns the delivery's id.
 async fn submit_one(app: &TestApp, admin: &str, endpoint: &str, n: usize) -> uuid::Uuid {
@@ -245,17 +237,7 @@ async fn claims_at_submit_and_claiming_loops_share_one_cap_across_instances() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_made_at_submit_is_fenced_like_any_other() {
     let db = TestDb::new(Backend::Postgres).await;
-    let receiver = Receiver::start(|n| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: if n == 1 {
-            Duration::from_millis(3_500)
-        } else {
-            Duration::ZERO
-        },
-    })
-    .await;
+    let receiver = Receiver::start(slow_first_attempt(Duration::from_millis(3_500))).await;
     let short_lease = |config: &mut ServeArgs| {
         quick_worker(config);
         config.lease_secs = 1;
@@ -300,17 +282,7 @@ async fn a_claim_made_at_submit_is_fenced_like_any_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_killed_after_claiming_at_submit_loses_nothing() {
     let db = TestDb::new(Backend::Postgres).await;
-    let receiver = Receiver::start(|n| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: if n == 1 {
-            Duration::from_secs(60)
-        } else {
-            Duration::ZERO
-        },
-    })
-    .await;
+    let receiver = Receiver::start(slow_first_attempt(Duration::from_secs(60))).await;
     let settings = [
         ("COURIER_LEASE_SECS", "2"),
         ("COURIER_REQUEST_TIMEOUT_MS", "30000"),
