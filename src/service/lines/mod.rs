@@ -8,10 +8,10 @@
 //! first. Entering (a new delivery, a replay, a resend) is an upsert whose `RETURNING` reads
 //! the newest count, never a snapshot's: a delivery entering an empty line is the head, any
 //! other waits, and numbers handed out under the lock follow commit order. Leaving (the head
-//! recorded `DELIVERED` or `FAILED`, fenced by its claim token) lowers the count, which
-//! takes the row's lock, and then, in a statement that starts after the lock is held and so
-//! sees every entry committed before it, gives the first waiting delivery its due time. Claims never look at
-//! lines: only heads are ever due, so no worker can attempt two deliveries of one line at
+//! recorded `DELIVERED` or `FAILED`, fenced by its claim token) takes the row's lock and
+//! then, in a statement that starts after the lock is held and so sees every entry
+//! committed before it, lowers the count and gives the first waiting delivery its due time
+//! (found from the row's `waiting_from` on, see [`hand_on`]). Claims never look at lines: only heads are ever due, so no worker can attempt two deliveries of one line at
 //! once, on any process, and a head whose lease expires is simply claimed again (its late
 //! result is fenced out like any other).
 
@@ -101,30 +101,49 @@ UPDATE webhook_deliveries
 SET line_seq = $2, waiting = $3, next_attempt_at = CASE WHEN $3 THEN NULL ELSE next_attempt_at END
 WHERE id = $1";
 
-/// PostgreSQL, first: each settled head's line (`$1` endpoints, `$2` keys, once per head)
-/// loses it from its count, in key order. The update takes the line's lock, so what the
-/// next statement reads of the line is everything committed before it.
-const LOWER_POSTGRES: &str = "\
-UPDATE ordering_lines l SET open = GREATEST(l.open - s.n, 0), updated_at = {now}
-FROM (SELECT endpoint_id, ordering_key, COUNT(*) AS n
-      FROM unnest($1::uuid[], $2::text[]) AS t(endpoint_id, ordering_key)
-      GROUP BY endpoint_id, ordering_key
-      ORDER BY endpoint_id, ordering_key) s
-WHERE l.endpoint_id = s.endpoint_id AND l.ordering_key = s.ordering_key
-RETURNING l.endpoint_id, l.ordering_key, l.open";
+/// PostgreSQL, first: the lines of the heads that settled (`$1` endpoints, `$2` keys, once
+/// per head), locked in key order. What the next statement reads of them, and of their
+/// waiting deliveries, is then everything committed before it.
+const LOCK_LINES_POSTGRES: &str = "\
+SELECT l.endpoint_id FROM ordering_lines l
+JOIN (SELECT DISTINCT endpoint_id, ordering_key
+      FROM unnest($1::uuid[], $2::text[]) AS t(endpoint_id, ordering_key)) s
+  ON l.endpoint_id = s.endpoint_id AND l.ordering_key = s.ordering_key
+ORDER BY l.endpoint_id, l.ordering_key
+FOR UPDATE OF l";
 
-/// PostgreSQL, then, for the lines still open (`$1` endpoints, `$2` keys): the first of
-/// those waiting in each becomes its head, due now (or parked while its endpoint is
-/// disabled). A statement of its own, so its snapshot is taken with the locks held: a
-/// delivery that entered a line just before is seen (a single statement would read the
-/// lines' waiting deliveries from a snapshot taken before its lock waits).
+/// PostgreSQL, then, with the lines' locks held (`$1` endpoints, `$2` keys, once per head
+/// that settled): each line loses its settled heads from its count and, if still open, the
+/// first delivery waiting in it becomes its head, due now (or parked while its endpoint is
+/// disabled). The search starts at the line's `waiting_from` (see [`hand_on`]), which then
+/// moves past the new head. A statement of its own, so its snapshot is taken with the locks
+/// held: a delivery that entered a line just before is seen (one statement with the locking
+/// would read the lines' waiting deliveries from a snapshot taken before its lock waits).
 const HAND_ON_POSTGRES: &str = "\
-WITH next AS (
-    SELECT (SELECT d.id FROM webhook_deliveries d
-            WHERE d.endpoint_id = s.endpoint_id AND d.ordering_key = s.ordering_key
-              AND d.state = 'pending' AND d.waiting
-            ORDER BY d.line_seq LIMIT 1) AS id
-    FROM unnest($1::uuid[], $2::text[]) AS s(endpoint_id, ordering_key)
+WITH settled AS (
+    SELECT endpoint_id, ordering_key, COUNT(*) AS n
+    FROM unnest($1::uuid[], $2::text[]) AS t(endpoint_id, ordering_key)
+    GROUP BY endpoint_id, ordering_key
+), lines AS (
+    SELECT l.endpoint_id, l.ordering_key, l.last_seq, GREATEST(l.open - s.n, 0) AS open,
+           COALESCE(l.waiting_from, 0) AS waiting_from
+    FROM settled s
+    JOIN ordering_lines l ON l.endpoint_id = s.endpoint_id AND l.ordering_key = s.ordering_key
+), next AS (
+    SELECT lines.endpoint_id, lines.ordering_key, d.id, d.line_seq
+    FROM lines CROSS JOIN LATERAL (
+        SELECT d.id, d.line_seq FROM webhook_deliveries d
+        WHERE d.endpoint_id = lines.endpoint_id AND d.ordering_key = lines.ordering_key
+          AND d.line_seq >= lines.waiting_from AND d.state = 'pending' AND d.waiting
+        ORDER BY d.line_seq LIMIT 1) d
+    WHERE lines.open > 0
+), lowered AS (
+    UPDATE ordering_lines l
+    SET open = lines.open, updated_at = {now},
+        waiting_from = LEAST(next.line_seq + 1, lines.last_seq + 1)
+    FROM lines
+    LEFT JOIN next ON next.endpoint_id = lines.endpoint_id AND next.ordering_key = lines.ordering_key
+    WHERE l.endpoint_id = lines.endpoint_id AND l.ordering_key = lines.ordering_key
 )
 UPDATE webhook_deliveries w
 SET waiting = FALSE, updated_at = {now},
@@ -133,21 +152,31 @@ FROM next
 WHERE w.id = next.id
 RETURNING w.id, w.endpoint_id";
 
-/// SQLite, per line: its count lowered by `$3`...
+/// SQLite, per line: its count lowered by `$3` (an emptied line's bound moved past every
+/// number it gave out)...
 const LOWER_SQLITE: &str = "\
-UPDATE ordering_lines SET open = MAX(open - $3, 0), updated_at = {now}
+UPDATE ordering_lines
+SET open = MAX(open - $3, 0), updated_at = {now},
+    waiting_from = CASE WHEN open - $3 <= 0 THEN last_seq + 1 ELSE waiting_from END
 WHERE endpoint_id = $1 AND ordering_key = $2
-RETURNING open";
+RETURNING open, COALESCE(waiting_from, 0) AS waiting_from";
 
-/// ... and its first waiting delivery made its head.
+/// ... its first waiting delivery from number `$3` on made its head...
 const HAND_ON_SQLITE: &str = "\
 UPDATE webhook_deliveries
 SET waiting = FALSE, updated_at = {now},
     next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
 WHERE id = (SELECT d.id FROM webhook_deliveries d
-            WHERE d.endpoint_id = $1 AND d.ordering_key = $2 AND d.state = 'pending' AND d.waiting
+            WHERE d.endpoint_id = $1 AND d.ordering_key = $2 AND d.line_seq >= $3
+              AND d.state = 'pending' AND d.waiting
             ORDER BY d.line_seq LIMIT 1)
-RETURNING id, endpoint_id";
+RETURNING id, endpoint_id, line_seq";
+
+/// ... and its bound moved past the new head (`$3`, NULL when none was found).
+const MOVE_BOUND_SQLITE: &str = "\
+UPDATE ordering_lines
+SET waiting_from = MIN(COALESCE($3 + 1, last_seq + 1), last_seq + 1)
+WHERE endpoint_id = $1 AND ordering_key = $2";
 
 /// A line's head: the unsettled delivery that does not wait.
 const HEAD: &str = "\
@@ -284,6 +313,15 @@ pub async fn enter(
 /// Each of `settled` (a line's endpoint and key, once per head that settled in `txn`) hands
 /// its line on: the line's count drops and its first waiting delivery, if any, becomes its
 /// head. Returns the deliveries made heads, with their endpoints.
+///
+/// The search for that delivery starts at the line's `waiting_from`, a number no delivery
+/// waiting in the line is below (NULL: the start), so it is one index seek however many
+/// deliveries the line has settled: their index entries stay until vacuum, and walking
+/// past them made every hand-off slower as a line grew. The bound is kept by every change
+/// to the line, each under the line's lock: a hand-off moves it past the new head, or past
+/// the last number given out when nothing waits (a new delivery is numbered above that);
+/// an emptied line likewise; a replay or resend, whose delivery keeps its old number, sets
+/// it back to the start ([`rejoin`]).
 pub async fn hand_on(
     txn: &impl ConnectionTrait,
     backend: DbBackend,
@@ -297,23 +335,15 @@ pub async fn hand_on(
     if backend == DbBackend::Postgres {
         let endpoints = Value::from(settled.iter().map(|(e, _)| *e).collect::<Vec<_>>());
         let keys = Value::from(settled.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>());
-        let mut open_endpoints = Vec::new();
-        let mut open_keys = Vec::new();
-        for row in txn
-            .query_all_raw(clock.statement(LOWER_POSTGRES, [endpoints, keys]))
-            .await?
-        {
-            if row.try_get::<i32>("", "open")? > 0 {
-                open_endpoints.push(row.try_get::<Uuid>("", "endpoint_id")?);
-                open_keys.push(row.try_get::<String>("", "ordering_key")?);
-            }
-        }
-        if open_endpoints.is_empty() {
-            return Ok(heads);
-        }
+        let values = [endpoints, keys];
+        txn.query_all_raw(Statement::from_sql_and_values(
+            backend,
+            LOCK_LINES_POSTGRES,
+            values.clone(),
+        ))
+        .await?;
         static SQL: OnceLock<String> = OnceLock::new();
         let sql = SQL.get_or_init(|| with_parking(DbBackend::Postgres, HAND_ON_POSTGRES));
-        let values = [Value::from(open_endpoints), Value::from(open_keys)];
         for row in txn.query_all_raw(clock.statement(sql, values)).await? {
             heads.push((row.try_get("", "id")?, row.try_get("", "endpoint_id")?));
         }
@@ -336,12 +366,21 @@ pub async fn hand_on(
         if open == 0 {
             continue;
         }
-        if let Some(row) = txn
-            .query_one_raw(clock.statement(&hand_on, [endpoint_id.into(), key.into()]))
-            .await?
-        {
+        let from: i64 = line.try_get("", "waiting_from")?;
+        let values = [endpoint_id.into(), key.into(), from.into()];
+        let head = txn.query_one_raw(clock.statement(&hand_on, values)).await?;
+        let mut head_seq: Option<i64> = None;
+        if let Some(row) = head {
             heads.push((row.try_get("", "id")?, row.try_get("", "endpoint_id")?));
+            head_seq = Some(row.try_get("", "line_seq")?);
         }
+        let values = [endpoint_id.into(), key.into(), head_seq.into()];
+        txn.execute_raw(Statement::from_sql_and_values(
+            backend,
+            MOVE_BOUND_SQLITE,
+            values,
+        ))
+        .await?;
     }
     Ok(heads)
 }

@@ -1,5 +1,6 @@
-//! Replayed and resent deliveries rejoining their lines: they enter like any delivery, and
-//! one submitted before a head that is only waiting for its next retry takes the line over.
+//! Replayed and resent deliveries rejoining their lines: they enter like any delivery (and
+//! their lines are searched from the start at the next hand-off), and one submitted before
+//! a head that is only waiting for its next retry takes the line over.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -50,6 +51,17 @@ FROM earlier JOIN demoted ON demoted.id = earlier.head_id
 WHERE w.id = earlier.id
 RETURNING w.id";
 
+/// After deliveries `{ids}` rejoined their lines (whose locks this transaction holds), each
+/// of those lines is searched from its start at its next hand-off: a rejoined delivery keeps
+/// its old number, which may be below the line's `waiting_from` (see [`super::hand_on`]).
+const SEARCH_FROM_START: &str = "\
+UPDATE ordering_lines SET waiting_from = NULL
+FROM (SELECT DISTINCT endpoint_id, ordering_key FROM webhook_deliveries
+      WHERE id {ids} AND ordering_key IS NOT NULL) AS rejoined
+WHERE ordering_lines.endpoint_id = rejoined.endpoint_id
+  AND ordering_lines.ordering_key = rejoined.ordering_key
+  AND ordering_lines.waiting_from IS NOT NULL";
+
 /// SQLite, per line after replayed deliveries entered it: its head if only waiting for
 /// its next retry, and the first delivery waiting in it, with their numbers.
 const REHEAD_FIND_SQLITE: &str = "\
@@ -87,6 +99,10 @@ pub async fn rejoin(
     if places.is_empty() {
         return Ok(places);
     }
+    let (list, values) = crate::db::Db::id_list(backend, 1, ids, false);
+    let sql = fill(SEARCH_FROM_START, &[("ids", &list)]);
+    txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+        .await?;
     let clock = Clock::new(backend);
     let mut promoted = Vec::new();
     if backend == DbBackend::Postgres {
