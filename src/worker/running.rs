@@ -2,10 +2,13 @@
 //! tasks in flight), shared by the claiming loop and the claims submissions hand over (see
 //! [`super::handoff`]).
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures_util::FutureExt as _;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -48,14 +51,35 @@ impl Running {
             return;
         };
         let (worker, abandon) = (Arc::clone(&self.worker), self.abandon.clone());
+        let delivery_id = claim.delivery_id;
         self.tasks.spawn(async move {
+            let sending =
+                AssertUnwindSafe(Arc::clone(&worker).send_and_report(claim, target, slot, results))
+                    .catch_unwind();
             tokio::select! {
                 biased;
                 () = abandon.cancelled() => {}
-                () = worker.send_and_report(claim, target, slot, results) => {}
+                sent = sending => {
+                    if let Err(panic) = sent {
+                        // Its slot went with the unwinding task; the delivery is retaken
+                        // after its lease, like any whose outcome was never recorded.
+                        tracing::error!(%delivery_id, panic = panic_message(&*panic),
+                            "sending a delivery panicked; it is retried after its lease");
+                        worker.slot_freed();
+                    }
+                }
             }
         });
     }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 impl Starter for Running {
