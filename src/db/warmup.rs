@@ -7,10 +7,12 @@
 //! targets and the recording each on a fresh connection) and the first deliveries after
 //! start wait tens of milliseconds for it.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use sea_orm::DbBackend;
+use tokio::sync::Notify;
 
 use crate::db::Db;
 
@@ -71,7 +73,9 @@ pub async fn warm_up(db: &Db, limit: Duration) {
 /// a transaction of its own that commits, for statements that prepare and plan themselves
 /// on first use: each connection keeps its prepared statements and their plans, so the
 /// first requests after start-up find them made. The transactions wait for each other
-/// before they end, so no two share a connection. Best effort within `limit`.
+/// before they end, so no two share a connection; one that fails before its work is done
+/// (no connection, a failed `BEGIN`) is counted in as it ends, so it holds no one up.
+/// Best effort within `limit`.
 pub async fn warm_statements<F, Fut>(db: &Db, limit: Duration, work: F)
 where
     F: Fn(super::Txn) -> Fut,
@@ -85,21 +89,99 @@ where
         .get_postgres_connection_pool()
         .options()
         .get_max_connections() as usize;
-    let all_in = tokio::sync::Barrier::new(size);
-    let (work, all_in) = (&work, &all_in);
+    let meeting = Meeting::new(size);
+    let (work, meeting) = (&work, &meeting);
     let warm = join_all((0..size).map(|_| async move {
+        let arrived = AtomicBool::new(false);
+        let arrived = &arrived;
         let done = db
             .transaction(|txn| async move {
                 let done = work(txn).await;
-                all_in.wait().await;
+                meeting.arrive(arrived);
+                meeting.all_in().await;
                 done
             })
             .await;
+        meeting.arrive(arrived);
         if let Err(err) = done {
             tracing::debug!(error = %err, "warming up statements on a connection failed");
         }
     }));
     if tokio::time::timeout(limit, warm).await.is_err() {
         tracing::debug!("warming up statements took too long; going on");
+    }
+}
+
+/// Where the warm-up transactions wait for each other: each party counts itself in once,
+/// and [`Meeting::all_in`] returns once every party has.
+struct Meeting {
+    /// Parties not yet counted in.
+    left: AtomicUsize,
+    /// Told when the last one is.
+    complete: Notify,
+}
+
+impl Meeting {
+    /// A meeting of `parties`.
+    fn new(parties: usize) -> Self {
+        Self {
+            left: AtomicUsize::new(parties),
+            complete: Notify::new(),
+        }
+    }
+
+    /// Counts in the party whose flag is `arrived`, unless it was already.
+    fn arrive(&self, arrived: &AtomicBool) {
+        if !arrived.swap(true, Ordering::AcqRel) && self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.complete.notify_waiters();
+        }
+    }
+
+    /// Waits until every party is counted in.
+    async fn all_in(&self) {
+        loop {
+            let complete = self.complete.notified();
+            tokio::pin!(complete);
+            // Registered before the count is read, so the last arrival cannot be missed.
+            complete.as_mut().enable();
+            if self.left.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            complete.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_party_that_ends_without_its_work_holds_no_one_up() {
+        let meeting = std::sync::Arc::new(Meeting::new(3));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let meeting = meeting.clone();
+                tokio::spawn(async move {
+                    let arrived = AtomicBool::new(false);
+                    meeting.arrive(&arrived);
+                    meeting.arrive(&arrived);
+                    meeting.all_in().await;
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "the two wait for the third, and counting in twice counts once"
+        );
+        // The third never reaches its work: it is counted in as it ends.
+        meeting.arrive(&AtomicBool::new(false));
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("the meeting completes")
+                .expect("the waiter ran");
+        }
     }
 }
