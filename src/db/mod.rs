@@ -76,9 +76,16 @@ impl Db {
             // PostgreSQL plans the larger statements afresh on every run (a custom plan sees
             // each array's length, so it always looks cheaper), which cost milliseconds a
             // submission and a claim; a generic plan is made once per connection.
-            let options = PgConnectOptions::from_str(url)
-                .map_err(sqlx_err)?
-                .options([("plan_cache_mode", "force_generic_plan")]);
+            // The race policy's isolation (see [`Db::transaction`]) is each connection's own
+            // default, whatever the server's, the database's or the role's: a transaction
+            // then begins with one `BEGIN` rather than a `BEGIN` and a `SET TRANSACTION` (a
+            // round trip less), and a statement run on its own, outside a transaction, is
+            // settled at READ COMMITTED too (at REPEATABLE READ a row changed meanwhile
+            // fails it with a serialization error rather than re-checking it).
+            let options = PgConnectOptions::from_str(url).map_err(sqlx_err)?.options([
+                ("plan_cache_mode", "force_generic_plan"),
+                ("default_transaction_isolation", "read committed"),
+            ]);
             let pool = PgPoolOptions::new()
                 .max_connections(pool_size)
                 .acquire_timeout(timeouts.acquire)

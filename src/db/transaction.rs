@@ -1,5 +1,5 @@
 //! The one transaction policy of every race path: READ COMMITTED pinned on PostgreSQL
-//! whatever the server's default, the write lock taken up front on SQLite, and a bounded
+//! whatever the server's default (each connection's own default, set as it connects), the write lock taken up front on SQLite, and a bounded
 //! retry of the whole transaction on a transient conflict.
 //!
 //! Why READ COMMITTED: every race is settled by row locks and conditions re-checked on the
@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, IsolationLevel, QueryResult,
-    SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, SqliteTransactionMode,
+    Statement, TransactionOptions, TransactionTrait,
 };
 
 use super::{is_transient, Db};
@@ -86,14 +86,11 @@ impl Db {
         }
     }
 
-    /// Begins a transaction at the race policy's isolation.
+    /// Begins a transaction at the race policy's isolation: on PostgreSQL each connection's
+    /// default, pinned when it connects (see [`Db::connect_with`]), so a plain `BEGIN`.
     async fn begin_race(&self) -> Result<DatabaseTransaction, DbErr> {
         match self.backend() {
-            DbBackend::Postgres => {
-                self.conn
-                    .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
-                    .await
-            }
+            DbBackend::Postgres => self.conn.begin().await,
             _ => self.conn.begin_with_options(write_options()).await,
         }
     }

@@ -296,8 +296,9 @@ on_every_backend!(
     bad_input_is_refused_and_writes_nothing,
 );
 
-/// Every transaction at REPEATABLE READ: the loser must read the winner outside its failed
-/// snapshot, or it would see nothing and fail.
+/// A database whose default is REPEATABLE READ: Courier's connections are pinned to READ
+/// COMMITTED as they connect, and the loser of an idempotency race reads the winner (in a
+/// REPEATABLE READ snapshot it would see nothing and fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_holds_at_repeatable_read() {
     let db = TestDb::new(Backend::Postgres).await;
@@ -329,8 +330,28 @@ async fn idempotency_holds_at_repeatable_read() {
         level
             .try_get::<String>("", "transaction_isolation")
             .expect("level"),
-        "repeatable read"
+        "read committed",
+        "the database's default does not reach Courier's connections"
     );
+    {
+        let others = sea_orm::Database::connect(&db.url).await.expect("connect");
+        let level = others
+            .query_one_raw(sea_orm::Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SHOW transaction_isolation",
+            ))
+            .await
+            .expect("show")
+            .expect("row");
+        assert_eq!(
+            level
+                .try_get::<String>("", "transaction_isolation")
+                .expect("level"),
+            "repeatable read",
+            "other clients of the database get its default"
+        );
+        others.close().await.expect("close");
+    }
 
     let admin = apps[0].admin_token().await;
     let (endpoint, _) = apps[0]
