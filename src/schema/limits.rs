@@ -14,6 +14,8 @@ use async_graphql::extensions::{
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{ErrorExtensionValues, Request, ServerError, ServerResult, ValidationResult};
 
+use super::documents::DocumentCache;
+
 /// Deepest selection a query may make.
 pub const MAX_QUERY_DEPTH: usize = 12;
 /// Deepest selection an operation that only introspects may make. The standard
@@ -258,6 +260,23 @@ fn check_request(request: &mut Request) -> ServerResult<()> {
     Ok(())
 }
 
+/// [`check_request`] for a document `documents` may know: one that parsed and passed the
+/// checks before is handed to the executor as it was parsed then; one that passes now is
+/// kept for next time. The checks depend on the text alone.
+fn check_request_known(request: &mut Request, documents: &DocumentCache) -> ServerResult<()> {
+    if let Some(document) = documents.get(&request.query) {
+        if only_introspects(&document, request.operation_name.as_deref()) {
+            request.data.insert(IntrospectionOnly);
+        }
+        request.set_parsed_query(ExecutableDocument::clone(&document));
+        return Ok(());
+    }
+    check_request(request)?;
+    let query = request.query.clone();
+    documents.insert(&query, request.parsed_query()?);
+    Ok(())
+}
+
 /// Marks a request whose operation only introspects (see [`MAX_INTROSPECTION_DEPTH`]).
 struct IntrospectionOnly;
 
@@ -284,20 +303,28 @@ fn only_introspects(document: &ExecutableDocument, operation_name: Option<&str>)
 }
 
 /// The schema extension that applies these limits to every request on every transport
-/// (HTTP POST and GET, both WebSocket protocols) before the server parses or validates it.
-pub struct DocumentLimits;
+/// (HTTP POST and GET, both WebSocket protocols) before the server parses or validates it,
+/// with the process's parsed documents (see [`DocumentCache`]).
+#[derive(Default)]
+pub struct DocumentLimits {
+    documents: Arc<DocumentCache>,
+}
 
 impl ExtensionFactory for DocumentLimits {
     fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(DocumentLimitsExtension::default())
+        Arc::new(DocumentLimitsExtension {
+            large: AtomicBool::new(false),
+            documents: self.documents.clone(),
+        })
     }
 }
 
 /// One request's half of [`DocumentLimits`].
-#[derive(Default)]
 struct DocumentLimitsExtension {
     /// Whether the document is large enough to be parsed and validated off the runtime.
     large: AtomicBool,
+    /// The documents parsed before.
+    documents: Arc<DocumentCache>,
 }
 
 #[async_graphql::async_trait::async_trait]
@@ -322,7 +349,7 @@ impl Extension for DocumentLimitsExtension {
             })?;
             request = checked?;
         } else {
-            check_request(&mut request)?;
+            check_request_known(&mut request, &self.documents)?;
         }
         next.run(ctx, request).await
     }

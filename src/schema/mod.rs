@@ -3,6 +3,7 @@
 mod api_key;
 mod context;
 mod delivery;
+pub mod documents;
 mod endpoint;
 mod error;
 mod event;
@@ -67,7 +68,7 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
         SubscriptionRoot::default(),
     )
     .limit_directives(MAX_DIRECTIVES_PER_FIELD)
-    .extension(limits::DocumentLimits)
+    .extension(limits::DocumentLimits::default())
     .extension(observed::ObservedOperations(
         state.as_ref().map(|state| state.metrics.clone()),
     ));

@@ -1,8 +1,9 @@
 //! The HTTP surface: connection limits and timeouts, hardening against slow or hostile clients, hostile GraphQL documents,
-//! GraphQL over WebSocket, and the GraphiQL page.
+//! documents served from the parse cache, GraphQL over WebSocket, and the GraphiQL page.
 
 mod connections;
 mod graphiql;
 mod hostile_documents;
 mod http_hardening;
+mod known_documents;
 mod websocket;
