@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::support::fixtures::endpoint_on;
 use crate::support::fixtures::submit;
 use crate::support::process::{courier_command, spawn_serve, COURIER};
-use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+use crate::support::receiver::slow_first_attempt;
+use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 #[test]
 fn schema_command_prints_the_checked_in_sdl() {
@@ -245,17 +246,7 @@ async fn sigterm_with_deliveries_in_flight_loses_nothing() {
     const SUBMISSIONS: usize = 6;
     let db = TestDb::new(Backend::Postgres).await;
     // The first request for each delivery hangs longer than the grace period.
-    let receiver = Receiver::start(|n| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: if n == 1 {
-            Duration::from_secs(3)
-        } else {
-            Duration::ZERO
-        },
-    })
-    .await;
+    let receiver = Receiver::start(slow_first_attempt(Duration::from_secs(3))).await;
     let api = TestApp::spawn(&db).await;
     let admin = api.admin_token().await;
     let endpoint = endpoint_on(&api, &admin, &receiver, "slow").await;

@@ -10,6 +10,7 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde_json::{json, Value};
 
 use crate::support::process::{admin_token, spawn_serve_skewed, Served};
+use crate::support::receiver::slow_first_attempt;
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestDb};
 
 const AHEAD: i64 = 120;
@@ -65,17 +66,7 @@ fn per_delivery(receiver: &Receiver) -> HashMap<String, Vec<crate::support::rece
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_live_lease_is_stolen_by_a_skewed_clock() {
     let db = TestDb::new(Backend::Postgres).await;
-    let receiver = Receiver::start(|n| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: if n == 1 {
-            Duration::from_secs(4)
-        } else {
-            Duration::ZERO
-        },
-    })
-    .await;
+    let receiver = Receiver::start(slow_first_attempt(Duration::from_secs(4))).await;
     let token = admin_token(&db).await;
     let correct = correct(&db, &[WORKER]);
     let endpoint = correct
