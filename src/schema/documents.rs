@@ -1,6 +1,8 @@
 //! Parsed documents kept by their text: clients send the same few operations over and over,
 //! so a document that parsed and passed the limits once is not parsed (nor scanned and
-//! counted) again. Bounded by count and by size, least recently used out first.
+//! counted) again. Bounded by count, by each text's length and by the texts' total length
+//! (a parsed document takes many times its text: a run of one-letter fields costs over a
+//! hundred bytes each), least recently used out first.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,9 +16,19 @@ const CAPACITY: usize = 256;
 /// The longest document text kept, in bytes: longer ones are rare, and parsed each time.
 pub const MAX_CACHED_BYTES: usize = 8 * 1024;
 
+/// The most text kept in all, in bytes: what a client sending many distinct documents can
+/// make the cache hold stays a few megabytes of parsed documents.
+pub const MAX_TOTAL_BYTES: usize = 64 * 1024;
+
 /// Parsed documents by their text, shared by every request of the process.
 pub struct DocumentCache {
-    entries: Mutex<LruCache<Arc<str>, Arc<ExecutableDocument>>>,
+    entries: Mutex<Entries>,
+}
+
+/// The documents, and the length of their texts together.
+struct Entries {
+    documents: LruCache<Arc<str>, Arc<ExecutableDocument>>,
+    bytes: usize,
 }
 
 impl Default for DocumentCache {
@@ -28,10 +40,12 @@ impl Default for DocumentCache {
 impl DocumentCache {
     /// A cache of at most `capacity` documents (at least one).
     pub fn with_capacity(capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         Self {
-            entries: Mutex::new(LruCache::new(
-                NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
-            )),
+            entries: Mutex::new(Entries {
+                documents: LruCache::new(capacity),
+                bytes: 0,
+            }),
         }
     }
 
@@ -40,20 +54,33 @@ impl DocumentCache {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .documents
             .get(query)
             .cloned()
     }
 
     /// Keeps `document`, parsed from `query` and within the limits, unless `query` is too
-    /// long to keep.
+    /// long to keep; the least recently used go until the texts fit [`MAX_TOTAL_BYTES`].
     pub fn insert(&self, query: &str, document: &ExecutableDocument) {
         if query.len() > MAX_CACHED_BYTES {
             return;
         }
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .put(Arc::from(query), Arc::new(document.clone()));
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((old, _)) = entries.documents.pop_entry(query) {
+            entries.bytes -= old.len();
+        }
+        while entries.bytes + query.len() > MAX_TOTAL_BYTES {
+            let Some((old, _)) = entries.documents.pop_lru() else {
+                break;
+            };
+            entries.bytes -= old.len();
+        }
+        entries.bytes += query.len();
+        let document = Arc::new(document.clone());
+        if let Some((old, _)) = entries.documents.push(Arc::from(query), document) {
+            // Full by count: the least recently used went.
+            entries.bytes -= old.len();
+        }
     }
 
     /// How many documents are kept.
@@ -61,6 +88,7 @@ impl DocumentCache {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .documents
             .len()
     }
 
@@ -93,5 +121,21 @@ mod tests {
         cache.insert(&long, &parsed(&long));
         assert!(cache.get(&long).is_none());
         assert_eq!(cache.len(), 2);
+    }
+
+    #[test]
+    fn the_texts_together_stay_within_their_budget() {
+        let cache = DocumentCache::default();
+        let texts: Vec<String> = (0..20)
+            .map(|n| format!("{{ f{n}{} }}", "x".repeat(MAX_CACHED_BYTES - 16)))
+            .collect();
+        for text in &texts {
+            cache.insert(text, &parsed(text));
+            cache.insert(text, &parsed(text));
+        }
+        let kept = MAX_TOTAL_BYTES / texts[0].len();
+        assert_eq!(cache.len(), kept, "as many as fit, each counted once");
+        assert!(texts[20 - kept..].iter().all(|t| cache.get(t).is_some()));
+        assert!(cache.get(&texts[0]).is_none(), "the oldest went first");
     }
 }
