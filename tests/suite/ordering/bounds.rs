@@ -11,9 +11,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::on_both_backends;
-use crate::support::fixtures::{endpoint_on, eventually, quick_worker, rows};
+use crate::support::fixtures::{endpoint_on, eventually, rows};
 use crate::support::ordering::{
-    all_settled, arrivals_by_key, id_of, obedient_receiver, read, states, submit_keyed, REPLAY,
+    all_settled, arrivals_by_key, id_of, obedient_receiver, read, replay, single_attempt_worker,
+    states, submit_keyed,
 };
 use crate::support::{Backend, TestApp, TestDb};
 
@@ -24,11 +25,7 @@ use crate::support::{Backend, TestApp, TestDb};
 async fn a_replay_from_before_a_prune_keeps_the_line_moving(backend: Backend) {
     let db = TestDb::new(backend).await;
     let receiver = obedient_receiver().await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-    })
-    .await;
+    let app = TestApp::spawn_with(&db, single_attempt_worker).await;
     let admin = app.admin_token().await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "renumbered").await;
     let key = Some("account-5");
@@ -83,11 +80,7 @@ async fn a_replay_from_before_a_prune_keeps_the_line_moving(backend: Backend) {
         || async { receiver.in_flight("renumbered") == 1 },
     )
     .await;
-    let replayed = app.graphql(&admin, REPLAY, json!({ "id": failed })).await;
-    assert_eq!(
-        replayed["data"]["replayDelivery"]["state"], "PENDING",
-        "{replayed}"
-    );
+    replay(&app, &admin, &failed).await;
     assert_eq!(
         read(&app, &admin, &failed).await["waitingBehind"]["id"],
         fresh.as_str()

@@ -10,8 +10,8 @@ use serde_json::json;
 use crate::on_both_backends;
 use crate::support::fixtures::{count, endpoint_on, quick_worker, row_counts, PUBLISH};
 use crate::support::ordering::{
-    all_settled, arrivals_by_key, id_of, obedient_receiver, patient_worker, read, states,
-    submit_keyed, REPLAY,
+    all_settled, arrivals_by_key, id_of, obedient_receiver, patient_worker, read, replay,
+    single_attempt_worker, states, submit_keyed,
 };
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
@@ -148,11 +148,7 @@ async fn the_head_holds_its_line_until_it_fails(backend: Backend) {
 async fn a_replayed_delivery_rejoins_its_line(backend: Backend) {
     let db = TestDb::new(backend).await;
     let receiver = obedient_receiver().await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-    })
-    .await;
+    let app = TestApp::spawn_with(&db, single_attempt_worker).await;
     let admin = app.admin_token().await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "rejoin").await;
     let key = Some("account-3");
@@ -190,11 +186,7 @@ async fn a_replayed_delivery_rejoins_its_line(backend: Backend) {
         || async { receiver.in_flight("rejoin") == 1 },
     )
     .await;
-    let replayed = app.graphql(&admin, REPLAY, json!({ "id": first })).await;
-    assert_eq!(
-        replayed["data"]["replayDelivery"]["state"], "PENDING",
-        "{replayed}"
-    );
+    replay(&app, &admin, &first).await;
     let rejoined = read(&app, &admin, &first).await;
     assert_eq!(rejoined["waitingBehind"]["id"], slow.as_str(), "{rejoined}");
     assert_eq!(rejoined["nextAttemptAt"], json!(null));
@@ -272,13 +264,7 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
         },
     )
     .await;
-    let replayed = app_slow
-        .graphql(&admin, REPLAY, json!({ "id": first }))
-        .await;
-    assert_eq!(
-        replayed["data"]["replayDelivery"]["state"], "PENDING",
-        "{replayed}"
-    );
+    replay(&app_slow, &admin, &first).await;
     let demoted = read(&app_slow, &admin, &second).await;
     assert_eq!(demoted["waitingBehind"]["id"], first.as_str(), "{demoted}");
     assert_eq!(demoted["nextAttemptAt"], json!(null));

@@ -296,6 +296,19 @@ on_every_backend!(
     bad_input_is_refused_and_writes_nothing,
 );
 
+/// The isolation a connection's transactions get by default.
+async fn isolation(conn: &impl ConnectionTrait) -> String {
+    conn.query_one_raw(sea_orm::Statement::from_string(
+        sea_orm::DbBackend::Postgres,
+        "SHOW transaction_isolation",
+    ))
+    .await
+    .expect("show")
+    .expect("row")
+    .try_get::<String>("", "transaction_isolation")
+    .expect("level")
+}
+
 /// A database whose default is REPEATABLE READ: Courier's connections are pinned to READ
 /// COMMITTED as they connect, and the loser of an idempotency race reads the winner (in a
 /// REPEATABLE READ snapshot it would see nothing and fail).
@@ -315,38 +328,15 @@ async fn idempotency_holds_at_repeatable_read() {
         admin_pool.close().await.expect("close");
     }
     let apps = [TestApp::spawn(&db).await, TestApp::spawn(&db).await];
-    let level = apps[0]
-        .state
-        .db
-        .conn()
-        .query_one_raw(sea_orm::Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            "SHOW transaction_isolation",
-        ))
-        .await
-        .expect("show")
-        .expect("row");
     assert_eq!(
-        level
-            .try_get::<String>("", "transaction_isolation")
-            .expect("level"),
+        isolation(apps[0].state.db.conn()).await,
         "read committed",
         "the database's default does not reach Courier's connections"
     );
     {
         let others = sea_orm::Database::connect(&db.url).await.expect("connect");
-        let level = others
-            .query_one_raw(sea_orm::Statement::from_string(
-                sea_orm::DbBackend::Postgres,
-                "SHOW transaction_isolation",
-            ))
-            .await
-            .expect("show")
-            .expect("row");
         assert_eq!(
-            level
-                .try_get::<String>("", "transaction_isolation")
-                .expect("level"),
+            isolation(&others).await,
             "repeatable read",
             "other clients of the database get its default"
         );

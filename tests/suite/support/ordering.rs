@@ -1,5 +1,5 @@
-//! Helpers for ordered delivery: submitting with an ordering key, reading a delivery's
-//! place in its line, a receiver that does what each body says, and arrivals per key.
+//! Helpers for ordered delivery: submitting with an ordering key, replaying, reading a
+//! delivery's place in its line, a receiver that does what each body says, and arrivals per key.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,7 +19,22 @@ pub const SUBMIT_KEYED: &str = "mutation($input: SubmitInput!) { submit(input: $
 pub const DELIVERY: &str = "query($id: ID!) { delivery(id: $id) { id state orderingKey nextAttemptAt waitingBehind { id } } }";
 
 /// Replays a failed delivery.
-pub const REPLAY: &str = "mutation($id: ID!) { replayDelivery(id: $id) { id state } }";
+const REPLAY: &str = "mutation($id: ID!) { replayDelivery(id: $id) { id state } }";
+
+/// A worker that retries quickly and makes one attempt per cycle (a failure is final).
+pub fn single_attempt_worker(config: &mut ServeArgs) {
+    quick_worker(config);
+    config.max_attempts = Some(1);
+}
+
+/// Replays the failed delivery `id`, asserting that it is pending again.
+pub async fn replay(app: &TestApp, token: &str, id: &str) {
+    let replayed = app.graphql(token, REPLAY, json!({ "id": id })).await;
+    assert_eq!(
+        replayed["data"]["replayDelivery"]["state"], "PENDING",
+        "{replayed}"
+    );
+}
 
 /// A worker that retries quickly and often (nothing runs out of attempts by accident).
 pub fn patient_worker(config: &mut ServeArgs) {
