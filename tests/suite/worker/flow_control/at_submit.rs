@@ -243,9 +243,17 @@ async fn a_claim_made_at_submit_is_fenced_like_any_other() {
         config.lease_secs = 1;
         config.request_timeout_ms = 8_000;
     };
-    let first = TestApp::spawn_with(&db, short_lease).await;
+    // The first instance's claiming loop runs only when woken (its poll is long), and any
+    // round the new endpoint woke is over before the submission: a round holds the free
+    // slots while it claims, and a submission then claims nothing at submit.
+    let first = TestApp::spawn_with(&db, |config| {
+        short_lease(config);
+        config.poll_interval_ms = 10_000;
+    })
+    .await;
     let admin = first.admin_token().await;
     let endpoint = endpoint_with(&first, &admin, &receiver, "slow", json!({})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let id = submit_one(&first, &admin, &endpoint, 0).await;
     assert_eq!(first.state.metrics.claims_at_submit.get(), 1);
     let second = TestApp::spawn_with(&db, short_lease).await;
@@ -289,9 +297,14 @@ async fn a_process_killed_after_claiming_at_submit_loses_nothing() {
         ("COURIER_POLL_INTERVAL_MS", "100"),
         ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true"),
     ];
-    let first = Served::start(&db.url, &settings);
+    // As above: the first process's loop runs only when woken, and is idle again before
+    // the submission.
+    let mut quiet = settings;
+    quiet[2] = ("COURIER_POLL_INTERVAL_MS", "10000");
+    let first = Served::start(&db.url, &quiet);
     let token = admin_token(&db).await;
     let endpoint = first.create_endpoint(&token, &receiver, "crash", &[]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let body = first
         .graphql(
             &token,
