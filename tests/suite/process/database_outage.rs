@@ -232,6 +232,9 @@ async fn connections_lost_mid_statement_are_replaced() {
     url.query_pairs_mut().append_pair("sslmode", "disable");
     let app = TestApp::spawn_on(Db::connect(url.as_str(), 5).await.unwrap(), |_| {}).await;
     let pool = app.state.db.clone();
+    // Start-up's warm-up holds every connection of the pool for a moment: the statements
+    // below start once it is done, so that all five can run at once.
+    wait_ready(&app, Duration::from_secs(15)).await;
 
     // Every connection of the pool (5) is running a statement when the database goes away.
     let statements: Vec<_> = (0..5)
