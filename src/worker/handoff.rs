@@ -10,9 +10,10 @@
 //! the delivery again.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use sea_orm::{DatabaseTransaction, TransactionTrait};
+use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
@@ -123,35 +124,38 @@ impl Drop for Reservation {
     }
 }
 
+/// Marks a claim at submit that failed, and with it the transaction it ran in (see
+/// [`claim_at_submit`]): the caller then stores the submission again, without a claim.
+#[derive(Debug, Default)]
+pub(crate) struct FailedClaim(AtomicBool);
+
+impl FailedClaim {
+    /// Forgets an earlier try's failure (a transaction retried after a conflict).
+    pub(crate) fn reset(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the last try failed in its claim.
+    pub(crate) fn happened(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// The claim of a submission's own endpoint inside the transaction that stored it (after
-/// the statement that stored it, so the claim sees the new row), under a savepoint: if the
-/// claim fails, the submission still commits, and waits for an ordinary claim. The state
-/// changes to publish come back with it, for the caller to stage after the creation.
+/// the statement that stored it, so the claim sees the new row). It runs with no savepoint
+/// of its own (which would cost two round trips on every quiet submission): a claim that
+/// fails fails the whole transaction, marked in `failed`, so nothing of it commits and the
+/// caller stores the submission again, with the same ids, to wait for an ordinary claim.
+/// The state changes to publish come back with it, for the caller to stage after the
+/// creation.
 pub(crate) async fn claim_at_submit(
     txn: &DatabaseTransaction,
     db: &Db,
     request: &ClaimRequest,
-) -> Option<(Claimed, Vec<StateChange>)> {
-    let savepoint = match txn.begin().await {
-        Ok(savepoint) => savepoint,
-        Err(err) => {
-            tracing::warn!(error = %error_chain(&err), "cannot claim at submit; the submission waits for a claim");
-            return None;
-        }
-    };
-    let claimed = claim_in(&savepoint, db, request).await;
-    let done = match claimed {
-        Ok(claimed) => savepoint.commit().await.map(|()| claimed),
-        Err(err) => {
-            let _ = savepoint.rollback().await;
-            Err(err)
-        }
-    };
-    match done {
-        Ok(claimed) => Some(claimed),
-        Err(err) => {
-            tracing::warn!(error = %error_chain(&err), "claiming at submit failed; the submission waits for a claim");
-            None
-        }
-    }
+    failed: &FailedClaim,
+) -> Result<(Claimed, Vec<StateChange>), DbErr> {
+    claim_in(txn, db, request).await.inspect_err(|err| {
+        failed.0.store(true, Ordering::Relaxed);
+        tracing::warn!(error = %error_chain(err), "claiming at submit failed; the submission is stored again to wait for a claim");
+    })
 }

@@ -6,20 +6,21 @@ use std::collections::HashMap;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr};
 
 use super::store::{
-    outcome, prepare, reported_by_row, store_sqlite, store_statement, NewRows, Notify, Reported,
-    Stored,
+    outcome, prepare, reported_by_row, store_prepared, store_sqlite, store_statement, NewRows,
+    Notify, Prepared, Reported, Stored,
 };
-use crate::bus::{ChangeBus, StateChange};
+use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::db::Db;
 use crate::error::error_chain;
-use crate::worker::claim::{release, targets_of, Claimed};
-use crate::worker::handoff::{claim_at_submit, Reservation};
+use crate::worker::claim::{release, targets_of, ClaimRequest, Claimed};
+use crate::worker::handoff::{claim_at_submit, FailedClaim, Reservation};
 
 /// Stores one submission, as [`super::store::store`] does, and in the same transaction claims its
 /// endpoint's due work (the new delivery, unless it waits in its line or older work is due
 /// first) for the local worker's `reservation` (see [`crate::worker::handoff`]); once
 /// committed, hands the claim over, so the request leaves without another commit. A claim
-/// that fails or finds no room leaves the submission to an ordinary claim.
+/// that finds no room leaves the submission to an ordinary claim; one that fails fails the
+/// transaction, and the submission is stored again, with the same ids, without a claim.
 pub async fn store_claiming(
     db: &Db,
     bus: &ChangeBus,
@@ -28,46 +29,26 @@ pub async fn store_claiming(
 ) -> Result<Stored, DbErr> {
     let prepared = prepare(rows);
     let request = reservation.request(prepared.submission.endpoint_id);
+    let failed = FailedClaim::default();
     let (stored, claimed) = match db.backend() {
         DbBackend::Postgres => {
-            let (sql, values) = store_statement(std::slice::from_ref(&prepared), Notify::Staged)?;
-            let (values, prepared_ref, request) = (&values, &prepared, &request);
-            let (reported, claimed) = db
-                .transaction(|txn| async move {
-                    let statement = db.clock().statement(sql, values.iter().cloned());
-                    let rows = txn.query_all_raw(statement).await?;
-                    let reported = reported_by_row(&rows)?.remove(&prepared_ref.delivery.id);
-                    let Some(Reported::Created(at, place)) = reported else {
-                        return Ok((reported, None));
-                    };
-                    // The creation and the claim travel in one notification, so no
-                    // process is woken for a delivery already on its way.
-                    let mut changes = vec![StateChange {
-                        at,
-                        ..prepared_ref.created.clone()
-                    }];
-                    let claimed = if place.is_some_and(|p| p.waiting) {
-                        None
-                    } else {
-                        claim_at_submit(&txn, db, request).await
-                    };
-                    let claimed = claimed.map(|(claimed, claim_changes)| {
-                        changes.extend(claim_changes);
-                        claimed
-                    });
-                    let staged = bus.stage(&*txn, changes).await?;
-                    Ok((reported, claimed.map(|claimed| (claimed, staged))))
-                })
-                .await?;
-            let mut stored = outcome(prepared, reported);
-            if let (Stored::Created(_, delivery, at_submit), Some((claimed, _))) =
-                (&mut stored, &claimed)
-            {
-                *at_submit = claimed.claims.iter().any(|c| c.delivery_id == delivery.id);
+            match store_and_claim_postgres(db, bus, &prepared, &request, &failed).await {
+                Ok((reported, claimed)) => {
+                    let mut stored = outcome(prepared, reported);
+                    if let (Stored::Created(_, delivery, at_submit), Some((claimed, _))) =
+                        (&mut stored, &claimed)
+                    {
+                        *at_submit = claimed.claims.iter().any(|c| c.delivery_id == delivery.id);
+                    }
+                    (stored, claimed)
+                }
+                Err(err) => (without_claim(db, bus, prepared, &failed, err).await?, None),
             }
-            (stored, claimed)
         }
-        _ => store_sqlite(db, bus, prepared, Some(&request)).await?,
+        _ => match store_sqlite(db, bus, &prepared, Some((&request, &failed))).await {
+            Ok(done) => done,
+            Err(err) => (without_claim(db, bus, prepared, &failed, err).await?, None),
+        },
     };
     let Some((mut claimed, staged)) = claimed else {
         if let Stored::Created(_, delivery, _) = &stored {
@@ -98,4 +79,56 @@ pub async fn store_claiming(
         }
     });
     Ok(stored)
+}
+
+/// PostgreSQL: the store statement, then (unless the delivery waits in its line) the claim,
+/// and the creation staged with the claim's changes in one notification, so no process is
+/// woken for a delivery already on its way. What the row reported, and the claim.
+async fn store_and_claim_postgres(
+    db: &Db,
+    bus: &ChangeBus,
+    prepared: &Prepared,
+    request: &ClaimRequest,
+    failed: &FailedClaim,
+) -> Result<(Option<Reported>, Option<(Claimed, Staged)>), DbErr> {
+    let (sql, values) = store_statement(std::slice::from_ref(prepared), Notify::Staged)?;
+    let values = &values;
+    db.transaction(|txn| async move {
+        failed.reset();
+        let statement = db.clock().statement(sql, values.iter().cloned());
+        let rows = txn.query_all_raw(statement).await?;
+        let reported = reported_by_row(&rows)?.remove(&prepared.delivery.id);
+        let Some(Reported::Created(at, place)) = reported else {
+            return Ok((reported, None));
+        };
+        let mut changes = vec![StateChange {
+            at,
+            ..prepared.created.clone()
+        }];
+        let claimed = if place.is_some_and(|p| p.waiting) {
+            None
+        } else {
+            let (claimed, claim_changes) = claim_at_submit(&txn, db, request, failed).await?;
+            changes.extend(claim_changes);
+            Some(claimed)
+        };
+        let staged = bus.stage(&*txn, changes).await?;
+        Ok((reported, claimed.map(|claimed| (claimed, staged))))
+    })
+    .await
+}
+
+/// After a try that failed with `err`: if its claim failed it, nothing of it committed, so
+/// the submission is stored again, with the same ids, without a claim; otherwise `err`.
+async fn without_claim(
+    db: &Db,
+    bus: &ChangeBus,
+    prepared: Prepared,
+    failed: &FailedClaim,
+    err: DbErr,
+) -> Result<Stored, DbErr> {
+    if !failed.happened() {
+        return Err(err);
+    }
+    store_prepared(db, bus, prepared).await
 }

@@ -23,7 +23,7 @@ use crate::db::Db;
 use crate::service::flow;
 use crate::service::lines::{self, Place};
 use crate::worker::claim::{ClaimRequest, Claimed};
-use crate::worker::handoff::claim_at_submit;
+use crate::worker::handoff::{claim_at_submit, FailedClaim};
 
 /// PostgreSQL, for any number of submissions: the submissions, their deliveries and their
 /// creation events in one statement. A row whose endpoint is unknown or disabled is
@@ -165,14 +165,22 @@ pub fn prepare(rows: NewRows) -> Prepared {
 
 /// Stores one submission and its `pending` delivery, due now, and publishes the creation.
 pub async fn store(db: &Db, bus: &ChangeBus, rows: NewRows) -> Result<Stored, DbErr> {
-    let prepared = prepare(rows);
+    store_prepared(db, bus, prepare(rows)).await
+}
+
+/// [`store`], for rows already prepared.
+pub(super) async fn store_prepared(
+    db: &Db,
+    bus: &ChangeBus,
+    prepared: Prepared,
+) -> Result<Stored, DbErr> {
     match db.backend() {
         DbBackend::Postgres => {
             let reported = store_many(db, std::slice::from_ref(&prepared)).await?;
             let reported = reported.get(&prepared.delivery.id).copied();
             Ok(outcome(prepared, reported))
         }
-        _ => Ok(store_sqlite(db, bus, prepared, None).await?.0),
+        _ => Ok(store_sqlite(db, bus, &prepared, None).await?.0),
     }
 }
 
@@ -336,16 +344,19 @@ pub(super) type StoredSqlite = (Stored, Option<(Claimed, Staged)>);
 /// SQLite: one write transaction (`BEGIN IMMEDIATE`, which excludes every other writer):
 /// the endpoint read, the submission inserted unless its key is taken, then its delivery,
 /// the endpoint's turn woken, with `claim` its due work claimed at submit (see
-/// [`super::claiming::store_claiming`]), and the changes staged.
+/// [`super::claiming::store_claiming`]; a claim that fails fails the transaction, marked
+/// in its [`FailedClaim`]), and the changes staged.
 pub(super) async fn store_sqlite(
     db: &Db,
     bus: &ChangeBus,
-    prepared: Prepared,
-    claim: Option<&ClaimRequest>,
+    prepared: &Prepared,
+    claim: Option<(&ClaimRequest, &FailedClaim)>,
 ) -> Result<StoredSqlite, DbErr> {
-    let prepared = &prepared;
     let stored = db
         .transaction(|txn| async move {
+            if let Some((_, failed)) = claim {
+                failed.reset();
+            }
             let target = endpoint::Entity::find_by_id(prepared.submission.endpoint_id)
                 .one(&*txn)
                 .await?;
@@ -377,16 +388,15 @@ pub(super) async fn store_sqlite(
             }
             flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
             let mut changes = vec![prepared.created.clone()];
-            let claimed =
-                match claim {
-                    Some(request) if !delivery.waiting => claim_at_submit(&txn, db, request)
-                        .await
-                        .map(|(claimed, claim_changes)| {
-                            changes.extend(claim_changes);
-                            claimed
-                        }),
-                    _ => None,
-                };
+            let claimed = match claim {
+                Some((request, failed)) if !delivery.waiting => {
+                    let (claimed, claim_changes) =
+                        claim_at_submit(&txn, db, request, failed).await?;
+                    changes.extend(claim_changes);
+                    Some(claimed)
+                }
+                _ => None,
+            };
             let staged = bus.stage(&*txn, changes).await?;
             Ok(Some(Some(Some((delivery, staged, claimed)))))
         })

@@ -171,6 +171,107 @@ async fn a_submission_claims_only_within_its_endpoints_limits_postgres() {
     a_submission_claims_only_within_its_endpoints_limits(Backend::Postgres).await;
 }
 
+/// Makes the database refuse (or, `refuse` false, allow again) every claim: no delivery
+/// can become `processing`, while new deliveries (`pending`) are stored as ever.
+async fn refuse_claims(app: &TestApp, refuse: bool) {
+    use sea_orm::ConnectionTrait;
+    let sql = match (app.state.db.backend(), refuse) {
+        (sea_orm::DbBackend::Postgres, true) => {
+            "ALTER TABLE webhook_deliveries ADD CONSTRAINT no_claims \
+             CHECK (state <> 'processing') NOT VALID"
+        }
+        (sea_orm::DbBackend::Postgres, false) => {
+            "ALTER TABLE webhook_deliveries DROP CONSTRAINT no_claims"
+        }
+        (_, true) => {
+            "CREATE TRIGGER no_claims BEFORE UPDATE ON webhook_deliveries \
+             WHEN NEW.state = 'processing' BEGIN SELECT RAISE(ABORT, 'no claims'); END"
+        }
+        (_, false) => "DROP TRIGGER no_claims",
+    };
+    app.state
+        .db
+        .conn()
+        .execute_unprepared(sql)
+        .await
+        .expect("refuse or allow claims");
+}
+
+/// A claim at submit that fails (the database refuses it) fails the transaction it runs
+/// in, with no savepoint: the submission is then stored again, once, with the ids it was
+/// minted with, answers without an error, and is delivered by an ordinary claim once
+/// claims are allowed again.
+async fn a_failed_claim_at_submit_still_stores_the_submission(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.poll_interval_ms = 1_000;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_with(&app, &admin, &receiver, "refused", json!({})).await;
+    submit_one(&app, &admin, &endpoint, 0).await;
+    receiver.wait_for(1, Duration::from_secs(10)).await;
+    let metrics = &app.state.metrics;
+    crate::support::fixtures::eventually("the first recorded", Duration::from_secs(10), || async {
+        crate::support::fixtures::row_counts(&app).await == (1, 1) && metrics.claims.get() == 1
+    })
+    .await;
+    assert_eq!(
+        metrics.claims_at_submit.get(),
+        1,
+        "a quiet submission claims at submit here"
+    );
+
+    refuse_claims(&app, true).await;
+    let body = submit(&app, &admin, &endpoint, json!({ "n": 1 }), Some("once")).await;
+    assert!(
+        body["errors"].is_null(),
+        "a failed claim fails no submission: {body}"
+    );
+    let id: uuid::Uuid = delivery_id(&body).parse().expect("a delivery id");
+    assert_eq!(body["data"]["submit"]["delivery"]["state"], "PENDING");
+    let stored = delivery(&app.state.db, id).await;
+    assert_eq!(
+        stored.state,
+        entity::webhook_delivery::DeliveryState::Pending,
+        "stored under the id it answered with, unclaimed"
+    );
+    assert!(stored.claim_token.is_none());
+    assert_eq!(
+        crate::support::fixtures::row_counts(&app).await,
+        (2, 2),
+        "stored once: nothing of the failed try committed"
+    );
+    assert_eq!(
+        metrics.claims_at_submit.get(),
+        1,
+        "the claim at submit failed"
+    );
+    let again = submit(&app, &admin, &endpoint, json!({ "n": 1 }), Some("once")).await;
+    assert_eq!(
+        delivery_id(&again),
+        id.to_string(),
+        "its idempotency key is held by the stored submission: {again}"
+    );
+
+    refuse_claims(&app, false).await;
+    receiver.wait_for(2, Duration::from_secs(15)).await;
+    settle([app]).await;
+    each_once(&receiver, "refused", 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_claim_at_submit_still_stores_the_submission_sqlite() {
+    a_failed_claim_at_submit_still_stores_the_submission(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_claim_at_submit_still_stores_the_submission_postgres() {
+    a_failed_claim_at_submit_still_stores_the_submission(Backend::Postgres).await;
+}
+
 /// Three instances, six submitters racing through them, and the instances' claiming loops
 /// all claiming for one endpoint with `maxInFlight: 3`: the receiver never holds more than
 /// three at once, claims at submit race the loops' claims, and each of the 48 arrives once.
