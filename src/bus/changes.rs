@@ -206,6 +206,32 @@ impl ChangeBus {
             ))
             .await?;
         }
+        self.staged(changes).await
+    }
+
+    /// [`ChangeBus::stage`] on PostgreSQL in the statement of `write` (an `UPDATE` or
+    /// `INSERT` without `RETURNING`, whose values are `values`, `$1`...): the write and the
+    /// notifications in one round trip. The write runs even when there is nothing to send.
+    pub async fn stage_alongside<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        changes: Vec<StateChange>,
+        write: &str,
+        mut values: Vec<Value>,
+    ) -> Result<Staged, DbErr> {
+        let sql = super::notifying_after(write, values.len() + 1);
+        values.push(Value::from(StateChange::to_wire_batches(&changes)?));
+        txn.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            values,
+        ))
+        .await?;
+        self.staged(changes).await
+    }
+
+    /// `changes`, their notifications queued (PostgreSQL), or (SQLite) held in commit order.
+    async fn staged(&self, changes: Vec<StateChange>) -> Result<Staged, DbErr> {
         let in_order = match self.backend {
             DbBackend::Postgres => None,
             _ => Some(self.order.clone().lock_owned().await),

@@ -27,6 +27,15 @@ pub fn notify(channel: &'static str, payload: &str) -> String {
     format!("pg_notify('{channel}', {payload})")
 }
 
+/// The statement of [`ChangeBus::stage_alongside`]: `write`, then a notification for each
+/// payload of the text array `$payloads`.
+pub fn notifying_after(write: &str, payloads: usize) -> String {
+    format!(
+        "WITH written AS ({write} RETURNING 1) SELECT {} FROM unnest(${payloads}::text[]) AS payload",
+        notify(CHANGES_CHANNEL, "payload")
+    )
+}
+
 /// Most creation events one `NOTIFY` carries from [`notify_created`]: a change's wire form
 /// is at most about 200 bytes, so this many stay well under PostgreSQL's 8000-byte limit.
 pub const CREATED_PER_NOTIFY: usize = 24;

@@ -17,9 +17,9 @@ use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
-use super::claim::{claim_in, ClaimRequest, Claimed};
+use super::claim::{claim_in, settle, ClaimRequest, Claimed};
 use super::targets::Target;
-use crate::bus::StateChange;
+use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::Db;
 use crate::error::error_chain;
@@ -142,19 +142,29 @@ impl FailedClaim {
 }
 
 /// The claim of a submission's own endpoint inside the transaction that stored it (after
-/// the statement that stored it, so the claim sees the new row). It runs with no savepoint
-/// of its own (which would cost two round trips on every quiet submission): a claim that
-/// fails fails the whole transaction, marked in `failed`, so nothing of it commits and the
-/// caller stores the submission again, with the same ids, to wait for an ordinary claim.
-/// The state changes to publish come back with it, for the caller to stage after the
-/// creation.
+/// the statement that stored it, so the claim sees the new row), with `created` (the new
+/// delivery's creation) staged before the claim's changes: one notification for both, so
+/// no process is woken for a delivery already on its way. It runs with no savepoint of its
+/// own (which would cost two round trips on every quiet submission): a claim that fails
+/// fails the whole transaction, marked in `failed`, so nothing of it commits and the caller
+/// stores the submission again, with the same ids, to wait for an ordinary claim.
 pub(crate) async fn claim_at_submit(
     txn: &DatabaseTransaction,
     db: &Db,
+    bus: &ChangeBus,
     request: &ClaimRequest,
     failed: &FailedClaim,
-) -> Result<(Claimed, Vec<StateChange>), DbErr> {
-    claim_in(txn, db, request).await.inspect_err(|err| {
+    created: StateChange,
+) -> Result<(Claimed, Staged), DbErr> {
+    let claimed = async {
+        let (mut claimed, changes) = claim_in(txn, db, request).await?;
+        let mut all = Vec::with_capacity(changes.len() + 1);
+        all.push(created);
+        all.extend(changes);
+        let staged = settle(txn, db, bus, &mut claimed, all).await?;
+        Ok((claimed, staged))
+    };
+    claimed.await.inspect_err(|err| {
         failed.0.store(true, Ordering::Relaxed);
         tracing::warn!(error = %error_chain(err), "claiming at submit failed; the submission is stored again to wait for a claim");
     })

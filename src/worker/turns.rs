@@ -11,7 +11,7 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Value};
 use uuid::Uuid;
 
-use crate::bus::{ChangeBus, StateChange};
+use crate::bus::{notifying_after, ChangeBus, Staged, StateChange};
 use crate::db::parking::with_parking;
 use crate::db::sql::fill;
 use crate::db::{Clock, Db};
@@ -60,7 +60,8 @@ SELECT t.endpoint_id,
 FROM t";
 
 /// Every endpoint's next turn in one statement on PostgreSQL (times as text, '' for none:
-/// arrays cannot hold NULL timestamps here).
+/// arrays cannot hold NULL timestamps here), sent with the claim's notifications (see
+/// [`set_turns_and_stage`]).
 const SET_TURNS_POSTGRES: &str = "\
 UPDATE endpoint_flow AS f
 SET turn_at = NULLIF(v.turn_at, '')::timestamptz,
@@ -209,35 +210,21 @@ pub async fn facts(
     Ok(facts)
 }
 
-/// Writes the endpoints' next turns.
-pub async fn set_turns(
+/// Writes the endpoints' next turns and stages `changes` (see [`ChangeBus::stage`]): on
+/// PostgreSQL in one statement, so a claim's last write costs no round trip of its own.
+pub async fn set_turns_and_stage(
     txn: &DatabaseTransaction,
     db: &Db,
+    bus: &ChangeBus,
     turns: &[(Uuid, Turn)],
-) -> Result<(), DbErr> {
-    if turns.is_empty() {
-        return Ok(());
-    }
+    changes: Vec<StateChange>,
+) -> Result<Staged, DbErr> {
     match db.backend() {
-        DbBackend::Postgres => {
-            let text = |at: Option<DateTime<Utc>>| {
-                at.map_or_else(String::new, |at| {
-                    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-                })
-            };
-            let column = |pick: fn(&Turn) -> Option<DateTime<Utc>>| {
-                Value::from(turns.iter().map(|(_, t)| text(pick(t))).collect::<Vec<_>>())
-            };
-            let values = [
-                Value::from(turns.iter().map(|(id, _)| *id).collect::<Vec<_>>()),
-                column(|t| t.turn_at),
-                column(|t| t.rate_tat),
-                column(|t| t.blocked_until),
-                column(|t| t.served_at),
-            ];
-            txn.execute_raw(Clock::new(DbBackend::Postgres).statement(SET_TURNS_POSTGRES, values))
-                .await?;
+        DbBackend::Postgres if !turns.is_empty() => {
+            bus.stage_alongside(txn, changes, SET_TURNS_POSTGRES, turns_postgres(turns))
+                .await
         }
+        DbBackend::Postgres => bus.stage(txn, changes).await,
         backend => {
             for (endpoint_id, turn) in turns {
                 let values = [
@@ -250,23 +237,37 @@ pub async fn set_turns(
                 txn.execute_raw(Clock::new(backend).statement(SET_TURN_SQLITE, values))
                     .await?;
             }
+            bus.stage(txn, changes).await
         }
     }
-    Ok(())
 }
 
-/// Prepares and plans [`SET_TURNS_POSTGRES`] on `txn`'s connection, setting nothing.
+/// The values of [`SET_TURNS_POSTGRES`] for `turns`.
+fn turns_postgres(turns: &[(Uuid, Turn)]) -> Vec<Value> {
+    let text = |at: Option<DateTime<Utc>>| {
+        at.map_or_else(String::new, |at| {
+            at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        })
+    };
+    let column = |pick: fn(&Turn) -> Option<DateTime<Utc>>| {
+        Value::from(turns.iter().map(|(_, t)| text(pick(t))).collect::<Vec<_>>())
+    };
+    vec![
+        Value::from(turns.iter().map(|(id, _)| *id).collect::<Vec<_>>()),
+        column(|t| t.turn_at),
+        column(|t| t.rate_tat),
+        column(|t| t.blocked_until),
+        column(|t| t.served_at),
+    ]
+}
+
+/// Prepares and plans the statement of [`set_turns_and_stage`] on `txn`'s connection
+/// (PostgreSQL), setting and sending nothing.
 pub async fn warm_set_turns(txn: &DatabaseTransaction) -> Result<(), DbErr> {
-    let ids: Vec<Uuid> = Vec::new();
-    let times: Vec<String> = Vec::new();
-    let values = [
-        Value::from(ids),
-        Value::from(times.clone()),
-        Value::from(times.clone()),
-        Value::from(times.clone()),
-        Value::from(times),
-    ];
-    txn.execute_raw(Clock::new(DbBackend::Postgres).statement(SET_TURNS_POSTGRES, values))
+    let mut values = turns_postgres(&[]);
+    values.push(Value::from(Vec::<String>::new()));
+    let sql = notifying_after(SET_TURNS_POSTGRES, values.len());
+    txn.execute_raw(Clock::new(DbBackend::Postgres).statement(&sql, values))
         .await?;
     Ok(())
 }

@@ -82,8 +82,8 @@ pub async fn store_claiming(
 }
 
 /// PostgreSQL: the store statement, then (unless the delivery waits in its line) the claim,
-/// and the creation staged with the claim's changes in one notification, so no process is
-/// woken for a delivery already on its way. What the row reported, and the claim.
+/// with the creation staged in the claim's notification. What the row reported, and the
+/// claim.
 async fn store_and_claim_postgres(
     db: &Db,
     bus: &ChangeBus,
@@ -101,19 +101,18 @@ async fn store_and_claim_postgres(
         let Some(Reported::Created(at, place)) = reported else {
             return Ok((reported, None));
         };
-        let mut changes = vec![StateChange {
+        let created = StateChange {
             at,
             ..prepared.created.clone()
-        }];
-        let claimed = if place.is_some_and(|p| p.waiting) {
-            None
-        } else {
-            let (claimed, claim_changes) = claim_at_submit(&txn, db, request, failed).await?;
-            changes.extend(claim_changes);
-            Some(claimed)
         };
-        let staged = bus.stage(&*txn, changes).await?;
-        Ok((reported, claimed.map(|claimed| (claimed, staged))))
+        if place.is_some_and(|p| p.waiting) {
+            // Its line's head goes first: nothing to claim. (PostgreSQL sends the
+            // notification with the commit; nothing is left to publish after it.)
+            drop(bus.stage(&*txn, vec![created]).await?);
+            return Ok((reported, None));
+        }
+        let (claimed, staged) = claim_at_submit(&txn, db, bus, request, failed, created).await?;
+        Ok((reported, Some((claimed, staged))))
     })
     .await
 }

@@ -387,17 +387,15 @@ pub(super) async fn store_sqlite(
                 placed(&mut delivery, *place);
             }
             flow::wake_endpoints(&*txn, db.backend(), &[delivery.endpoint_id]).await?;
-            let mut changes = vec![prepared.created.clone()];
-            let claimed = match claim {
+            let created = prepared.created.clone();
+            let (claimed, staged) = match claim {
                 Some((request, failed)) if !delivery.waiting => {
-                    let (claimed, claim_changes) =
-                        claim_at_submit(&txn, db, request, failed).await?;
-                    changes.extend(claim_changes);
-                    Some(claimed)
+                    let (claimed, staged) =
+                        claim_at_submit(&txn, db, bus, request, failed, created).await?;
+                    (Some(claimed), staged)
                 }
-                _ => None,
+                _ => (None, bus.stage(&*txn, vec![created]).await?),
             };
-            let staged = bus.stage(&*txn, changes).await?;
             Ok(Some(Some(Some((delivery, staged, claimed)))))
         })
         .await?;

@@ -7,7 +7,8 @@
 //! (`FOR UPDATE SKIP LOCKED`: claims for one endpoint take turns across processes); claim
 //! each one's due rows in due order, as many as its share and its free slots allow (counted
 //! by this second statement, which starts after the locks are held and so sees every claim
-//! committed before it); read what that left; and set each endpoint's next turn.
+//! committed before it); read what that left; and set each endpoint's next turn (in the
+//! statement that sends the claim's notifications).
 //!
 //! Ordering lines need nothing here: a delivery waiting behind its line's head has no due
 //! time, so only heads are ever claimed (see [`crate::service::lines`]).
@@ -26,11 +27,11 @@ use self::sqlite::claim_sqlite;
 use super::ended::Snapshot;
 use super::targets::{self, load_targets, Target};
 use super::turns::{self, FollowUp, Turns};
-use crate::bus::{ChangeBus, StateChange};
+use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::parking::with_parking;
 use crate::db::Db;
-use crate::service::flow::{self, Facts, Standing};
+use crate::service::flow::{self, Facts, Standing, Turn};
 
 /// Most endpoints one claim takes turns from.
 const MAX_TURNS: u32 = 32;
@@ -150,6 +151,8 @@ pub struct Claimed {
     follow_up: FollowUp,
     /// The PostgreSQL rows of the claims (with what to send).
     rows: Vec<QueryResult>,
+    /// The endpoints' next turns, written by [`settle`].
+    turns: Vec<(Uuid, Turn)>,
 }
 
 impl Claimed {
@@ -243,8 +246,8 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
     let request = &request;
     let (claimed, staged) = db
         .transaction(|txn| async move {
-            let (claimed, changes) = claim_in(&txn, db, request).await?;
-            let staged = bus.stage(&*txn, changes).await?;
+            let (mut claimed, changes) = claim_in(&txn, db, request).await?;
+            let staged = settle(&txn, db, bus, &mut claimed, changes).await?;
             Ok((claimed, staged))
         })
         .await?;
@@ -255,8 +258,9 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
 /// A claimed row and when the claim changed it.
 pub(super) type Taken = (Claim, DateTime<Utc>);
 
-/// The four steps of a claim inside its transaction, and the state changes to publish
-/// (`PENDING` -> `PROCESSING`; retaking an expired lease changes no state).
+/// The first three steps of a claim inside its transaction, and the state changes to
+/// publish (`PENDING` -> `PROCESSING`; retaking an expired lease changes no state). The
+/// caller ends it with [`settle`], which writes the turns.
 pub(crate) async fn claim_in(
     txn: &DatabaseTransaction,
     db: &Db,
@@ -338,10 +342,24 @@ pub(crate) async fn claim_in(
         next.push((standing.endpoint_id, turn));
     }
     claimed.more |= standings.len() as u32 == most;
-    turns::set_turns(txn, db, &next).await?;
+    claimed.turns = next;
     claimed.claims = taken.into_iter().map(|(claim, _)| claim).collect();
     claimed.rows = rows;
     Ok((claimed, changes))
+}
+
+/// The last step of a claim begun with [`claim_in`]: writes its endpoints' next turns and
+/// stages `changes` (the claim's, after any of the caller's), in one statement on
+/// PostgreSQL.
+pub(crate) async fn settle(
+    txn: &DatabaseTransaction,
+    db: &Db,
+    bus: &ChangeBus,
+    claimed: &mut Claimed,
+    changes: Vec<StateChange>,
+) -> Result<Staged, DbErr> {
+    let next = std::mem::take(&mut claimed.turns);
+    turns::set_turns_and_stage(txn, db, bus, &next, changes).await
 }
 
 /// Step 2 on PostgreSQL.
