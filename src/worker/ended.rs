@@ -2,11 +2,12 @@
 //! flight at the receiver, though their deliveries stay `processing` until recorded: this
 //! process's claims leave them out of its endpoints' in-flight counts (by id, so a row
 //! recorded meanwhile is never subtracted twice), and come back for an endpoint that was
-//! full once a quarter of its slots have ended (one, for a cap under 8), rather than when
-//! the outcomes are recorded: claims stay large enough to be cheap, and the slots busy.
+//! full once a quarter of its slots have ended (one, for a cap under 8; those that ended
+//! while the claim that left it full ran count too), rather than when the outcomes are
+//! recorded: claims stay large enough to be cheap, and the slots busy.
 //! Other processes count them until they are recorded, which only errs on the safe side.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use uuid::Uuid;
@@ -95,20 +96,40 @@ impl EndedRequests {
 
     /// Records which endpoints a claim visited, and for each it left full, its cap and how
     /// many requests the claim started for it (a quarter of the cap is awaited, but never
-    /// more than this process has started).
-    pub fn visited(&self, endpoints: impl IntoIterator<Item = (Uuid, Option<(u32, u32)>)>) {
+    /// more than this process has started). Requests to it that ended after `seen` (the
+    /// claim's snapshot, [`Snapshot::ended`]) was taken count at once: the claim counted
+    /// them in flight, yet their slots are free. Returns whether one of these endpoints is
+    /// worth a claim already.
+    pub fn visited(
+        &self,
+        endpoints: impl IntoIterator<Item = (Uuid, Option<(u32, u32)>)>,
+        seen: &[Uuid],
+    ) -> bool {
         let mut inner = self.lock();
+        let mut ready = false;
+        let mut known: Option<HashSet<&Uuid>> = None;
         for (endpoint_id, full) in endpoints {
             match full {
                 Some((cap, started)) => {
                     let wanted = (cap / 4).min(started).max(1);
-                    inner.full.insert(endpoint_id, Gather { wanted, ended: 0 });
+                    let known = known.get_or_insert_with(|| seen.iter().collect());
+                    let ended = inner
+                        .awaiting
+                        .iter()
+                        .filter(|(delivery, endpoint)| {
+                            **endpoint == endpoint_id && !known.contains(delivery)
+                        })
+                        .count();
+                    let ended = u32::try_from(ended).unwrap_or(u32::MAX);
+                    ready |= ended >= wanted;
+                    inner.full.insert(endpoint_id, Gather { wanted, ended });
                 }
                 None => {
                     inner.full.remove(&endpoint_id);
                 }
             }
         }
+        ready
     }
 }
 
@@ -133,7 +154,7 @@ mod tests {
     fn an_ended_request_is_left_out_until_its_outcome_is_recorded() {
         let requests = EndedRequests::default();
         let (endpoint, other) = (Uuid::now_v7(), Uuid::now_v7());
-        requests.visited([(endpoint, Some((2, 2))), (other, None)]);
+        requests.visited([(endpoint, Some((2, 2))), (other, None)], &[]);
         let (first, was_full) = requests.ended(Uuid::now_v7(), endpoint);
         assert!(was_full, "a cap of 2: one free slot is worth a claim");
         let (second, was_full) = requests.ended(Uuid::now_v7(), other);
@@ -148,7 +169,7 @@ mod tests {
         drop(first);
         drop(second);
         assert!(requests.snapshot().ended.is_empty());
-        requests.visited([(endpoint, None)]);
+        requests.visited([(endpoint, None)], &[]);
         let (_third, was_full) = requests.ended(Uuid::now_v7(), endpoint);
         assert!(!was_full);
     }
@@ -157,7 +178,7 @@ mod tests {
     fn a_full_endpoint_is_worth_a_claim_once_a_quarter_of_its_slots_ended() {
         let requests = EndedRequests::default();
         let endpoint = Uuid::now_v7();
-        requests.visited([(endpoint, Some((32, 32)))]);
+        requests.visited([(endpoint, Some((32, 32)))], &[]);
         let (guards, hints): (Vec<EndedGuard>, Vec<bool>) = (0..10)
             .map(|_| requests.ended(Uuid::now_v7(), endpoint))
             .unzip();
@@ -176,12 +197,37 @@ mod tests {
             hints[8..].iter().all(|h| *h),
             "and every one after, until a claim looks"
         );
-        requests.visited([(endpoint, Some((32, 3)))]);
+        requests.visited([(endpoint, Some((32, 3)))], &[]);
         assert!(!requests.ended(Uuid::now_v7(), endpoint).1);
         assert!(!requests.ended(Uuid::now_v7(), endpoint).1);
         assert!(
             requests.ended(Uuid::now_v7(), endpoint).1,
             "all it started ended"
         );
+    }
+
+    #[test]
+    fn requests_that_end_while_a_claim_runs_count_toward_the_next() {
+        let requests = EndedRequests::default();
+        let endpoint = Uuid::now_v7();
+        let (before, _) = requests.ended(Uuid::now_v7(), endpoint);
+        let seen = requests.snapshot().ended;
+        // The claim runs; three more requests end meanwhile, which it counted in flight.
+        let during: Vec<EndedGuard> = (0..3)
+            .map(|_| requests.ended(Uuid::now_v7(), endpoint).0)
+            .collect();
+        assert!(
+            !requests.visited([(endpoint, Some((32, 4)))], &seen),
+            "three of the four awaited"
+        );
+        assert!(
+            requests.ended(Uuid::now_v7(), endpoint).1,
+            "the fourth asks for a claim"
+        );
+        assert!(
+            requests.visited([(endpoint, Some((8, 8)))], &seen),
+            "a claim leaving two of eight awaited, with four ended since its snapshot, asks again at once"
+        );
+        drop((before, during));
     }
 }

@@ -244,7 +244,13 @@ impl Worker {
             .await;
         match claimed {
             Ok((claimed, targets)) => {
-                self.ended.visited(claimed.visited.iter().copied());
+                if self
+                    .ended
+                    .visited(claimed.visited.iter().copied(), claimed.seen())
+                {
+                    // Enough of a full endpoint's requests ended while this claim ran.
+                    self.state.wakeup.hint();
+                }
                 let metrics = &self.state.metrics;
                 metrics.claim_rounds.inc();
                 metrics.claims.inc_by(claimed.claims.len() as u64);

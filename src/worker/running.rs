@@ -134,8 +134,10 @@ impl Starter for Running {
     ) {
         self.reserved.fetch_sub(1, Ordering::AcqRel);
         let worker = &self.worker;
-        worker.ended.visited(claimed.visited.iter().copied());
-        if claimed.more {
+        let ended_meanwhile = worker
+            .ended
+            .visited(claimed.visited.iter().copied(), claimed.seen());
+        if claimed.more || ended_meanwhile {
             worker.state.wakeup.hint();
         }
         let metrics = &worker.state.metrics;

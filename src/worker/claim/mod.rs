@@ -153,6 +153,8 @@ pub struct Claimed {
     rows: Vec<QueryResult>,
     /// The endpoints' next turns, written by [`settle`].
     turns: Vec<(Uuid, Turn)>,
+    /// The ended requests the claim knew of (see [`Claimed::seen`]).
+    seen: Vec<Uuid>,
 }
 
 impl Claimed {
@@ -162,6 +164,12 @@ impl Claimed {
         claimed.follow_up.slept.push(endpoint_id);
         claimed.follow_up.default_max_in_flight = default_max_in_flight;
         claimed
+    }
+
+    /// The ended requests this claim left out of in-flight counts: any other that ended
+    /// meanwhile, it counted in flight (see [`super::ended::EndedRequests::visited`]).
+    pub fn seen(&self) -> &[Uuid] {
+        &self.seen
     }
 
     /// The claim's follow-up (see [`FollowUp`]), to run once it has committed without
@@ -274,7 +282,10 @@ pub(crate) async fn claim_in(
     };
     let (standings, now) =
         turns::lock_turns(txn, db, most, turns, request.default_max_in_flight).await?;
-    let mut claimed = Claimed::default();
+    let mut claimed = Claimed {
+        seen: ended.ended.clone(),
+        ..Claimed::default()
+    };
     claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
     claimed.missed_revisit = request.only.is_none()
         && ended
