@@ -10,7 +10,6 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use uuid::Uuid;
 
-use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::db::sql::{fill, Rows};
 use crate::db::Db;
 
@@ -95,37 +94,6 @@ impl Tally {
     /// Writes the changes in one statement, on one shard per endpoint chosen at random,
     /// endpoints in id order (so concurrent writers lock their rows in the same order).
     pub async fn write(self, conn: &impl ConnectionTrait, backend: DbBackend) -> Result<(), DbErr> {
-        if let Some((sql, values)) = self.statement(backend)? {
-            conn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// [`Tally::write`], then `changes` staged (see [`ChangeBus::stage`]): on PostgreSQL
-    /// in one statement, a round trip fewer for a transaction that does both last.
-    pub async fn write_and_stage(
-        self,
-        conn: &impl ConnectionTrait,
-        backend: DbBackend,
-        bus: &ChangeBus,
-        changes: Vec<StateChange>,
-    ) -> Result<Staged, DbErr> {
-        match (backend, self.statement(backend)?) {
-            (DbBackend::Postgres, Some((sql, values))) => {
-                bus.stage_alongside(conn, changes, &sql, values).await
-            }
-            (_, Some((sql, values))) => {
-                conn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-                    .await?;
-                bus.stage(conn, changes).await
-            }
-            (_, None) => bus.stage(conn, changes).await,
-        }
-    }
-
-    /// The statement that writes the changes, if there are any.
-    fn statement(self, backend: DbBackend) -> Result<Option<(String, Vec<Value>)>, DbErr> {
         let mut rows = Rows::new(backend, DELTA_COLUMNS);
         let mut any = false;
         for (endpoint_id, [delivered, failed]) in self.deltas {
@@ -142,10 +110,13 @@ impl Tally {
             any = true;
         }
         if !any {
-            return Ok(None);
+            return Ok(());
         }
         let (rows, values) = rows.render(1);
-        Ok(Some((fill(ADD_SETTLED, &[("rows", &rows)]), values)))
+        let sql = fill(ADD_SETTLED, &[("rows", &rows)]);
+        conn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await?;
+        Ok(())
     }
 }
 

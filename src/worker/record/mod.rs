@@ -397,8 +397,9 @@ async fn record_in(
             Some(done.state),
         );
     }
+    tally.write(txn, backend).await?;
     changes.extend(announced);
-    let staged = tally.write_and_stage(txn, backend, bus, changes).await?;
+    let staged = bus.stage(txn, changes).await?;
     Ok((
         finish(attempts, results, &already, &due)?,
         staged,
