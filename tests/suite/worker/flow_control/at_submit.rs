@@ -10,6 +10,7 @@ use courier::config::ServeArgs;
 use serde_json::json;
 
 use super::{each_once, endpoint_with, most_in_any_window};
+use crate::on_both_backends;
 use crate::support::fixtures::{attempts, delivery, delivery_id, quick_worker, settle, submit};
 use crate::support::process::{admin_token, Served};
 use crate::support::receiver::{answering_after, slow_first_attempt};
@@ -90,16 +91,6 @@ async fn a_quiet_submission_claims_its_own_delivery(backend: Backend) {
     each_once(&receiver, "quiet", 5);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quiet_submission_claims_its_own_delivery_sqlite() {
-    a_quiet_submission_claims_its_own_delivery(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quiet_submission_claims_its_own_delivery_postgres() {
-    a_quiet_submission_claims_its_own_delivery(Backend::Postgres).await;
-}
-
 /// A full endpoint takes nothing at submit: with `maxInFlight: 1` and a slow receiver, the
 /// second submission waits for the first to end, and they arrive in submission order. A
 /// rate limit holds too: four submissions in a row to `rateLimit: 2` never start more
@@ -159,16 +150,6 @@ async fn a_submission_claims_only_within_its_endpoints_limits(backend: Backend) 
     settle([app]).await;
     each_once(&receiver, "capped", 2);
     each_once(&receiver, "limited", 4);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_submission_claims_only_within_its_endpoints_limits_sqlite() {
-    a_submission_claims_only_within_its_endpoints_limits(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_submission_claims_only_within_its_endpoints_limits_postgres() {
-    a_submission_claims_only_within_its_endpoints_limits(Backend::Postgres).await;
 }
 
 /// Makes the database refuse (or, `refuse` false, allow again) every claim: no delivery
@@ -262,15 +243,11 @@ async fn a_failed_claim_at_submit_still_stores_the_submission(backend: Backend) 
     each_once(&receiver, "refused", 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_claim_at_submit_still_stores_the_submission_sqlite() {
-    a_failed_claim_at_submit_still_stores_the_submission(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_claim_at_submit_still_stores_the_submission_postgres() {
-    a_failed_claim_at_submit_still_stores_the_submission(Backend::Postgres).await;
-}
+on_both_backends!(
+    a_quiet_submission_claims_its_own_delivery,
+    a_submission_claims_only_within_its_endpoints_limits,
+    a_failed_claim_at_submit_still_stores_the_submission,
+);
 
 /// Three instances, six submitters racing through them, and the instances' claiming loops
 /// all claiming for one endpoint with `maxInFlight: 3`: the receiver never holds more than
