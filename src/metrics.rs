@@ -109,6 +109,9 @@ pub struct Metrics {
     pub claim_rounds: Counter,
     /// Of [`Metrics::claims`], those a submission made in the transaction that stored it.
     pub claims_at_submit: Counter,
+    /// Claims at submit that failed, failing their transaction: each submission was then
+    /// stored again without a claim.
+    pub claims_at_submit_failed: Counter,
     /// Delivery attempts by outcome.
     pub attempts: Family<OutcomeLabels, Counter>,
     /// Results that arrived after their claim was superseded.
@@ -214,6 +217,7 @@ impl Metrics {
         let claims = Counter::default();
         let claim_rounds = Counter::default();
         let claims_at_submit = Counter::default();
+        let claims_at_submit_failed = Counter::default();
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let superseded = Counter::default();
         let outcomes_given_up = Counter::default();
@@ -234,6 +238,11 @@ impl Metrics {
             "delivery_claims_at_submit",
             "Deliveries claimed by the submission that stored them, in its own transaction",
             claims_at_submit.clone(),
+        );
+        registry.register(
+            "delivery_claims_at_submit_failed",
+            "Claims at submit that failed; each submission was stored again without a claim",
+            claims_at_submit_failed.clone(),
         );
         registry.register(
             "delivery_attempts",
@@ -320,6 +329,7 @@ impl Metrics {
             claims,
             claim_rounds,
             claims_at_submit,
+            claims_at_submit_failed,
             attempts,
             superseded,
             outcomes_given_up,

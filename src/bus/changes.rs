@@ -210,8 +210,9 @@ impl ChangeBus {
     }
 
     /// [`ChangeBus::stage`] on PostgreSQL in the statement of `write` (an `UPDATE` or
-    /// `INSERT` without `RETURNING`, whose values are `values`, `$1`...): the write and the
-    /// notifications in one round trip. The write runs even when there is nothing to send.
+    /// `INSERT` without `RETURNING`, whose values are `values`, `$1`...; SQL as the server
+    /// takes it, with no clock tokens to render): the write and the notifications in one
+    /// round trip. The write runs even when there is nothing to send.
     pub async fn stage_alongside<C: ConnectionTrait>(
         &self,
         txn: &C,

@@ -98,8 +98,10 @@ impl EndedRequests {
     /// many requests the claim started for it (a quarter of the cap is awaited, but never
     /// more than this process has started). Requests to it that ended after `seen` (the
     /// claim's snapshot, [`Snapshot::ended`]) was taken count at once: the claim counted
-    /// them in flight, yet their slots are free. Returns whether one of these endpoints is
-    /// worth a claim already.
+    /// them in flight, yet their slots are free. (One whose outcome the recorder committed
+    /// before the claim looked counts too, though the claim saw its slot free: the early
+    /// claim that follows finds the endpoint full and awaits one request, so this only
+    /// ever costs a claim.) Returns whether one of these endpoints is worth a claim already.
     pub fn visited(
         &self,
         endpoints: impl IntoIterator<Item = (Uuid, Option<(u32, u32)>)>,

@@ -38,6 +38,8 @@ pub(crate) trait Starter: Send + Sync {
     fn start(&self, slot: OwnedSemaphorePermit, claimed: Claimed, targets: HashMap<Uuid, Target>);
     /// A reserved slot was given back unused.
     fn released(&self);
+    /// A claim at submit failed (see [`claim_at_submit`]).
+    fn claim_failed(&self);
 }
 
 /// Where this process's worker, while it runs, takes claims made at submit. Without a
@@ -106,6 +108,11 @@ impl Reservation {
         self.starter.keys()
     }
 
+    /// Counts a claim at submit that failed, its submission stored again without one.
+    pub fn claim_failed(&self) {
+        self.starter.claim_failed();
+    }
+
     /// Starts what the committed claim holds in the reserved slot (given back if it holds
     /// nothing), and runs the claim's follow-up.
     pub fn start(mut self, claimed: Claimed, targets: HashMap<Uuid, Target>) {
@@ -135,7 +142,9 @@ impl FailedClaim {
         self.0.store(false, Ordering::Relaxed);
     }
 
-    /// Whether the last try failed in its claim.
+    /// Whether a try failed in its claim and no later try got as far as the transaction's
+    /// first statement (a retry whose `BEGIN` failed leaves the mark: the submission is
+    /// then stored again, which is safe, since nothing of any try committed).
     pub(crate) fn happened(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }

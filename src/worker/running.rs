@@ -163,4 +163,8 @@ impl Starter for Running {
         self.reserved.fetch_sub(1, Ordering::AcqRel);
         self.worker.slot_freed();
     }
+
+    fn claim_failed(&self) {
+        self.worker.state.metrics.claims_at_submit_failed.inc();
+    }
 }

@@ -42,12 +42,18 @@ pub async fn store_claiming(
                     }
                     (stored, claimed)
                 }
-                Err(err) => (without_claim(db, bus, prepared, &failed, err).await?, None),
+                Err(err) => (
+                    without_claim(db, bus, prepared, &reservation, &failed, err).await?,
+                    None,
+                ),
             }
         }
         _ => match store_sqlite(db, bus, &prepared, Some((&request, &failed))).await {
             Ok(done) => done,
-            Err(err) => (without_claim(db, bus, prepared, &failed, err).await?, None),
+            Err(err) => (
+                without_claim(db, bus, prepared, &reservation, &failed, err).await?,
+                None,
+            ),
         },
     };
     let Some((mut claimed, staged)) = claimed else {
@@ -123,11 +129,13 @@ async fn without_claim(
     db: &Db,
     bus: &ChangeBus,
     prepared: Prepared,
+    reservation: &Reservation,
     failed: &FailedClaim,
     err: DbErr,
 ) -> Result<Stored, DbErr> {
     if !failed.happened() {
         return Err(err);
     }
+    reservation.claim_failed();
     store_prepared(db, bus, prepared).await
 }

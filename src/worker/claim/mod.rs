@@ -7,8 +7,8 @@
 //! (`FOR UPDATE SKIP LOCKED`: claims for one endpoint take turns across processes); claim
 //! each one's due rows in due order, as many as its share and its free slots allow (counted
 //! by this second statement, which starts after the locks are held and so sees every claim
-//! committed before it); read what that left; and set each endpoint's next turn (in the
-//! statement that sends the claim's notifications).
+//! committed before it); read what that left; and set each endpoint's next turn (on
+//! PostgreSQL in the statement that sends the claim's notifications).
 //!
 //! Ordering lines need nothing here: a delivery waiting behind its line's head has no due
 //! time, so only heads are ever claimed (see [`crate::service::lines`]).

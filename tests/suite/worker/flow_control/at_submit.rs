@@ -230,6 +230,11 @@ async fn a_failed_claim_at_submit_still_stores_the_submission(backend: Backend) 
         1,
         "the claim at submit failed"
     );
+    assert_eq!(
+        metrics.claims_at_submit_failed.get(),
+        1,
+        "the submission claimed at submit, failed, and was stored again"
+    );
     let again = submit(&app, &admin, &endpoint, json!({ "n": 1 }), Some("once")).await;
     assert_eq!(
         delivery_id(&again),
