@@ -352,7 +352,9 @@ pub(crate) async fn claim_in(
         claimed.more |= turn.ready(now);
         next.push((standing.endpoint_id, turn));
     }
-    claimed.more |= standings.len() as u32 == most;
+    // Other endpoints may be ready beyond the turns this claim took, unless it looked at
+    // one endpoint only (a claim at submit: the others have wake-ups of their own).
+    claimed.more |= request.only.is_none() && standings.len() as u32 == most;
     claimed.turns = next;
     claimed.claims = taken.into_iter().map(|(claim, _)| claim).collect();
     claimed.rows = rows;
