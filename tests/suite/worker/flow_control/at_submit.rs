@@ -27,21 +27,49 @@ async fn submit_one(app: &TestApp, admin: &str, endpoint: &str, n: usize) -> uui
     delivery_id(&body).parse().expect("a delivery id")
 }
 
+/// An app whose claiming loop rounds, which a submission could meet, are a second apart,
+/// with an accepting receiver and an endpoint on it at `path`.
+struct Quiet {
+    _db: TestDb,
+    receiver: Receiver,
+    app: TestApp,
+    admin: String,
+    endpoint: String,
+}
+
+impl Quiet {
+    async fn start(backend: Backend, path: &str) -> Self {
+        let db = TestDb::new(backend).await;
+        let receiver = Receiver::accepting().await;
+        let app = TestApp::spawn_with(&db, |config| {
+            quick_worker(config);
+            config.poll_interval_ms = 1_000;
+        })
+        .await;
+        let admin = app.admin_token().await;
+        let endpoint = endpoint_with(&app, &admin, &receiver, path, json!({})).await;
+        Quiet {
+            _db: db,
+            receiver,
+            app,
+            admin,
+            endpoint,
+        }
+    }
+}
+
 /// One submission at a time: each is claimed by the submit itself (a claim is
 /// opportunistic: one that meets the claiming loop's own round, which holds the free slots
 /// while it claims, waits for the loop instead), delivered once, signed, with one attempt,
 /// and published `PENDING`, `PROCESSING`, `DELIVERED` in that order.
 async fn a_quiet_submission_claims_its_own_delivery(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let receiver = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        // The loop's own rounds, which a submission could meet, are a second apart.
-        config.poll_interval_ms = 1_000;
-    })
-    .await;
-    let admin = app.admin_token().await;
-    let endpoint = endpoint_with(&app, &admin, &receiver, "quiet", json!({})).await;
+    let Quiet {
+        _db,
+        receiver,
+        app,
+        admin,
+        endpoint,
+    } = Quiet::start(backend, "quiet").await;
     let mut changes = app.state.bus.subscribe();
     let mut ids = Vec::new();
     for n in 0..5 {
@@ -183,15 +211,13 @@ async fn refuse_claims(app: &TestApp, refuse: bool) {
 /// minted with, answers without an error, and is delivered by an ordinary claim once
 /// claims are allowed again.
 async fn a_failed_claim_at_submit_still_stores_the_submission(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let receiver = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.poll_interval_ms = 1_000;
-    })
-    .await;
-    let admin = app.admin_token().await;
-    let endpoint = endpoint_with(&app, &admin, &receiver, "refused", json!({})).await;
+    let Quiet {
+        _db,
+        receiver,
+        app,
+        admin,
+        endpoint,
+    } = Quiet::start(backend, "refused").await;
     submit_one(&app, &admin, &endpoint, 0).await;
     receiver.wait_for(1, Duration::from_secs(10)).await;
     let metrics = &app.state.metrics;
