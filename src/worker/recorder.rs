@@ -93,15 +93,12 @@ impl Recorder {
         };
         let mut writing: JoinSet<Vec<Finished>> = JoinSet::new();
         let mut batch: Vec<Finished> = Vec::with_capacity(MAX_BATCH);
+        // Whether `batch` holds an outcome that settles a line's head, kept as it grows.
+        let mut settles_a_head = false;
         let mut open = true;
         while open || !writing.is_empty() || !batch.is_empty() {
-            if !batch.is_empty()
-                && may_start(
-                    writing.len(),
-                    max_writers,
-                    batch.iter().any(|f| settles_a_line_head(&f.attempt)),
-                )
-            {
+            if !batch.is_empty() && may_start(writing.len(), max_writers, settles_a_head) {
+                settles_a_head = false;
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
                 let recorder = self.clone();
                 writing.spawn(async move {
@@ -127,6 +124,9 @@ impl Recorder {
                     if received == 0 {
                         open = false;
                     }
+                    settles_a_head |= batch[batch.len() - received..]
+                        .iter()
+                        .any(|finished| settles_a_line_head(&finished.attempt));
                 }
             }
         }

@@ -237,7 +237,7 @@ async fn a_batch_records_each_outcome_under_its_own_fence(backend: Backend) {
 }
 
 /// Two batches over the same deliveries written at once through independent connections
-/// (as two processes, or two recorders of one, may): each batch holds the older or
+/// (as two processes may, or one recorder's two batches): each batch holds the older or
 /// the newer claim on every delivery, in opposite orders. Both are written, every delivery
 /// gets distinct lifetime numbers, and only the newer claims change state.
 async fn concurrent_batches_on_the_same_deliveries_keep_fences_and_numbers(backend: Backend) {
