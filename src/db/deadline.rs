@@ -7,8 +7,11 @@
 //! fails. So the next user never gets a connection in the middle of someone else's
 //! statement. That check has no deadline of its own, though: on a silent network it waits
 //! as long as TCP does (minutes), holding a pool slot all that time. [`check_on_release`]
-//! bounds it while deadlines are being missed. Idle connections are pinged when they are
-//! taken from the pool, within the acquire timeout, and dropped if they do not answer.
+//! bounds it while deadlines are being missed. A connection idle for longer than
+//! [`PING_WHEN_IDLE_FOR`] is pinged when it is taken from the pool, within the acquire
+//! timeout, and dropped if it does not answer; one that came back moments ago answered that
+//! ping on its way back, so it is handed out as it is ([`ping_if_idle`]: a round trip less
+//! per use of the pool while it is busy).
 //!
 //! One limit remains in sqlx 0.9: it offers no TCP keepalive or socket timeout, and it
 //! cannot close a silent TLS connection (closing flushes, and its TLS flush waits for the
@@ -85,6 +88,27 @@ impl MissedDeadlines {
                 now.saturating_sub(last - 1) <= SUSPICIOUS_FOR.as_millis() as u64
             }
         }
+    }
+}
+
+/// How long a connection may sit in the pool before it is pinged when next taken.
+pub const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// The pool's `before_acquire` hook, in place of sqlx's ping on every acquire
+/// (`test_before_acquire`): only a connection idle for over [`PING_WHEN_IDLE_FOR`] is
+/// pinged. An error makes sqlx close it and try another.
+pub(super) fn ping_if_idle<C: sqlx::Connection>(
+) -> impl for<'c> Fn(&'c mut C, PoolConnectionMetadata) -> BoxFuture<'c, Result<bool, sqlx::Error>>
+       + Send
+       + Sync
+       + 'static {
+    move |conn, meta| {
+        Box::pin(async move {
+            if meta.idle_for > PING_WHEN_IDLE_FOR {
+                conn.ping().await?;
+            }
+            Ok(true)
+        })
     }
 }
 

@@ -30,8 +30,8 @@ pub use self::classify::{
     classify, is_transient, is_unavailable, may_have_committed, sqlx_cause, Failure,
 };
 pub use self::clock::{fixed_window_start, Clock};
-use self::deadline::{check_on_release, MissedDeadlines};
-pub use self::deadline::{deadline_missed, Progress, Timeouts};
+use self::deadline::{check_on_release, ping_if_idle, MissedDeadlines};
+pub use self::deadline::{deadline_missed, Progress, Timeouts, PING_WHEN_IDLE_FOR};
 pub use self::diagnose::{describe, explain_connect_error, location, sqlite_path, sqlx_message};
 pub use self::transaction::{Txn, MAX_TRIES};
 
@@ -89,6 +89,8 @@ impl Db {
             let pool = PgPoolOptions::new()
                 .max_connections(pool_size)
                 .acquire_timeout(timeouts.acquire)
+                .test_before_acquire(false)
+                .before_acquire(ping_if_idle())
                 .after_release(check_on_release(missed.clone(), timeouts.acquire))
                 .connect_with(options.clone())
                 .await

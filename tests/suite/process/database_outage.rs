@@ -1,11 +1,12 @@
 //! A database that stops answering, through a real cut in the network (the sockets stay
 //! open, nothing moves): probes and requests answer within seconds with 503, nothing
-//! accepted is lost, and the same process serves again once the database is reachable.
+//! accepted is lost, and the same process serves again once the database is reachable;
+//! and a connection the server closed while it sat idle in the pool is replaced unnoticed.
 
 use std::time::{Duration, Instant};
 
 use courier::auth::Role;
-use courier::db::{is_unavailable, Db, Timeouts};
+use courier::db::{is_unavailable, Db, Timeouts, PING_WHEN_IDLE_FOR};
 use reqwest::{Method, StatusCode};
 use sea_orm::ConnectionTrait;
 use serde_json::{json, Value};
@@ -314,4 +315,40 @@ async fn the_request_deadline_holds_when_the_pool_would_wait_longer() {
     proxy.heal();
     let (status, _, body) = post(&app, &admin, gql, query, json!({})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// The backend process of the connection `pool` hands out next.
+async fn backend_pid(pool: &Db) -> Result<i32, sea_orm::DbErr> {
+    let row = pool
+        .conn()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT pg_backend_pid() AS pid",
+        ))
+        .await?
+        .expect("a row");
+    row.try_get::<i32>("", "pid")
+}
+
+/// A connection is pinged when it is taken from the pool only after sitting idle for
+/// `PING_WHEN_IDLE_FOR`; one the server closed while it sat there longer is replaced
+/// without its next user seeing an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_server_closed_while_idle_is_replaced_unnoticed() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let pool = Db::connect(&db.url, 1).await.unwrap();
+    let first = backend_pid(&pool).await.expect("the first statement");
+    let killer = db.connect(1).await;
+    let terminated = count(
+        &killer,
+        "SELECT count(*) AS n FROM (SELECT pg_terminate_backend($1::int) AS done) t WHERE done",
+        vec![first.into()],
+    )
+    .await;
+    assert_eq!(terminated, 1, "the pool's one connection was terminated");
+    tokio::time::sleep(PING_WHEN_IDLE_FOR + Duration::from_millis(500)).await;
+    let second = backend_pid(&pool)
+        .await
+        .expect("the next statement gets a fresh connection");
+    assert_ne!(first, second);
 }
