@@ -317,19 +317,6 @@ async fn the_request_deadline_holds_when_the_pool_would_wait_longer() {
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
-/// The backend process of the connection `pool` hands out next.
-async fn backend_pid(pool: &Db) -> Result<i32, sea_orm::DbErr> {
-    let row = pool
-        .conn()
-        .query_one_raw(sea_orm::Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            "SELECT pg_backend_pid() AS pid",
-        ))
-        .await?
-        .expect("a row");
-    row.try_get::<i32>("", "pid")
-}
-
 /// A connection is pinged when it is taken from the pool only after sitting idle for
 /// `PING_WHEN_IDLE_FOR`; one the server closed while it sat there longer is replaced
 /// without its next user seeing an error.
@@ -337,7 +324,8 @@ async fn backend_pid(pool: &Db) -> Result<i32, sea_orm::DbErr> {
 async fn a_connection_the_server_closed_while_idle_is_replaced_unnoticed() {
     let db = TestDb::new(Backend::Postgres).await;
     let pool = Db::connect(&db.url, 1).await.unwrap();
-    let first = backend_pid(&pool).await.expect("the first statement");
+    let backend = "SELECT pg_backend_pid()::int8 AS n";
+    let first = count(&pool, backend, vec![]).await;
     let killer = db.connect(1).await;
     let terminated = count(
         &killer,
@@ -347,8 +335,7 @@ async fn a_connection_the_server_closed_while_idle_is_replaced_unnoticed() {
     .await;
     assert_eq!(terminated, 1, "the pool's one connection was terminated");
     tokio::time::sleep(PING_WHEN_IDLE_FOR + Duration::from_millis(500)).await;
-    let second = backend_pid(&pool)
-        .await
-        .expect("the next statement gets a fresh connection");
+    // A failed statement panics here: the next user must get a fresh connection.
+    let second = count(&pool, backend, vec![]).await;
     assert_ne!(first, second);
 }
