@@ -180,8 +180,7 @@ impl Worker {
             }
             running.backlogged.store(false, Ordering::Relaxed);
             tokio::select! {
-                () = this.state.wakeup.notified() => {}
-                () = tokio::time::sleep(poll) => {}
+                () = this.state.wakeup.notified_or_turn(poll) => {}
                 () = shutdown.cancelled() => break,
             }
         }
@@ -250,6 +249,9 @@ impl Worker {
                 {
                     // Enough of a full endpoint's requests ended while this claim ran.
                     self.state.wakeup.hint();
+                }
+                if let Some(after) = claimed.next_turn_in() {
+                    self.state.wakeup.turn_after(after);
                 }
                 let metrics = &self.state.metrics;
                 metrics.claim_rounds.inc();

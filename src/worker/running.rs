@@ -140,6 +140,9 @@ impl Starter for Running {
         if claimed.more || ended_meanwhile {
             worker.state.wakeup.hint();
         }
+        if let Some(after) = claimed.next_turn_in() {
+            worker.state.wakeup.turn_after(after);
+        }
         let metrics = &worker.state.metrics;
         metrics.claims.inc_by(claimed.claims.len() as u64);
         metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);

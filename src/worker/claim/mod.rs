@@ -155,6 +155,8 @@ pub struct Claimed {
     turns: Vec<(Uuid, Turn)>,
     /// The ended requests the claim knew of (see [`Claimed::seen`]).
     seen: Vec<Uuid>,
+    /// How long until the soonest turn this claim set ahead (see [`Claimed::next_turn_in`]).
+    next_turn_in: Option<Duration>,
 }
 
 impl Claimed {
@@ -170,6 +172,13 @@ impl Claimed {
     /// meanwhile, it counted in flight (see [`super::ended::EndedRequests::visited`]).
     pub fn seen(&self) -> &[Uuid] {
         &self.seen
+    }
+
+    /// How long until the soonest turn this claim set ahead of now (a rate limit's next
+    /// start, a pause's end, a retry's due time, a lease's expiry): the worker looks again
+    /// then rather than at its next poll.
+    pub fn next_turn_in(&self) -> Option<Duration> {
+        self.next_turn_in
     }
 
     /// The claim's follow-up (see [`FollowUp`]), to run once it has committed without
@@ -350,6 +359,11 @@ pub(crate) async fn claim_in(
             full.then_some((standing.max_in_flight, facts.taken)),
         ));
         claimed.more |= turn.ready(now);
+        if let Some(ahead) = turn.turn_at.and_then(|at| (at - now).to_std().ok()) {
+            if !ahead.is_zero() {
+                claimed.next_turn_in = Some(claimed.next_turn_in.map_or(ahead, |t| t.min(ahead)));
+            }
+        }
         next.push((standing.endpoint_id, turn));
     }
     // Other endpoints may be ready beyond the turns this claim took, unless it looked at

@@ -1,13 +1,15 @@
 //! Fair share and flow control per endpoint: the claim's arithmetic on both backends (caps,
 //! shares, rate limits, pauses, bad settings), then real receivers behind several app
 //! instances on PostgreSQL (the cap, the rate limit and a pause held across processes, a
-//! settings change felt by another process, and neighbours that are slow or hang), and
+//! settings change felt by another process, and neighbours that are slow or hang), turns set
+//! ahead taken when they come rather than at the next poll, and
 //! claims made at submit under the same rules.
 
 mod across_instances;
 mod at_submit;
 mod claiming;
 mod neighbours;
+mod pace;
 
 use std::time::{Duration, Instant};
 
