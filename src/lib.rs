@@ -24,7 +24,8 @@
 //! - [`db`]: connecting, migrating, and the one place PostgreSQL and SQLite differ: whose clock
 //!   decides, SQL templates and row sets, the transaction and retry policy, deadlines, the one
 //!   classifier of database errors, warm-up, the parking rule.
-//! - [`error`]: the service error type and its mapping to GraphQL error codes.
+//! - [`error`]: the service error type and its mapping to GraphQL error codes; [`labels`]: the one
+//!   rule for names people give endpoints, tenants and API keys.
 //! - [`worker`]: claims due deliveries, round robin across endpoints within each endpoint's
 //!   cap, rate limit and pause (claims take turns on a row per endpoint, so they hold across
 //!   processes), signs and sends them (with both secrets during a rotation's grace period),
@@ -60,6 +61,7 @@ pub mod db;
 mod destination;
 pub mod error;
 mod http;
+pub mod labels;
 pub mod metrics;
 pub mod schema;
 pub mod service;

@@ -89,10 +89,8 @@ pub async fn create_api_key(
     role: Role,
     limits: KeyLimits<'_>,
 ) -> Result<NewApiKey> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(Error::bad_input("name must be 1 to 200 characters"));
-    }
+    let name = crate::labels::validate(name)?;
+    let name = name.as_str();
     let scope = limits.endpoints;
     match (role, limits.tenant) {
         (Role::Partner, None) if scope.is_empty() => {

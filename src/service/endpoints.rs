@@ -29,9 +29,6 @@ const ROTATE: &str = "UPDATE endpoints \
          previous_secret_expires_at = {after($4)}, updated_at = {now} \
      WHERE id = $1";
 
-/// Longest endpoint name.
-const MAX_NAME_CHARS: usize = 200;
-
 /// Grace period of a rotation when none is given: a day, as receivers expect.
 pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
 
@@ -128,7 +125,7 @@ impl Endpoints {
                 return Err(Error::bad_input(format!("tenant {tenant} does not exist")));
             }
         }
-        let name = validate_name(&input.name)?;
+        let name = crate::labels::validate(&input.name)?;
         let url = destination::validate_url(&input.url, self.allow_private_destinations)?;
         let event_types = event_types::subscription(input.event_types.unwrap_or_default())?;
         let max_in_flight = validate_max_in_flight(input.max_in_flight)?;
@@ -187,7 +184,11 @@ impl Endpoints {
         patch: EndpointPatch,
     ) -> Result<EndpointWithSecret> {
         self.access.require_manage(caller, id).await?;
-        let name = patch.name.as_deref().map(validate_name).transpose()?;
+        let name = patch
+            .name
+            .as_deref()
+            .map(crate::labels::validate)
+            .transpose()?;
         let url = patch
             .url
             .as_deref()
@@ -442,19 +443,4 @@ fn within(
         ))),
         value => Ok(value),
     }
-}
-
-/// A label (an endpoint's or a tenant's): trimmed, 1 to 200 characters, no control
-/// characters.
-pub(crate) fn validate_name(name: &str) -> Result<String> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
-        return Err(Error::bad_input(format!(
-            "name must be 1 to {MAX_NAME_CHARS} characters"
-        )));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(Error::bad_input("name must not contain control characters"));
-    }
-    Ok(name.to_owned())
 }

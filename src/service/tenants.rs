@@ -14,7 +14,6 @@ use crate::auth::{self, Identity, KeyLimits, Role};
 use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::service::access::Access;
-use crate::service::endpoints::validate_name;
 use crate::service::pagination::{Page, PageRequest};
 
 /// A portal link's life when none is asked for: an hour.
@@ -124,7 +123,7 @@ impl Tenants {
 
 /// Creates a tenant named `name` (for the API and `courier tenant create`).
 pub async fn create(db: &Db, name: &str) -> Result<tenant::Model> {
-    let name = validate_name(name)?;
+    let name = crate::labels::validate(name)?;
     let tenant = tenant::ActiveModel {
         id: Set(Uuid::now_v7()),
         name: Set(name),

@@ -195,6 +195,9 @@ impl Deliveries {
                 ));
             }
         }
+        if let Some(event_type) = &filter.event_type {
+            crate::service::event_types::validate(event_type)?;
+        }
         // A listing by time is ordered by creation time (ids follow it closely, not
         // exactly), so that the time index serves both the range and the order.
         let by_time = filter.created_after.is_some() || filter.created_before.is_some();

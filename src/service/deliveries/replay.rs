@@ -169,6 +169,9 @@ impl Deliveries {
                 return Err(Error::bad_input("filter.since is later than filter.until"));
             }
         }
+        if let Some(event_type) = &filter.event_type {
+            crate::service::event_types::validate(event_type)?;
+        }
         let scope = match (filter.endpoint_id, caller.visible()) {
             (Some(endpoint), _) => {
                 self.access.require(caller, endpoint).await?;

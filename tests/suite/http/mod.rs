@@ -1,7 +1,9 @@
 //! The HTTP surface: connection limits and timeouts, hardening against slow or hostile clients, hostile GraphQL documents,
+//! control characters in arguments,
 //! documents served from the parse cache, GraphQL over WebSocket, and the GraphiQL page.
 
 mod connections;
+mod control_characters;
 mod graphiql;
 mod hostile_documents;
 mod http_hardening;
