@@ -350,6 +350,33 @@ impl Worker {
     async fn deliver(&self, claim: Claim, target: Option<Target>) -> FinishedAttempt {
         let started_at = db::now();
         let attempt_in_cycle = u32::try_from(claim.cycle_attempts).unwrap_or(0) + 1;
+        let per_cycle = self.policy.attempts_per_cycle();
+        if claim.attempts_spent(per_cycle) {
+            // Every attempt of the cycle was made and none answered within its lease:
+            // another request would exceed the cycle (a receiver slower than the lease
+            // would otherwise get one per lease, forever).
+            tracing::warn!(delivery_id = %claim.delivery_id, attempts = per_cycle,
+                "every attempt of the cycle outlived its lease; the delivery fails");
+            let outcome = AttemptOutcome {
+                status: None,
+                error: Some(format!(
+                    "no answer recorded within the lease for any of the cycle's {per_cycle} \
+                     attempts (the receiver may be slower than COURIER_LEASE_SECS)"
+                )),
+                retry_after: None,
+                duration: Duration::ZERO,
+                kind: OutcomeKind::Timeout,
+                answer: None,
+            };
+            self.state.metrics.attempt(outcome.kind.as_str());
+            return FinishedAttempt {
+                claim,
+                outcome,
+                step: NextStep::Failed,
+                started_at,
+                finished_at: db::now(),
+            };
+        }
         let outcome = match &target {
             Some(target) => {
                 let (span, traceparent) = spans::attempt(AttemptSpan {

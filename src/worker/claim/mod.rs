@@ -74,7 +74,8 @@ WITH turns AS (
 )
 UPDATE webhook_deliveries AS w
 SET state = 'processing', claim_token = gen_random_uuid(), claim_expires_at = {after($4)},
-    next_attempt_at = {after($4)}, updated_at = {now}
+    next_attempt_at = {after($4)}, updated_at = {now},
+    cycle_attempts = w.cycle_attempts + {retaken}
 FROM due
 JOIN submissions s ON s.id = due.submission_id
 JOIN endpoints e ON e.id = due.endpoint_id
@@ -82,6 +83,19 @@ WHERE w.id = due.id
 RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
           w.claim_expires_at, w.updated_at, w.ordering_key, w.event_type, due.previous_state,
           {target_columns}";
+
+/// What a claim adds to a delivery's attempts in this cycle: one for a `processing` row
+/// whose lease ran out (`{state}`, its state before the claim), since its request was
+/// made and no outcome of it was recorded (its process died, or the receiver answered
+/// slower than the lease); nothing for a `pending` one. So a receiver slower than the
+/// lease gets at most the cycle's attempts, not one request per lease forever (see
+/// [`Claim::attempts_spent`]).
+const RETAKEN: &str = "CASE WHEN {state} = 'processing' THEN 1 ELSE 0 END";
+
+/// [`RETAKEN`] for a row whose state before the claim is the SQL `state`.
+pub(super) fn retaken(state: &str) -> String {
+    crate::db::sql::fill(RETAKEN, &[("state", state)])
+}
 
 /// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
 /// due now, or parked if its endpoint was disabled meanwhile.
@@ -115,6 +129,16 @@ pub struct Claim {
     pub ordering_key: Option<String>,
     /// Its event type, if it has one (a failed operational event is not announced again).
     pub event_type: Option<String>,
+}
+
+impl Claim {
+    /// Whether this claim retook an expired lease after every attempt of the cycle was
+    /// made (`per_cycle`): the claim counted the lost request as an attempt, and another
+    /// would exceed the cycle, so the delivery ends `FAILED` without a request.
+    pub fn attempts_spent(&self, per_cycle: u32) -> bool {
+        self.previous_state == DeliveryState::Processing
+            && u32::try_from(self.cycle_attempts).unwrap_or(0) >= per_cycle
+    }
 }
 
 /// What to claim.
@@ -438,7 +462,14 @@ fn claim_statement(
         clock.after(lease),
         Value::from(ended.to_vec()),
     ];
-    clock.statement(&targets::with_columns(CLAIM_POSTGRES, ""), values)
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        crate::db::sql::fill(
+            &targets::with_columns(CLAIM_POSTGRES, ""),
+            &[("retaken", &retaken("due.previous_state"))],
+        )
+    });
+    clock.statement(sql, values)
 }
 
 /// Prepares and plans, on `txn`'s connection, the statements of a claim at submit

@@ -29,7 +29,8 @@ const DUE_SQLITE: &str = "SELECT id, state AS previous_state FROM webhook_delive
 const CLAIM_SQLITE: &str = "\
 UPDATE webhook_deliveries
 SET state = 'processing', claim_token = randomblob(16), claim_expires_at = {after($1)},
-    next_attempt_at = {after($1)}, updated_at = {now}
+    next_attempt_at = {after($1)}, updated_at = {now},
+    cycle_attempts = cycle_attempts + {retaken}
 WHERE state IN ('pending', 'processing')
   AND next_attempt_at <= {now}
   AND id {ids}
@@ -79,7 +80,8 @@ pub(super) async fn claim_sqlite(
     }
     let ids: Vec<Uuid> = previous.iter().map(|(id, _)| *id).collect();
     let (list, id_values) = Db::id_list(db.backend(), 2, &ids, false);
-    let sql = fill(CLAIM_SQLITE, &[("ids", &list)]);
+    let retaken = super::retaken("state");
+    let sql = fill(CLAIM_SQLITE, &[("ids", &list), ("retaken", &retaken)]);
     let clock = db.clock();
     let mut values = vec![clock.after(lease)];
     values.extend(id_values);

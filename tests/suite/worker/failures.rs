@@ -1,5 +1,7 @@
-//! Failures stay small: an outcome the database refuses to record holds up no other, and a
-//! submission whose answer was lost after it committed is recognised by its pre-minted ids.
+//! Failures stay small: an outcome the database refuses to record holds up no other, a
+//! submission whose answer was lost after it committed is recognised by its pre-minted ids,
+//! and a receiver slower than the lease gets the cycle's attempts, not a request per lease
+//! forever.
 
 use std::time::{Duration, Instant};
 
@@ -90,7 +92,69 @@ async fn a_refused_outcome_holds_up_no_other(backend: Backend) {
     }
 }
 
-on_both_backends!(a_refused_outcome_holds_up_no_other);
+/// A receiver that answers every request after 2.5 s, behind a lease of one second: each
+/// claim's lease runs out before its answer, and every retake counts the lost request as an
+/// attempt. The receiver gets the cycle's three attempts, then the delivery fails without a
+/// fourth request (before, it got one per lease, forever, and never settled); the late
+/// answers are recorded as superseded.
+async fn a_receiver_slower_than_the_lease_gets_the_cycles_attempts(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::start(crate::support::receiver::answering_after(
+        Duration::from_millis(2_500),
+    ))
+    .await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.lease_secs = 1;
+        config.request_timeout_ms = 8_000;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "slow").await;
+    let id = delivery_id(&submit(&app, &admin, &endpoint, json!({ "n": 1 }), None).await);
+    let failed = wait_for_state(&app, &admin, &id, "FAILED", Duration::from_secs(30)).await;
+    assert_eq!(
+        receiver.received().len(),
+        3,
+        "the cycle's three attempts: {failed}"
+    );
+    // The worker keeps looking for more than a lease, and sends nothing more.
+    let rounds = app.state.metrics.claim_rounds.get();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        app.state.metrics.claim_rounds.get() > rounds,
+        "the worker looked"
+    );
+    assert_eq!(
+        receiver.received().len(),
+        3,
+        "nothing was sent after it failed"
+    );
+    let attempts = failed["attempts"].as_array().cloned().unwrap_or_default();
+    assert!(
+        attempts
+            .iter()
+            .any(|a| a["statusCode"].is_null() && a["superseded"] == false),
+        "the failing attempt, made without a request: {failed}"
+    );
+    eventually(
+        "the late answers are recorded as superseded",
+        Duration::from_secs(10),
+        || async {
+            let body = wait_for_state(&app, &admin, &id, "FAILED", Duration::from_secs(1)).await;
+            body["attempts"]
+                .as_array()
+                .map(|a| a.iter().filter(|a| a["superseded"] == true).count())
+                == Some(3)
+        },
+    )
+    .await;
+}
+
+on_both_backends!(
+    a_refused_outcome_holds_up_no_other,
+    a_receiver_slower_than_the_lease_gets_the_cycles_attempts
+);
 
 /// The connection drops after a submission's statement was sent and committed, before its
 /// answer arrives, once in a group statement and once alone: every caller gets its stored
