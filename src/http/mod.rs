@@ -6,6 +6,7 @@ mod console;
 mod graphql;
 mod negotiate;
 mod websocket;
+mod ws_gate;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! `/graphql/ws`: GraphQL over WebSocket in both protocols (`graphql-transport-ws` and the
 //! legacy `graphql-ws`), authenticated by the `connection_init` payload; a missing, wrong or
-//! revoked key closes the socket with 4403.
+//! revoked key closes the socket with 4403, and a `graphql-transport-ws` client that breaks
+//! the protocol's rules gets the protocol's close code (see `ws_gate`).
 
 use std::str::FromStr as _;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, PollSender};
 
+use super::ws_gate::Gate;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
 use crate::error::Error;
@@ -146,7 +148,17 @@ impl Session {
         let (mut outgoing, incoming) = socket.split();
         // After a revocation the client is heard no more; the session only finishes sending.
         let deaf = CancellationToken::new();
+        // The `graphql-transport-ws` rules the session does not enforce (see `ws_gate`).
+        let (gate, mut violation) = Gate::new();
+        let rules = (!self.legacy).then(|| gate.clone());
         let incoming = incoming
+            .filter(move |message| {
+                let admitted = match (&rules, message) {
+                    (Some(rules), Ok(message)) => rules.admit(message),
+                    _ => true,
+                };
+                std::future::ready(admitted)
+            })
             .take_until(deaf.clone().cancelled_owned())
             .chain(futures_util::stream::pending());
         let (to_client, mut from_session) = mpsc::channel(OUTGOING_BUFFER);
@@ -177,6 +189,7 @@ impl Session {
                 // Settle the init before reading what the session sent after it.
                 biased;
                 () = shutdown.cancelled() => break Ending::Drop("the server is shutting down"),
+                Ok(close) = &mut violation => break Ending::Close(None, close),
                 settled = &mut init, if awaiting_init => {
                     phase = match settled {
                         Ok(Init::Accepted(key)) => Phase::Active(key),
@@ -204,10 +217,11 @@ impl Session {
                         break Ending::Close(None, close.clone());
                     }
                     (Some(Message::Close(frame)), _) => {
-                        let _ = outgoing.send(Message::Close(frame)).await;
-                        break Ending::Drop("closed by the client");
+                        let _ = outgoing.send(Message::Close(self.spoken(frame))).await;
+                        break Ending::Drop("closed by the session");
                     }
                     (Some(message), _) => {
+                        gate.sent(&message);
                         if outgoing.send(message).await.is_err() {
                             break Ending::Drop("the client went away");
                         }
@@ -232,6 +246,18 @@ impl Session {
                 tracing::info!(protocol, reason, duration_ms, "WebSocket closed");
             }
         }
+    }
+
+    /// The session's own close frame in this session's protocol: async-graphql closes a
+    /// message it cannot read with 1002, which `graphql-transport-ws` spells 4400.
+    fn spoken(&self, frame: Option<CloseFrame>) -> Option<CloseFrame> {
+        frame.map(|frame| match frame.code {
+            close_code::PROTOCOL if !self.legacy => CloseFrame {
+                code: 4400,
+                reason: frame.reason,
+            },
+            _ => frame,
+        })
     }
 
     /// How a session whose key was revoked ends: the legacy protocol first gets a

@@ -209,3 +209,93 @@ async fn the_first_protocol_the_client_offers_is_the_one_spoken() {
         assert_eq!(answer["type"], expected, "{offered}: {answer}");
     }
 }
+
+/// `graphql-transport-ws` rules broken by a client get the protocol's close codes: a
+/// message that is not one (not JSON, no or an unknown type, a `subscribe` without an id)
+/// 4400, a `subscribe` before `connection_ack` 4401, and a `subscribe` reusing the id of a
+/// running subscription 4409. The process answers the next client as ever.
+#[tokio::test]
+async fn protocol_violations_close_with_the_protocols_codes() {
+    use tokio_tungstenite::tungstenite::Message;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } });
+    let wait = std::time::Duration::from_secs(5);
+
+    for garbage in [
+        "{not json".to_owned(),
+        json!({ "type": "launch" }).to_string(),
+        json!({ "payload": {} }).to_string(),
+        json!({ "type": "subscribe", "payload": { "query": QUERY } }).to_string(),
+    ] {
+        let mut socket = connect(&app, "graphql-transport-ws").await;
+        send(&mut socket, init.clone()).await;
+        assert_eq!(
+            next(&mut socket).await.expect("ack")["type"],
+            "connection_ack"
+        );
+        futures_util::SinkExt::send(&mut socket, Message::text(garbage.clone()))
+            .await
+            .expect("send");
+        let (_, close) = until_closed(&mut socket, wait).await;
+        assert_eq!(close.map(|c| c.0), Some(4400), "{garbage}");
+    }
+    // Garbage before connection_init is just as invalid.
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    futures_util::SinkExt::send(&mut socket, Message::text("[]"))
+        .await
+        .expect("send");
+    assert_eq!(
+        until_closed(&mut socket, wait).await.1.map(|c| c.0),
+        Some(4400)
+    );
+
+    let subscription = |id: &str| {
+        json!({ "id": id, "type": "subscribe",
+                "payload": { "query": "subscription { deliveryStateChanged { deliveryId } }" } })
+    };
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(&mut socket, subscription("1")).await;
+    let (_, close) = until_closed(&mut socket, wait).await;
+    assert_eq!(
+        close.map(|c| c.0),
+        Some(4401),
+        "subscribe before connection_ack"
+    );
+
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(&mut socket, init.clone()).await;
+    assert_eq!(
+        next(&mut socket).await.expect("ack")["type"],
+        "connection_ack"
+    );
+    send(&mut socket, subscription("1")).await;
+    send(&mut socket, subscription("1")).await;
+    let (_, close) = until_closed(&mut socket, wait).await;
+    assert_eq!(
+        close.map(|c| c.0),
+        Some(4409),
+        "a running subscription's id again"
+    );
+
+    // A finished operation's id is free again, and the process serves the next client.
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(&mut socket, init).await;
+    assert_eq!(
+        next(&mut socket).await.expect("ack")["type"],
+        "connection_ack"
+    );
+    for _ in 0..2 {
+        send(
+            &mut socket,
+            json!({ "id": "q", "type": "subscribe", "payload": { "query": QUERY } }),
+        )
+        .await;
+        assert_eq!(next(&mut socket).await.expect("next")["type"], "next");
+        assert_eq!(
+            next(&mut socket).await.expect("complete")["type"],
+            "complete"
+        );
+    }
+}
