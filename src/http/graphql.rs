@@ -79,19 +79,30 @@ pub async fn post(State(state): State<HttpState>, headers: HeaderMap, body: Byte
     execute(&state, media, traced(request.data(identity), &headers)).await
 }
 
-/// `GET /graphql`: GraphiQL for a browser or a bare GET; otherwise a query from the URL.
+/// `GET /graphql`: GraphiQL for a browser or a bare GET; otherwise a query from the URL (a
+/// client that asks for JSON and sends none gets `BAD_USER_INPUT`, not the page).
 pub async fn get(
     State(state): State<HttpState>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let query = query.unwrap_or_default();
-    if negotiate::wants_html(&headers) || !query.split('&').any(|pair| pair.starts_with("query=")) {
+    let has_query = query.split('&').any(|pair| pair.starts_with("query="));
+    if negotiate::wants_html(&headers) || (!has_query && !negotiate::names_json(&headers)) {
         return graphiql();
     }
     let Some(media) = negotiate::response_media_type(&headers) else {
         return not_acceptable();
     };
+    if !has_query {
+        // A GraphQL client asked for JSON without a document: a request, not a page.
+        return request_error(
+            media,
+            StatusCode::BAD_REQUEST,
+            "BAD_USER_INPUT",
+            "a GET request needs a `query` parameter",
+        );
+    }
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,
         Err(err) => return auth_error(media, err),
@@ -109,12 +120,14 @@ pub async fn get(
     };
     // The document is checked before it is parsed here (see `schema::limits`).
     if let Err(err) = limits::scan_text(&request.query) {
-        return request_error(
-            media,
+        // Named as on every other transport: `extensions.limit` says which limit.
+        let body = serde_json::json!({ "errors": [err.to_server_error()] });
+        return (
             StatusCode::BAD_REQUEST,
-            "BAD_USER_INPUT",
-            &err.to_string(),
-        );
+            [(header::CONTENT_TYPE, media.content_type())],
+            body.to_string(),
+        )
+            .into_response();
     }
     if selects_mutation(&mut request) {
         let mut response = request_error(

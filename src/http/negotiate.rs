@@ -80,6 +80,22 @@ pub fn is_json_request(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case(APPLICATION_JSON))
 }
 
+/// Whether the client names a JSON response type in `Accept` (a GraphQL client, not a
+/// browser or a bare request).
+pub fn names_json(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|range| range.split(';').next())
+        .any(|media| {
+            let media = media.trim();
+            media.eq_ignore_ascii_case(APPLICATION_JSON)
+                || media.eq_ignore_ascii_case("application/graphql-response+json")
+        })
+}
+
 /// Whether the client prefers an HTML page (a browser opening GraphiQL).
 pub fn wants_html(headers: &HeaderMap) -> bool {
     headers

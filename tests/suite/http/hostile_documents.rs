@@ -158,6 +158,8 @@ async fn deeply_nested_literals_never_abort_the_process() {
                 "POST {vector} at {depth}: {body}"
             );
             assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+            let post_limit = body["errors"][0]["extensions"]["limit"].clone();
+            assert!(post_limit.is_string(), "POST names the limit: {body}");
 
             // Refused before execution: an `error` message, or a `next` with errors only.
             let answer = websocket_document(&addr, &admin, &document).await;
@@ -181,6 +183,10 @@ async fn deeply_nested_literals_never_abort_the_process() {
                     "GET {vector} at {depth}: {body}"
                 );
                 assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+                assert_eq!(
+                    body["errors"][0]["extensions"]["limit"], post_limit,
+                    "GET names the same limit as POST: {body}"
+                );
             }
         }
     }

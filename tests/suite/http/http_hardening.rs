@@ -262,6 +262,28 @@ async fn graphiql_health_readiness_and_metrics_answer_without_a_key() {
         .unwrap_or_default()
         .to_lowercase()
         .contains("graphiql"));
+    // A bare GET (no Accept, or */*) gets the page too; a GraphQL client that asks for JSON
+    // and sends no document gets a GraphQL error instead of HTML.
+    let bare = app
+        .request(Method::GET, "/graphql")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(bare.status(), StatusCode::OK);
+    for accept in ["application/graphql-response+json", "application/json"] {
+        let no_query = app
+            .request(Method::GET, "/graphql")
+            .header("accept", accept)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(no_query.status(), StatusCode::BAD_REQUEST, "{accept}");
+        let body: serde_json::Value = no_query.json().await.unwrap_or_default();
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
+            "{accept}: {body}"
+        );
+    }
 
     for path in ["/healthz", "/readyz"] {
         let response = app
