@@ -352,16 +352,17 @@ impl Worker {
         let attempt_in_cycle = u32::try_from(claim.cycle_attempts).unwrap_or(0) + 1;
         let per_cycle = self.policy.attempts_per_cycle();
         if claim.attempts_spent(per_cycle) {
-            // Every attempt of the cycle was made and none answered within its lease:
-            // another request would exceed the cycle (a receiver slower than the lease
-            // would otherwise get one per lease, forever).
+            // Every attempt of the cycle was made, the last without an outcome recorded
+            // within its lease: another request would exceed the cycle (a receiver slower
+            // than the lease would otherwise get one per lease, forever).
             tracing::warn!(delivery_id = %claim.delivery_id, attempts = per_cycle,
-                "every attempt of the cycle outlived its lease; the delivery fails");
+                "the cycle's attempts are spent, the last outlived its lease; the delivery fails");
             let outcome = AttemptOutcome {
                 status: None,
                 error: Some(format!(
-                    "no answer recorded within the lease for any of the cycle's {per_cycle} \
-                     attempts (the receiver may be slower than COURIER_LEASE_SECS)"
+                    "the cycle's {per_cycle} attempts are spent: the last one's outcome was not \
+                     recorded within its lease (the receiver may be slower than \
+                     COURIER_LEASE_SECS, or its process stopped)"
                 )),
                 retry_after: None,
                 duration: Duration::ZERO,
