@@ -21,6 +21,10 @@ pub use self::commands::{
 /// Longest retry delay accepted: 30 days.
 pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
 
+/// The largest database pool a process may ask for: far above what one process can use, and
+/// small enough that the pool's bookkeeping is allocated without fail.
+pub const MAX_DB_POOL_SIZE: i64 = 1_000;
+
 /// Courier: webhook delivery with durable retries, replay and live delivery events.
 #[derive(Debug, Parser)]
 #[command(
@@ -145,11 +149,12 @@ pub struct DatabaseArgs {
     )]
     pub database_url: String,
 
-    /// Connections in this process's database pool.
+    /// Connections in this process's database pool (1 to 1000).
     #[arg(
         long,
         env = "COURIER_DB_POOL_SIZE",
         default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..=MAX_DB_POOL_SIZE),
         global = true
     )]
     pub db_pool_size: u32,
@@ -467,6 +472,22 @@ mod tests {
         );
         let err = parse(&["--retry-schedule", "40d"]).unwrap_err().to_string();
         assert!(err.contains("longer than the longest"), "{err}");
+    }
+
+    #[test]
+    fn a_pool_size_out_of_range_is_refused_not_allocated() {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            database: DatabaseArgs,
+        }
+        let pool = |size: &str| {
+            Only::try_parse_from(["courier", "--db-pool-size", size]).map(|o| o.database)
+        };
+        assert_eq!(pool("1000").map(|d| d.db_pool_size).ok(), Some(1000));
+        for refused in ["0", "1001", "4294967295", "-1", "many"] {
+            assert!(pool(refused).is_err(), "{refused}");
+        }
     }
 
     #[test]
