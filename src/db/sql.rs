@@ -119,6 +119,11 @@ impl Rows {
         Ok(())
     }
 
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// How many rows there are.
     fn len(&self) -> usize {
         self.columns.first().map_or(0, Vec::len)

@@ -52,6 +52,10 @@ pub enum OutcomeKind {
     Connection,
     /// The destination resolves to an address Courier may not contact.
     RefusedDestination,
+    /// No request: the cycle's attempts were spent, the last one's outcome never recorded
+    /// within its lease. Not an attempt of its own: it ends the delivery `FAILED`, adding
+    /// nothing to the cycle's attempts and leaving no attempt row.
+    LeaseSpent,
 }
 
 impl OutcomeKind {
@@ -63,6 +67,7 @@ impl OutcomeKind {
             OutcomeKind::Timeout => "timeout",
             OutcomeKind::Connection => "connection",
             OutcomeKind::RefusedDestination => "refused_destination",
+            OutcomeKind::LeaseSpent => "lease_spent",
         }
     }
 }

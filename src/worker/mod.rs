@@ -366,10 +366,9 @@ impl Worker {
                 )),
                 retry_after: None,
                 duration: Duration::ZERO,
-                kind: OutcomeKind::Timeout,
+                kind: OutcomeKind::LeaseSpent,
                 answer: None,
             };
-            self.state.metrics.attempt(outcome.kind.as_str());
             return FinishedAttempt {
                 claim,
                 outcome,

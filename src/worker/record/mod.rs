@@ -22,7 +22,7 @@ use self::statements::{
     TRANSITION_COLUMNS,
 };
 use super::claim::Claim;
-use super::dispatch::AttemptOutcome;
+use super::dispatch::{AttemptOutcome, OutcomeKind};
 use super::health::{self, HealthPolicy, Settled};
 use super::schedule::NextStep;
 use crate::bus::{ChangeBus, Staged, StateChange};
@@ -51,6 +51,12 @@ pub struct FinishedAttempt {
 }
 
 impl FinishedAttempt {
+    /// Whether a request was made: a spent cycle ends without one (see
+    /// [`OutcomeKind::LeaseSpent`]), and is then no attempt of its own.
+    fn requested(&self) -> bool {
+        self.outcome.kind != OutcomeKind::LeaseSpent
+    }
+
     /// The state this attempt leads to if its claim still holds, and for a retry, after how
     /// long it is due (counted on the database's clock when recorded).
     fn transition(&self) -> (DeliveryState, Option<Duration>) {
@@ -198,7 +204,10 @@ async fn record_in(
         }
         let (state, delay) = attempt.transition();
         let top = highest.entry(attempt.claim.delivery_id).or_default();
-        *top += 1;
+        // A spent cycle takes no number: the late answer of its last request takes it.
+        if attempt.requested() {
+            *top += 1;
+        }
         fresh.push((index, *top, state, delay));
     }
     if fresh.is_empty() {
@@ -223,6 +232,7 @@ async fn record_in(
             Value::from(state.to_value()),
             clock.after(delay.unwrap_or_default()),
             Value::from(attempt.outcome.error.clone().unwrap_or_default()),
+            Value::from(i32::from(attempt.requested())),
         ])?;
     }
     let (rows, values) = rows.render(1);
@@ -243,7 +253,10 @@ async fn record_in(
     let holds = |claim: &Claim| applied.get(&claim.delivery_id);
 
     let mut rows = Rows::new(backend, ATTEMPT_COLUMNS);
-    for (index, number, ..) in &fresh {
+    let requested = fresh
+        .iter()
+        .filter(|(index, ..)| attempts[*index].requested());
+    for (index, number, ..) in requested.clone() {
         let attempt = &attempts[*index];
         let outcome = &attempt.outcome;
         rows.push([
@@ -273,13 +286,15 @@ async fn record_in(
             ),
         ])?;
     }
-    let (rows, values) = rows.render(1);
-    let sql = fill(INSERT_ATTEMPTS, &[("rows", &rows)]);
-    txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
-        .await?;
+    if !rows.is_empty() {
+        let (rows, values) = rows.render(1);
+        let sql = fill(INSERT_ATTEMPTS, &[("rows", &rows)]);
+        txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await?;
+    }
     // Every attempt counts toward its endpoint's last hour (`Endpoint.health`).
     let mut minutes = recent_health::Minutes::new();
-    for (index, ..) in &fresh {
+    for (index, ..) in requested {
         let attempt = &attempts[*index];
         let outcome = &attempt.outcome;
         minutes.add(

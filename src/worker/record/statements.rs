@@ -31,12 +31,13 @@ CROSS JOIN LATERAL (
 /// A row that is not returned was superseded by a newer claim, whose state stands. A retry
 /// (the one transition to `pending`) is due `v.delay` after now on the database's clock,
 /// or parked if the endpoint is disabled. `{rows}` is a [`Rows`] of [`TRANSITION_COLUMNS`];
-/// an attempt without an error travels with `''`.
+/// an attempt without an error travels with `''`; `counted` is 1 for an attempt of the
+/// cycle, 0 for a spent cycle ending without a request.
 pub(super) const FENCED_TRANSITIONS: &str = "\
-WITH v (id, token, state, delay, error) AS ({rows})
+WITH v (id, token, state, delay, error, counted) AS ({rows})
 UPDATE webhook_deliveries
 SET state = v.state,
-    cycle_attempts = webhook_deliveries.cycle_attempts + 1,
+    cycle_attempts = webhook_deliveries.cycle_attempts + v.counted,
     next_attempt_at = CASE WHEN v.state <> 'pending' THEN NULL
                            WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL
                            ELSE {after(v.delay)} END,
@@ -49,7 +50,7 @@ WHERE webhook_deliveries.id = v.id AND webhook_deliveries.claim_token = v.token
 RETURNING webhook_deliveries.id, webhook_deliveries.next_attempt_at, webhook_deliveries.updated_at";
 
 /// The types of [`FENCED_TRANSITIONS`]' rows.
-pub(super) const TRANSITION_COLUMNS: &[&str] = &["uuid", "uuid", "text", "float8", "text"];
+pub(super) const TRANSITION_COLUMNS: &[&str] = &["uuid", "uuid", "text", "float8", "text", "int4"];
 
 /// The attempts themselves. `{rows}` is a [`Rows`] of [`ATTEMPT_COLUMNS`]; an attempt
 /// that got no response travels with status `0` (and then its body and headers, sent as

@@ -130,22 +130,31 @@ async fn a_receiver_slower_than_the_lease_gets_the_cycles_attempts(backend: Back
         3,
         "nothing was sent after it failed"
     );
-    let attempts = failed["attempts"].as_array().cloned().unwrap_or_default();
-    assert!(
-        attempts
-            .iter()
-            .any(|a| a["statusCode"].is_null() && a["superseded"] == false),
-        "the failing attempt, made without a request: {failed}"
+    assert_eq!(
+        failed["cycleAttempts"], 3,
+        "three attempts, no more: {failed}"
     );
+    assert!(
+        failed["lastError"]
+            .as_str()
+            .is_some_and(|error| error.contains("attempts are spent")),
+        "{failed}"
+    );
+    // The attempts are the three requests, their late answers recorded as superseded in
+    // the order they came, numbered 1 to 3: ending the cycle made no attempt of its own.
     eventually(
         "the late answers are recorded as superseded",
         Duration::from_secs(10),
         || async {
             let body = wait_for_state(&app, &admin, &id, "FAILED", Duration::from_secs(1)).await;
-            body["attempts"]
-                .as_array()
-                .map(|a| a.iter().filter(|a| a["superseded"] == true).count())
-                == Some(3)
+            let attempts = body["attempts"].as_array().cloned().unwrap_or_default();
+            let numbers: Vec<i64> = attempts
+                .iter()
+                .filter_map(|a| a["number"].as_i64())
+                .collect();
+            attempts.len() == 3
+                && attempts.iter().all(|a| a["superseded"] == true)
+                && numbers == [1, 2, 3]
         },
     )
     .await;
