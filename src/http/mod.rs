@@ -50,12 +50,40 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
+            body_limit,
+            refuse_declared_oversize,
+        ))
+        .layer(middleware::from_fn_with_state(
             state.clone(),
             record_request,
         ))
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::new())
         .with_state(state)
+}
+
+/// A request whose `Content-Length` already says its body is over the limit is answered
+/// `413` at once, without waiting for a body it would refuse anyway (a body without a
+/// length, or with a false one, is still cut at the limit as it is read).
+async fn refuse_declared_oversize(
+    State(limit): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit as u64 => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            [(header::CONNECTION, "close")],
+            format!("the request body is over the limit of {limit} bytes"),
+        )
+            .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 /// Liveness: the process is up.

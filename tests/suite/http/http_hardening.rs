@@ -1,5 +1,7 @@
 //! Bad and hostile HTTP input: clear 4xx answers with codes, never a 5xx, never a half-written row.
 
+use std::time::Duration;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -91,6 +93,26 @@ async fn oversized_bodies_get_413_and_write_nothing(backend: Backend) {
     .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(endpoint_count(&app).await, 0);
+
+    // A length over the limit is refused as soon as it is declared, before any body.
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    for declared in ["2000000", "99999999999"] {
+        let mut stream = tokio::net::TcpStream::connect(app.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /graphql HTTP/1.1\r\nhost: courier\r\nauthorization: Bearer {admin}\r\n\
+             content-type: application/json\r\ncontent-length: {declared}\r\n\r\n{{\"q"
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = vec![0u8; 512];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut answer))
+            .await
+            .expect("answered without waiting for the body")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer[..read]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{declared}: {answer}");
+    }
 }
 
 on_both_backends!(
