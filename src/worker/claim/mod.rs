@@ -21,7 +21,10 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Value};
 use uuid::Uuid;
 
+mod release;
 mod sqlite;
+
+pub use self::release::release;
 
 use self::sqlite::claim_sqlite;
 use super::ended::Snapshot;
@@ -29,7 +32,6 @@ use super::targets::{self, load_targets, Target};
 use super::turns::{self, FollowUp, Turns};
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
-use crate::db::parking::with_parking;
 use crate::db::Db;
 use crate::service::flow::{self, Facts, Standing, Turn};
 
@@ -96,15 +98,6 @@ const RETAKEN: &str = "CASE WHEN {state} = 'processing' THEN 1 ELSE 0 END";
 pub(super) fn retaken(state: &str) -> String {
     crate::db::sql::fill(RETAKEN, &[("state", state)])
 }
-
-/// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
-/// due now, or parked if its endpoint was disabled meanwhile.
-const RELEASE: &str = "\
-UPDATE webhook_deliveries
-SET state = 'pending', claim_token = NULL, claim_expires_at = NULL, updated_at = {now},
-    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
-WHERE id = $1 AND claim_token = $2
-RETURNING updated_at";
 
 /// A delivery this worker now holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -503,39 +496,4 @@ pub(super) fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Re
         event_type: row.try_get("", "event_type")?,
     };
     Ok((claim, row.try_get("", "updated_at")?))
-}
-
-/// Returns claims to `pending`, due now, so any worker may take them again without
-/// waiting for their lease (parked instead if the endpoint was disabled meanwhile), and
-/// wakes their endpoints. Claims that were meanwhile superseded are left alone.
-pub async fn release(db: &Db, bus: &ChangeBus, claims: &[Claim]) -> Result<(), DbErr> {
-    let staged = db
-        .transaction(|txn| async move {
-            let sql = with_parking(db.backend(), RELEASE);
-            let mut changes = Vec::new();
-            let mut endpoints = Vec::new();
-            for claim in claims {
-                let released = txn
-                    .query_one_raw(
-                        db.clock()
-                            .statement(&sql, [claim.delivery_id.into(), claim.claim_token.into()]),
-                    )
-                    .await?;
-                if let Some(row) = released {
-                    endpoints.push(claim.endpoint_id);
-                    changes.push(StateChange {
-                        delivery_id: claim.delivery_id,
-                        endpoint_id: claim.endpoint_id,
-                        previous_state: Some(DeliveryState::Processing),
-                        state: DeliveryState::Pending,
-                        at: row.try_get("", "updated_at")?,
-                    });
-                }
-            }
-            flow::wake_endpoints(&*txn, db.backend(), &endpoints).await?;
-            bus.stage(&*txn, changes).await
-        })
-        .await?;
-    staged.committed();
-    Ok(())
 }

@@ -1,0 +1,85 @@
+//! The flags' parsing and checks: schedules, doubling, pool sizes.
+
+use super::*;
+use crate::worker::schedule::Delays;
+
+fn parse(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
+    #[derive(Parser)]
+    struct Only {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let argv = std::iter::once("courier").chain(flags.iter().copied());
+    Only::try_parse_from(argv).map(|only| only.serve)
+}
+
+#[test]
+fn the_schedule_overrides_doubling_and_doubling_works_alone() {
+    let listed = parse(&["--retry-schedule", "5s,5m", "--max-attempts", "3"]).unwrap();
+    let policy = listed.retry_policy();
+    assert_eq!(policy.attempts_per_cycle(), 3, "two delays, three attempts");
+    assert_eq!(
+        policy.nominal_delays(),
+        [Duration::from_secs(5), Duration::from_secs(300)]
+    );
+
+    let attempts_only = parse(&["--max-attempts", "4"]).unwrap().retry_policy();
+    assert_eq!(
+        attempts_only.delays,
+        Delays::Doubling {
+            base: DEFAULT_DOUBLING_BASE,
+            attempts: 4
+        }
+    );
+    let base_only = parse(&["--retry-base-ms", "250"]).unwrap().retry_policy();
+    assert_eq!(
+        base_only.delays,
+        Delays::Doubling {
+            base: Duration::from_millis(250),
+            attempts: DEFAULT_DOUBLING_ATTEMPTS
+        }
+    );
+
+    let default = parse(&[]).unwrap().retry_policy();
+    assert_eq!(default.nominal_delays(), DEFAULT_DELAYS);
+    assert!(default.span() >= Duration::from_secs(24 * 3_600));
+}
+
+#[test]
+fn a_bad_schedule_is_refused_with_its_reason() {
+    let err = parse(&["--retry-schedule", "5s,soon"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("\"soon\" does not start with a whole number"),
+        "{err}"
+    );
+    let err = parse(&["--retry-schedule", "40d"]).unwrap_err().to_string();
+    assert!(err.contains("longer than the longest"), "{err}");
+}
+
+#[test]
+fn a_pool_size_out_of_range_is_refused_not_allocated() {
+    #[derive(Parser)]
+    struct Only {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    }
+    let pool =
+        |size: &str| Only::try_parse_from(["courier", "--db-pool-size", size]).map(|o| o.database);
+    assert_eq!(pool("1000").map(|d| d.db_pool_size).ok(), Some(1000));
+    for refused in ["0", "1001", "4294967295", "-1", "many"] {
+        assert!(pool(refused).is_err(), "{refused}");
+    }
+}
+
+#[test]
+fn the_base_above_the_cap_is_refused_only_when_doubling() {
+    let doubling = parse(&["--retry-base-ms", "7200000"]).unwrap();
+    assert!(doubling
+        .check()
+        .unwrap_err()
+        .contains("COURIER_RETRY_BASE_MS"));
+    let listed = parse(&["--retry-base-ms", "7200000", "--retry-schedule", "1m"]).unwrap();
+    assert_eq!(listed.check(), Ok(()));
+}

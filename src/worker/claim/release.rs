@@ -1,0 +1,55 @@
+//! Giving claims back at once, fenced by their tokens, when what to send could not be
+//! read: the deliveries are due again (or parked, if their endpoint was disabled meanwhile).
+
+use entity::webhook_delivery::DeliveryState;
+use sea_orm::{ConnectionTrait, DbErr};
+
+use super::Claim;
+use crate::bus::{ChangeBus, StateChange};
+use crate::db::parking::with_parking;
+use crate::db::Db;
+use crate::service::flow;
+
+/// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
+/// due now, or parked if its endpoint was disabled meanwhile.
+const RELEASE: &str = "\
+UPDATE webhook_deliveries
+SET state = 'pending', claim_token = NULL, claim_expires_at = NULL, updated_at = {now},
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
+WHERE id = $1 AND claim_token = $2
+RETURNING updated_at";
+
+/// Returns claims to `pending`, due now, so any worker may take them again without
+/// waiting for their lease (parked instead if the endpoint was disabled meanwhile), and
+/// wakes their endpoints. Claims that were meanwhile superseded are left alone.
+pub async fn release(db: &Db, bus: &ChangeBus, claims: &[Claim]) -> Result<(), DbErr> {
+    let staged = db
+        .transaction(|txn| async move {
+            let sql = with_parking(db.backend(), RELEASE);
+            let mut changes = Vec::new();
+            let mut endpoints = Vec::new();
+            for claim in claims {
+                let released = txn
+                    .query_one_raw(
+                        db.clock()
+                            .statement(&sql, [claim.delivery_id.into(), claim.claim_token.into()]),
+                    )
+                    .await?;
+                if let Some(row) = released {
+                    endpoints.push(claim.endpoint_id);
+                    changes.push(StateChange {
+                        delivery_id: claim.delivery_id,
+                        endpoint_id: claim.endpoint_id,
+                        previous_state: Some(DeliveryState::Processing),
+                        state: DeliveryState::Pending,
+                        at: row.try_get("", "updated_at")?,
+                    });
+                }
+            }
+            flow::wake_endpoints(&*txn, db.backend(), &endpoints).await?;
+            bus.stage(&*txn, changes).await
+        })
+        .await?;
+    staged.committed();
+    Ok(())
+}
