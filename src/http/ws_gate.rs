@@ -1,6 +1,8 @@
 //! The `graphql-transport-ws` rules async-graphql's session does not enforce, checked on
 //! each client message before the session reads it: a message that is not a known one is
-//! closed with 4400, a `subscribe` before `connection_ack` with 4401, and a `subscribe`
+//! closed with 4400, a `subscribe` before `connection_init` with 4401 (one sent right
+//! after `connection_init`, before its `connection_ack`, waits for the init to settle, as
+//! async-graphql has always let it; a refused init closes with 4403), and a `subscribe`
 //! reusing the id of a subscription still running with 4409. The legacy `graphql-ws`
 //! protocol has no such rules and passes untouched.
 
@@ -12,7 +14,7 @@ use tokio::sync::oneshot;
 
 /// `graphql-transport-ws`: a message the server cannot understand.
 const INVALID_MESSAGE: u16 = 4400;
-/// `graphql-transport-ws`: a `subscribe` before the connection was acknowledged.
+/// `graphql-transport-ws`: a `subscribe` before the connection was initialised.
 const UNAUTHORIZED: u16 = 4401;
 /// `graphql-transport-ws`: a `subscribe` whose id is already running.
 const SUBSCRIBER_EXISTS: u16 = 4409;
@@ -20,8 +22,8 @@ const SUBSCRIBER_EXISTS: u16 = 4409;
 /// What the client and the session have said so far, as far as the rules need it.
 #[derive(Debug, Default)]
 struct Seen {
-    /// Whether the session sent `connection_ack`.
-    acknowledged: bool,
+    /// Whether the client sent `connection_init`.
+    initialised: bool,
     /// The ids of the subscriptions running.
     running: HashSet<String>,
 }
@@ -67,7 +69,7 @@ impl Gate {
         }
     }
 
-    /// Notes what the session sent: the connection acknowledged, a subscription ended.
+    /// Notes what the session sent: a subscription ended.
     pub fn sent(&self, message: &Message) {
         let Message::Text(text) = message else {
             return;
@@ -75,11 +77,7 @@ impl Gate {
         // Every server message starts with its type (async-graphql serialises the tag
         // first), so the many `next` messages cost a prefix check, not a parse.
         let text = text.as_str();
-        if text.starts_with(r#"{"type":"connection_ack""#) {
-            self.seen().acknowledged = true;
-        } else if text.starts_with(r#"{"type":"complete""#)
-            || text.starts_with(r#"{"type":"error""#)
-        {
+        if text.starts_with(r#"{"type":"complete""#) || text.starts_with(r#"{"type":"error""#) {
             let id = serde_json::from_str::<serde_json::Value>(text)
                 .ok()
                 .and_then(|value| {
@@ -117,14 +115,18 @@ impl Gate {
                 .ok_or_else(|| invalid("no id"))
         };
         match kind {
-            "connection_init" | "ping" | "pong" => Ok(()),
+            "connection_init" => {
+                self.seen().initialised = true;
+                Ok(())
+            }
+            "ping" | "pong" => Ok(()),
             "subscribe" => {
                 let id = id()?;
                 if value.get("payload").is_none_or(|p| !p.is_object()) {
                     return Err(invalid("no payload"));
                 }
                 let mut seen = self.seen();
-                if !seen.acknowledged {
+                if !seen.initialised {
                     return Err(CloseFrame {
                         code: UNAUTHORIZED,
                         reason: "Unauthorized".into(),
@@ -162,15 +164,19 @@ mod tests {
         }))
     }
 
+    fn init() -> Message {
+        text(serde_json::json!({ "type": "connection_init" }))
+    }
+
     #[test]
     fn each_rule_closes_with_its_code() {
         let (gate, mut told) = Gate::new();
-        assert!(gate.admit(&text(serde_json::json!({ "type": "connection_init" }))));
-        assert!(!gate.admit(&subscribe("1")), "before connection_ack");
+        assert!(!gate.admit(&subscribe("1")), "before connection_init");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4401));
 
+        // Sent right behind connection_init, before its ack: it waits for the init.
         let (gate, mut told) = Gate::new();
-        gate.sent(&text(serde_json::json!({ "type": "connection_ack" })));
+        assert!(gate.admit(&init()));
         assert!(gate.admit(&subscribe("1")));
         assert!(!gate.admit(&subscribe("1")), "the same id while it runs");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4409));
@@ -185,7 +191,7 @@ mod tests {
     #[test]
     fn an_id_is_free_again_once_its_subscription_ended() {
         let (gate, mut told) = Gate::new();
-        gate.sent(&text(serde_json::json!({ "type": "connection_ack" })));
+        assert!(gate.admit(&init()));
         assert!(gate.admit(&subscribe("a")));
         // As async-graphql writes them: the type first.
         gate.sent(&Message::Text(r#"{"type":"complete","id":"a"}"#.into()));

@@ -212,7 +212,7 @@ async fn the_first_protocol_the_client_offers_is_the_one_spoken() {
 
 /// `graphql-transport-ws` rules broken by a client get the protocol's close codes: a
 /// message that is not one (not JSON, no or an unknown type, a `subscribe` without an id)
-/// 4400, a `subscribe` before `connection_ack` 4401, and a `subscribe` reusing the id of a
+/// 4400, a `subscribe` before `connection_init` 4401, and a `subscribe` reusing the id of a
 /// running subscription 4409. The process answers the next client as ever.
 #[tokio::test]
 async fn protocol_violations_close_with_the_protocols_codes() {
@@ -261,7 +261,7 @@ async fn protocol_violations_close_with_the_protocols_codes() {
     assert_eq!(
         close.map(|c| c.0),
         Some(4401),
-        "subscribe before connection_ack"
+        "subscribe before connection_init"
     );
 
     let mut socket = connect(&app, "graphql-transport-ws").await;
