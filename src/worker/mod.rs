@@ -179,6 +179,20 @@ impl Worker {
                 continue;
             }
             running.backlogged.store(false, Ordering::Relaxed);
+            // A turn set ahead where no claim of this process saw it (a submission woke an
+            // endpoint its rate limit holds back, or another process set it) is looked at
+            // when it comes too.
+            match this
+                .state
+                .db
+                .within_deadline(turns::soonest_turn(&this.state.db))
+                .await
+            {
+                Ok(Some(after)) => this.state.wakeup.turn_after(after),
+                Ok(None) => {}
+                Err(err) => tracing::debug!(error = %error_chain(&err),
+                    "reading the soonest turn failed; the poll will look"),
+            }
             tokio::select! {
                 () = this.state.wakeup.notified_or_turn(poll) => {}
                 () = shutdown.cancelled() => break,

@@ -304,6 +304,27 @@ impl FollowUp {
     }
 }
 
+/// The soonest turn still ahead, of any endpoint, set by any process (a rate limit's next
+/// start, a pause's end, a retry's due time, or a woken endpoint held back by either), with
+/// the database's time: one look at the turn index.
+const SOONEST_TURN: &str = "\
+SELECT (SELECT MIN(turn_at) FROM endpoint_flow WHERE turn_at > {now}) AS turn_at, {now} AS now";
+
+/// How long until the soonest turn still ahead on the database (see [`SOONEST_TURN`]), if
+/// any: an idle worker looks again then rather than at its next poll.
+pub async fn soonest_turn(db: &Db) -> Result<Option<std::time::Duration>, DbErr> {
+    let row = db
+        .conn()
+        .query_one_raw(db.clock().statement(SOONEST_TURN, Vec::<Value>::new()))
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let turn_at: Option<DateTime<Utc>> = row.try_get("", "turn_at")?;
+    let now: DateTime<Utc> = row.try_get("", "now")?;
+    Ok(turn_at.and_then(|at| (at - now).to_std().ok()))
+}
+
 /// Wakes every sleeping endpoint with due work and a free slot: the backstop sweep.
 /// Returns how many it woke.
 pub async fn sweep(db: &Db, default_max_in_flight: u32) -> Result<u64, DbErr> {
