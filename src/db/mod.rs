@@ -7,6 +7,7 @@ mod clock;
 mod deadline;
 mod diagnose;
 pub(crate) mod parking;
+pub(crate) mod shard;
 pub(crate) mod sql;
 mod transaction;
 mod warmup;

@@ -142,7 +142,7 @@ impl Minutes {
         if self.minutes.is_empty() {
             return Ok(());
         }
-        let shard = i16::from(rand::random::<u8>()) % SHARDS;
+        let shard = crate::db::shard::next(SHARDS);
         let mut rows = Rows::new(backend, COLUMNS);
         for ((endpoint_id, minute), tallied) in self.minutes {
             let mut row = vec![

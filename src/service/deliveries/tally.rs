@@ -91,16 +91,17 @@ impl Tally {
         }
     }
 
-    /// Writes the changes in one statement, on one shard per endpoint chosen at random,
-    /// endpoints in id order (so concurrent writers lock their rows in the same order).
+    /// Writes the changes in one statement, on one shard for this write (see
+    /// [`crate::db::shard`]), endpoints in id order (so concurrent writers lock their rows
+    /// in the same order).
     pub async fn write(self, conn: &impl ConnectionTrait, backend: DbBackend) -> Result<(), DbErr> {
         let mut rows = Rows::new(backend, DELTA_COLUMNS);
         let mut any = false;
+        let shard = crate::db::shard::next(SHARDS);
         for (endpoint_id, [delivered, failed]) in self.deltas {
             if delivered == 0 && failed == 0 {
                 continue;
             }
-            let shard = i16::from(rand::random::<u8>()) % SHARDS;
             rows.push([
                 Value::from(endpoint_id),
                 Value::from(shard),

@@ -222,7 +222,9 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
             &app,
             &admin,
             &endpoint,
-            json!({ "n": 0, "failFirst": 2 }),
+            // Slow to answer, so the head it takes over from is still seen waiting behind
+            // it after the replay (an instant answer let the line move on before the read).
+            json!({ "n": 0, "failFirst": 2, "delayMs": 800 }),
             key,
         )
         .await,
