@@ -147,11 +147,17 @@ async fn a_submission_claims_only_within_its_endpoints_limits(backend: Backend) 
 
     submit_one(&app, &admin, &capped, 0).await;
     receiver.wait_for(1, Duration::from_secs(10)).await;
-    assert_eq!(app.state.metrics.claims_at_submit.get(), 1);
+    // The first went out at submit or, if it met the claiming loop's round, by the loop (a
+    // claim at submit is opportunistic); either way it now holds the endpoint's one slot.
+    let while_free = app.state.metrics.claims_at_submit.get();
+    assert!(
+        while_free <= 1,
+        "{while_free} claims at submit for one submission"
+    );
     submit_one(&app, &admin, &capped, 1).await;
     assert_eq!(
         app.state.metrics.claims_at_submit.get(),
-        1,
+        while_free,
         "a full endpoint claims nothing at submit"
     );
     let received = receiver.wait_for(2, Duration::from_secs(10)).await;
