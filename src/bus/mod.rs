@@ -74,11 +74,26 @@ impl Hint {
     pub async fn taken(&self) {
         self.0.notified().await;
     }
+
+    /// Takes a hint that arrived since the last wait, if one did, without waiting.
+    pub fn take_pending(&self) -> bool {
+        futures_util::FutureExt::now_or_never(self.0.notified()).is_some()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_hint_is_taken_once_without_waiting() {
+        let hint = Hint::default();
+        assert!(!hint.take_pending());
+        hint.give();
+        hint.give();
+        assert!(hint.take_pending());
+        assert!(!hint.take_pending());
+    }
 
     #[test]
     fn notifications_name_their_channel_literally() {

@@ -37,6 +37,11 @@ impl Wakeup {
         self.local.give();
     }
 
+    /// Takes a hint that arrived since the last wait, if one did, without waiting.
+    pub fn take_hint(&self) -> bool {
+        self.local.take_pending()
+    }
+
     /// Resolves at the next hint (or at once if one arrived since the last wait).
     pub async fn notified(&self) {
         self.local.taken().await;

@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
-use self::ended::EndedRequests;
+use self::ended::{EndedRequests, Worth};
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
 use self::running::Running;
@@ -179,6 +179,11 @@ impl Worker {
                 continue;
             }
             running.backlogged.store(false, Ordering::Relaxed);
+            // A hint that came while the claim ran (enough of a full endpoint's requests
+            // ended, work was submitted): claim again at once, without sleeping.
+            if this.state.wakeup.take_hint() {
+                continue;
+            }
             // A turn set ahead where no claim of this process saw it (a submission woke an
             // endpoint its rate limit holds back, or another process set it) is looked at
             // when it comes too.
@@ -252,18 +257,19 @@ impl Worker {
             ended: self.ended.snapshot(),
             only: None,
         };
+        let began = std::time::Instant::now();
         let claimed = db
             .within_deadline(claim_due_with_targets(db, &self.state.bus, &keys, request))
             .await;
         match claimed {
             Ok((claimed, targets)) => {
-                if self
-                    .ended
-                    .visited(claimed.visited.iter().copied(), claimed.seen())
-                {
-                    // Enough of a full endpoint's requests ended while this claim ran.
-                    self.state.wakeup.hint();
-                }
+                // Enough of a full endpoint's requests may have ended while this claim ran.
+                let worth = self.ended.visited(
+                    claimed.visited.iter().copied(),
+                    claimed.seen(),
+                    began.elapsed(),
+                );
+                self.look_again(worth);
                 if let Some(after) = claimed.next_turn_in() {
                     self.state.wakeup.turn_after(after);
                 }
@@ -326,10 +332,8 @@ impl Worker {
         let attempt = self.deliver(claim, target).await;
         // No longer in flight at the receiver: this process's claims stop counting
         // it, and come back at once for an endpoint that was full.
-        let (ended, was_full) = self.ended.ended(delivery_id, endpoint_id);
-        if was_full {
-            self.state.wakeup.hint();
-        }
+        let (ended, worth) = self.ended.ended(delivery_id, endpoint_id);
+        self.look_again(worth);
         // The semaphore is never closed; were it, the outcome would be retried
         // after its lease like any unrecorded one.
         let Ok(permit) = self.recording.clone().acquire_owned().await else {
@@ -346,6 +350,15 @@ impl Worker {
                 _ended: ended,
             })
             .await;
+    }
+
+    /// Wakes the claiming loop when a full endpoint is worth a claim (see [`Worth`]).
+    fn look_again(&self, worth: Worth) {
+        match worth {
+            Worth::Now => self.state.wakeup.hint(),
+            Worth::After(after) => self.state.wakeup.turn_after(after),
+            Worth::No => {}
+        }
     }
 
     /// Wakes the claiming loop for a freed slot.

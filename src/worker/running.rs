@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -134,11 +135,16 @@ impl Starter for Running {
     ) {
         self.reserved.fetch_sub(1, Ordering::AcqRel);
         let worker = &self.worker;
-        let ended_meanwhile = worker
-            .ended
-            .visited(claimed.visited.iter().copied(), claimed.seen());
-        if claimed.more || ended_meanwhile {
+        // A claim at submit takes one delivery: nothing is gained by waiting for more.
+        let worth = worker.ended.visited(
+            claimed.visited.iter().copied(),
+            claimed.seen(),
+            Duration::ZERO,
+        );
+        if claimed.more {
             worker.state.wakeup.hint();
+        } else {
+            worker.look_again(worth);
         }
         if let Some(after) = claimed.next_turn_in() {
             worker.state.wakeup.turn_after(after);

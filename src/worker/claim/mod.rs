@@ -7,8 +7,9 @@
 //! (`FOR UPDATE SKIP LOCKED`: claims for one endpoint take turns across processes); claim
 //! each one's due rows in due order, as many as its share and its free slots allow (counted
 //! by this second statement, which starts after the locks are held and so sees every claim
-//! committed before it); read what that left; and set each endpoint's next turn (on
-//! PostgreSQL in the statement that sends the claim's notifications).
+//! committed before it); read what that left (on PostgreSQL in that same statement, see
+//! [`postgres`]); and set each endpoint's next turn (on PostgreSQL in the statement that
+//! sends the claim's notifications).
 //!
 //! Ordering lines need nothing here: a delivery waiting behind its line's head has no due
 //! time, so only heads are ever claimed (see [`crate::service::lines`]).
@@ -18,9 +19,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::DeliveryState;
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Value};
+use sea_orm::{DatabaseTransaction, DbBackend, DbErr, QueryResult};
 use uuid::Uuid;
 
+mod postgres;
 mod release;
 mod sqlite;
 
@@ -33,58 +35,13 @@ use super::turns::{self, FollowUp, Turns};
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::Db;
-use crate::service::flow::{self, Facts, Standing, Turn};
+use crate::service::flow::{self, Facts, Turn};
 
 /// Most endpoints one claim takes turns from.
 const MAX_TURNS: u32 = 32;
 
 /// The cap on requests in flight of an endpoint that sets none, when the caller names none.
 pub const DEFAULT_MAX_IN_FLIGHT: u32 = 32;
-
-/// Step 2 on PostgreSQL, one statement: for each locked endpoint (`$1` ids, `$2` how many
-/// it may start, `$3` its cap), its requests in flight now (less `$5`, this process's
-/// requests that have ended and wait to be recorded), then its due rows in due order
-/// (`pending` and due, or `processing` with an expired lease: a `processing` row's
-/// `next_attempt_at` is its lease expiry), at most its free slots, locked skipping rows
-/// another transaction holds; the UPDATE gives each a fresh token and a lease of `$4`, on
-/// the database's clock. A row is claimed only if this UPDATE returned it. The lock is the
-/// guard: `FOR UPDATE` evaluates the due conditions on the newest version of each row it
-/// locks (a row changed since the statement's snapshot is re-checked, at READ COMMITTED;
-/// at a stricter level the change is a serialization failure, retried), and nothing can
-/// change a locked row before this statement commits. So the UPDATE finds its rows by
-/// primary key alone: repeating the conditions there invites PostgreSQL, with statistics
-/// taken when little was pending, to read every due row of the table through the due index
-/// and match it against the batch, which with a large backlog cost a second a claim. What to send (see [`crate::worker::targets`]) comes back
-/// with each claimed row, saving a query per batch.
-const CLAIM_POSTGRES: &str = "\
-WITH turns AS (
-    SELECT t.endpoint_id, t.wanted,
-           t.cap - (SELECT COUNT(*) FROM webhook_deliveries p
-                    WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
-                      AND p.next_attempt_at > {now} AND p.id <> ALL($5::uuid[])) AS free
-    FROM unnest($1::uuid[], $2::int[], $3::int[]) AS t(endpoint_id, wanted, cap)
-), due AS MATERIALIZED (
-    SELECT d.id, d.state AS previous_state, d.submission_id, d.endpoint_id
-    FROM turns CROSS JOIN LATERAL (
-        SELECT d.id, d.state, d.submission_id, d.endpoint_id FROM webhook_deliveries d
-        WHERE d.endpoint_id = turns.endpoint_id AND d.state IN ('pending', 'processing')
-          AND d.next_attempt_at <= {now}
-        ORDER BY d.next_attempt_at
-        LIMIT GREATEST(0, LEAST(turns.wanted, turns.free))
-        FOR UPDATE OF d SKIP LOCKED
-    ) d
-)
-UPDATE webhook_deliveries AS w
-SET state = 'processing', claim_token = gen_random_uuid(), claim_expires_at = {after($4)},
-    next_attempt_at = {after($4)}, updated_at = {now},
-    cycle_attempts = w.cycle_attempts + {retaken}
-FROM due
-JOIN submissions s ON s.id = due.submission_id
-JOIN endpoints e ON e.id = due.endpoint_id
-WHERE w.id = due.id
-RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id, w.created_at,
-          w.claim_expires_at, w.updated_at, w.ordering_key, w.event_type, due.previous_state,
-          {target_columns}";
 
 /// What a claim adds to a delivery's attempts in this cycle: one for a `processing` row
 /// whose lease ran out (`{state}`, its state before the claim), since its request was
@@ -328,32 +285,36 @@ pub(crate) async fn claim_in(
         return Ok((claimed, Vec::new()));
     }
     let wants = flow::wants(&standings, now, request.limit);
-    let (taken, rows) = match db.backend() {
+    let (taken, rows, facts) = match db.backend() {
         DbBackend::Postgres => {
-            claim_postgres(txn, db, &standings, &wants, request.lease, &ended.ended).await?
+            let here =
+                postgres::claim(txn, db, &standings, &wants, request.lease, &ended.ended).await?;
+            (here.taken, here.rows, here.facts)
         }
-        _ => (
-            claim_sqlite(txn, db, &standings, &wants, request.lease, &ended.ended).await?,
-            Vec::new(),
-        ),
+        _ => {
+            let taken =
+                claim_sqlite(txn, db, &standings, &wants, request.lease, &ended.ended).await?;
+            let mut per_endpoint: HashMap<Uuid, u32> = HashMap::new();
+            for (claim, _) in &taken {
+                *per_endpoint.entry(claim.endpoint_id).or_default() += 1;
+            }
+            let ids: Vec<Uuid> = standings.iter().map(|s| s.endpoint_id).collect();
+            let facts = turns::facts(txn, db, &ids, &per_endpoint, &ended.ended).await?;
+            (taken, Vec::new(), facts)
+        }
     };
 
-    let mut per_endpoint: HashMap<Uuid, u32> = HashMap::new();
-    let mut changes = Vec::new();
-    for (claim, at) in &taken {
-        *per_endpoint.entry(claim.endpoint_id).or_default() += 1;
-        if claim.previous_state != DeliveryState::Processing {
-            changes.push(StateChange {
-                delivery_id: claim.delivery_id,
-                endpoint_id: claim.endpoint_id,
-                previous_state: Some(claim.previous_state),
-                state: DeliveryState::Processing,
-                at: *at,
-            });
-        }
-    }
-    let ids: Vec<Uuid> = standings.iter().map(|s| s.endpoint_id).collect();
-    let facts = turns::facts(txn, db, &ids, &per_endpoint, &ended.ended).await?;
+    let changes = taken
+        .iter()
+        .filter(|(claim, _)| claim.previous_state != DeliveryState::Processing)
+        .map(|(claim, at)| StateChange {
+            delivery_id: claim.delivery_id,
+            endpoint_id: claim.endpoint_id,
+            previous_state: Some(claim.previous_state),
+            state: DeliveryState::Processing,
+            at: *at,
+        })
+        .collect();
     let mut next = Vec::with_capacity(standings.len());
     for standing in &standings {
         let facts = facts.get(&standing.endpoint_id).copied().unwrap_or(Facts {
@@ -406,72 +367,11 @@ pub(crate) async fn settle(
     turns::set_turns_and_stage(txn, db, bus, &next, changes).await
 }
 
-/// Step 2 on PostgreSQL.
-async fn claim_postgres(
-    txn: &DatabaseTransaction,
-    db: &Db,
-    standings: &[Standing],
-    wants: &[u32],
-    lease: Duration,
-    ended: &[Uuid],
-) -> Result<(Vec<Taken>, Vec<QueryResult>), DbErr> {
-    let wanted: Vec<(Uuid, i32, i32)> = standings
-        .iter()
-        .zip(wants)
-        .filter(|(_, want)| **want > 0)
-        .map(|(s, want)| {
-            let cap = i32::try_from(s.max_in_flight).unwrap_or(i32::MAX);
-            (s.endpoint_id, i32::try_from(*want).unwrap_or(i32::MAX), cap)
-        })
-        .collect();
-    if wanted.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let returned = txn
-        .query_all_raw(claim_statement(db, &wanted, lease, ended))
-        .await?;
-    let claims = returned
-        .iter()
-        .map(|row| {
-            let previous: DeliveryState = row.try_get("", "previous_state")?;
-            claim_from(row, previous)
-        })
-        .collect::<Result<Vec<_>, DbErr>>()?;
-    Ok((claims, returned))
-}
-
-/// [`CLAIM_POSTGRES`] for `wanted` (endpoint, how many, cap).
-fn claim_statement(
-    db: &Db,
-    wanted: &[(Uuid, i32, i32)],
-    lease: Duration,
-    ended: &[Uuid],
-) -> sea_orm::Statement {
-    let clock = db.clock();
-    let values = [
-        Value::from(wanted.iter().map(|w| w.0).collect::<Vec<_>>()),
-        Value::from(wanted.iter().map(|w| w.1).collect::<Vec<_>>()),
-        Value::from(wanted.iter().map(|w| w.2).collect::<Vec<_>>()),
-        clock.after(lease),
-        Value::from(ended.to_vec()),
-    ];
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let sql = SQL.get_or_init(|| {
-        crate::db::sql::fill(
-            &targets::with_columns(CLAIM_POSTGRES, ""),
-            &[("retaken", &retaken("due.previous_state"))],
-        )
-    });
-    clock.statement(sql, values)
-}
-
 /// Prepares and plans, on `txn`'s connection, the statements of a claim at submit
 /// (PostgreSQL), each asked for nothing: nothing is locked or written.
 pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
     turns::lock_turns(txn, db, 1, Turns::Of(Uuid::nil()), DEFAULT_MAX_IN_FLIGHT).await?;
-    txn.query_all_raw(claim_statement(db, &[], Duration::from_secs(1), &[]))
-        .await?;
-    turns::facts(txn, db, &[], &HashMap::new(), &[]).await?;
+    postgres::warm(txn, db).await?;
     turns::warm_set_turns(txn).await
 }
 
