@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use crate::bus::Wakeup;
+
 /// The ended requests of this process's worker, and which endpoints its last claims left full.
 #[derive(Clone, Debug, Default)]
 pub struct EndedRequests {
@@ -68,6 +70,15 @@ pub enum Worth {
 }
 
 impl Worth {
+    /// Wakes the claiming loop now, or by the time given.
+    pub fn wake(self, wakeup: &Wakeup) {
+        match self {
+            Worth::Now => wakeup.hint(),
+            Worth::After(after) => wakeup.turn_after(after),
+            Worth::No => {}
+        }
+    }
+
     /// The more pressing of two.
     fn or(self, other: Worth) -> Worth {
         match (self, other) {

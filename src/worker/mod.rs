@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
-use self::ended::{EndedRequests, Worth};
+use self::ended::EndedRequests;
 use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
 use self::running::Running;
@@ -269,7 +269,7 @@ impl Worker {
                     claimed.seen(),
                     began.elapsed(),
                 );
-                self.look_again(worth);
+                worth.wake(&self.state.wakeup);
                 if let Some(after) = claimed.next_turn_in() {
                     self.state.wakeup.turn_after(after);
                 }
@@ -333,7 +333,7 @@ impl Worker {
         // No longer in flight at the receiver: this process's claims stop counting
         // it, and come back at once for an endpoint that was full.
         let (ended, worth) = self.ended.ended(delivery_id, endpoint_id);
-        self.look_again(worth);
+        worth.wake(&self.state.wakeup);
         // The semaphore is never closed; were it, the outcome would be retried
         // after its lease like any unrecorded one.
         let Ok(permit) = self.recording.clone().acquire_owned().await else {
@@ -350,15 +350,6 @@ impl Worker {
                 _ended: ended,
             })
             .await;
-    }
-
-    /// Wakes the claiming loop when a full endpoint is worth a claim (see [`Worth`]).
-    fn look_again(&self, worth: Worth) {
-        match worth {
-            Worth::Now => self.state.wakeup.hint(),
-            Worth::After(after) => self.state.wakeup.turn_after(after),
-            Worth::No => {}
-        }
     }
 
     /// Wakes the claiming loop for a freed slot.

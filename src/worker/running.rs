@@ -144,7 +144,7 @@ impl Starter for Running {
         if claimed.more {
             worker.state.wakeup.hint();
         } else {
-            worker.look_again(worth);
+            worth.wake(&worker.state.wakeup);
         }
         if let Some(after) = claimed.next_turn_in() {
             worker.state.wakeup.turn_after(after);
