@@ -43,7 +43,8 @@ pub enum Turns<'a> {
 /// What the claim left for each endpoint, this transaction's claims included: the
 /// earliest due time of its waiting and in-flight rows, and its requests in flight (less
 /// `{not_ended}`: this process's requests that have ended) with the earliest of their
-/// leases. Each an index lookup.
+/// leases. Each an index lookup. SQLite's; PostgreSQL's claim statement reads the same
+/// (see [`super::claim`]).
 const FACTS: &str = "\
 WITH t(endpoint_id) AS ({endpoints})
 SELECT t.endpoint_id,
