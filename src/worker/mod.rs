@@ -331,7 +331,7 @@ impl Worker {
         let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
         let attempt = self.deliver(claim, target).await;
         // No longer in flight at the receiver: this process's claims stop counting
-        // it, and come back at once for an endpoint that was full.
+        // it, and come back for an endpoint that was full (see `ended::Worth`).
         let (ended, worth) = self.ended.ended(delivery_id, endpoint_id);
         worth.wake(&self.state.wakeup);
         // The semaphore is never closed; were it, the outcome would be retried
