@@ -145,8 +145,16 @@ impl Recorder {
     async fn write_isolating(&self, attempts: &[FinishedAttempt]) {
         match self.write_retrying(attempts).await {
             Ok(recorded) => {
+                let mut handed_on = false;
                 for (attempt, recorded) in attempts.iter().zip(recorded) {
+                    handed_on |= recorded.new_state.is_some() && settles_a_line_head(attempt);
                     self.report(attempt, &recorded);
+                }
+                if handed_on {
+                    // A settled head made the next delivery of its line due, which no
+                    // state change announces: the claiming loop looks at once, rather
+                    // than at its next poll.
+                    self.state.wakeup.hint();
                 }
             }
             Err(Unwritten::Refused(err)) if attempts.len() > 1 => {
