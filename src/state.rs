@@ -108,6 +108,7 @@ impl AppState {
                 db.clone(),
                 access.clone(),
                 bus.clone(),
+                wakeup.clone(),
                 config.allow_private_destinations,
                 config.secret_keys(),
             ),

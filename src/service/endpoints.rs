@@ -9,7 +9,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
-use crate::bus::ChangeBus;
+use crate::bus::{ChangeBus, Wakeup};
 use crate::crypto::sealing::SecretKeys;
 use crate::crypto::signing;
 use crate::db::{self, Db};
@@ -85,18 +85,21 @@ pub struct Endpoints {
     db: Db,
     access: Access,
     bus: ChangeBus,
+    wakeup: Wakeup,
     allow_private_destinations: bool,
     keys: SecretKeys,
 }
 
 impl Endpoints {
     /// Endpoint operations on `db`; private destinations are refused unless allowed,
-    /// secrets are stored sealed with `keys` (as they are when it holds none), and the
-    /// deliveries of operational events go out on `bus`.
+    /// secrets are stored sealed with `keys` (as they are when it holds none), the
+    /// deliveries of operational events go out on `bus`, and `wakeup` tells this
+    /// process's worker when a change made work due.
     pub fn new(
         db: Db,
         access: Access,
         bus: ChangeBus,
+        wakeup: Wakeup,
         allow_private_destinations: bool,
         keys: SecretKeys,
     ) -> Self {
@@ -104,6 +107,7 @@ impl Endpoints {
             db,
             access,
             bus,
+            wakeup,
             allow_private_destinations,
             keys,
         }
@@ -218,7 +222,7 @@ impl Endpoints {
         let (max_in_flight, rate_limit) = (&max_in_flight, &rate_limit);
         let disabled = patch.disabled;
         let bus = &self.bus;
-        let (endpoint, secret, was_disabled, staged) = db
+        let (endpoint, secret, was_disabled, settings_changed, staged) = db
             .transaction(|txn| async move {
                 let Some(current) = endpoint::Entity::find_by_id(id)
                     .lock_exclusive()
@@ -273,9 +277,9 @@ impl Endpoints {
                 }
                 // A new cap or rate limit is felt by the next claim on every process (they
                 // read it from this row); the turn is looked at afresh.
-                if endpoint.max_in_flight != current.max_in_flight
-                    || endpoint.rate_limit != current.rate_limit
-                {
+                let settings_changed = endpoint.max_in_flight != current.max_in_flight
+                    || endpoint.rate_limit != current.rate_limit;
+                if settings_changed {
                     txn.execute_raw(
                         db.clock()
                             .statement(flow::SETTINGS_CHANGED, [endpoint.id.into()]),
@@ -283,12 +287,24 @@ impl Endpoints {
                     .await?;
                 }
                 let staged = bus.stage(&*txn, switched.unwrap_or_default()).await?;
-                Ok(Some((endpoint, secret, current.disabled, staged)))
+                Ok(Some((
+                    endpoint,
+                    secret,
+                    current.disabled,
+                    settings_changed,
+                    staged,
+                )))
             })
             .await?
             .ok_or(Error::NotFound("endpoint"))?;
         staged.committed();
         tracing::info!(rotated_secret = secret.is_some(), "endpoint updated");
+        if settings_changed || (was_disabled && !endpoint.disabled) {
+            // Its turn was woken, with no state change to announce it (a re-enabled
+            // endpoint's deliveries stay `pending`): this process's worker looks at once,
+            // the others at their next poll.
+            self.wakeup.hint();
+        }
         if endpoint.disabled != was_disabled {
             match endpoint.disabled {
                 true => switch::log_disabled(

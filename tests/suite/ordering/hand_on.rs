@@ -7,21 +7,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::on_both_backends;
-use crate::support::fixtures::{endpoint_on, quick_worker};
+use crate::support::fixtures::{endpoint_on, rarely_polling_worker};
 use crate::support::ordering::{
     all_settled, arrivals_by_key, id_of, obedient_receiver, states, submit_keyed,
 };
 use crate::support::{Backend, TestApp, TestDb};
-use courier::config::ServeArgs;
-
-/// Far longer than the test may take: only wake-ups move the line.
-const POLL_MS: u64 = 600_000;
-
-/// [`quick_worker`], polling only every [`POLL_MS`].
-fn rarely_polling_worker(config: &mut ServeArgs) {
-    quick_worker(config);
-    config.poll_interval_ms = POLL_MS;
-}
 
 /// A line of ten, far fewer than the endpoint's cap, to a worker that polls every ten
 /// minutes: each delivery follows the one before as soon as its outcome is recorded.

@@ -50,6 +50,15 @@ pub fn quick_worker(config: &mut ServeArgs) {
     config.shutdown_grace_secs = 5;
 }
 
+/// [`quick_worker`], polling only every ten minutes, with leases as long (a claim that
+/// leaves an endpoint asleep looks again when they run out): only wake-ups move its work,
+/// for tests that a change wakes the worker at once.
+pub fn rarely_polling_worker(config: &mut ServeArgs) {
+    quick_worker(config);
+    config.poll_interval_ms = 600_000;
+    config.lease_secs = 600;
+}
+
 /// For "never sent twice" checks, before counting what a receiver got: waits until no
 /// delivery is due or held by a claim, gives the workers a few more polls (anything they
 /// should not claim, they would claim now), then stops them, which lets every request

@@ -1,0 +1,64 @@
+//! Resuming without waiting for a poll: a re-enabled endpoint's parked deliveries become
+//! due with no state change to announce them, so the process that re-enabled it wakes its
+//! own worker.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::on_both_backends;
+use crate::support::fixtures::{endpoint_on, eventually, rarely_polling_worker};
+use crate::support::ordering::{all_settled, id_of, obedient_receiver, states, submit_keyed};
+use crate::support::{Backend, TestApp, TestDb};
+use courier::config::ServeArgs;
+
+/// [`rarely_polling_worker`], with retries ten minutes apart.
+fn rarely_retrying_worker(config: &mut ServeArgs) {
+    rarely_polling_worker(config);
+    config.retry_base_ms = Some(600_000);
+    config.retry_max_ms = 600_000;
+}
+
+/// Two deliveries that failed once wait ten minutes for their retry; the endpoint is
+/// disabled (they are parked) and re-enabled (they are due at once): both are delivered
+/// within seconds, though the worker polls every ten minutes.
+async fn a_reenabled_endpoint_resumes_without_waiting_for_a_poll(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = obedient_receiver().await;
+    let app = TestApp::spawn_with(&db, rarely_retrying_worker).await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "resume").await;
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let payload = json!({ "n": n, "failFirst": 1 });
+        ids.push(id_of(
+            &submit_keyed(&app, &admin, &endpoint, payload, None).await,
+        ));
+    }
+    eventually("each failed once", Duration::from_secs(30), || async {
+        receiver.received().len() == 2
+    })
+    .await;
+    let toggle = "mutation($id: ID!, $off: Boolean!) { updateEndpoint(id: $id, input: {disabled: $off}) { endpoint { disabled } } }";
+    for off in [true, false] {
+        let body = app
+            .graphql(&admin, toggle, json!({ "id": endpoint, "off": off }))
+            .await;
+        assert_eq!(
+            body["data"]["updateEndpoint"]["endpoint"]["disabled"], off,
+            "{body}"
+        );
+    }
+    all_settled(&app, &admin, &ids, Duration::from_secs(30)).await;
+    assert_eq!(
+        states(&app, &admin, &ids).await,
+        vec!["DELIVERED", "DELIVERED"]
+    );
+    assert_eq!(
+        receiver.received().len(),
+        4,
+        "one failure and one success each"
+    );
+}
+
+on_both_backends!(a_reenabled_endpoint_resumes_without_waiting_for_a_poll);
