@@ -164,9 +164,9 @@ pub struct DeliveryFilter {
     state: Option<DeliveryState>,
     /// Only deliveries of submissions with this event type.
     event_type: Option<String>,
-    /// Only deliveries created at or after this moment.
+    /// Only deliveries created at or after this moment (in the years 1 to 9999).
     created_after: Option<DateTime<Utc>>,
-    /// Only deliveries created before this moment.
+    /// Only deliveries created before this moment (in the years 1 to 9999).
     created_before: Option<DateTime<Utc>>,
     /// Only deliveries to endpoints of this tenant.
     tenant_id: Option<ID>,
@@ -180,9 +180,9 @@ pub struct ReplayFilter {
     endpoint_id: Option<ID>,
     /// Only deliveries of submissions with this event type.
     event_type: Option<String>,
-    /// Only deliveries that failed at or after this moment.
+    /// Only deliveries that failed at or after this moment (in the years 1 to 9999).
     since: Option<DateTime<Utc>>,
-    /// Only deliveries that failed at or before this moment.
+    /// Only deliveries that failed at or before this moment (in the years 1 to 9999).
     until: Option<DateTime<Utc>>,
 }
 

@@ -16,3 +16,4 @@ pub mod sealing;
 pub mod submissions;
 pub mod switch;
 pub mod tenants;
+pub mod time_range;

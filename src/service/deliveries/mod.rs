@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::service::access::{self, Access};
 use crate::service::pagination::{Page, PageRequest};
+use crate::service::time_range;
 
 /// Which deliveries a listing shows.
 #[derive(Debug, Clone, Default)]
@@ -188,13 +189,12 @@ impl Deliveries {
         filter: DeliveryFilter,
         page: &PageRequest,
     ) -> Result<sea_orm::Select<webhook_delivery::Entity>> {
-        if let (Some(after), Some(before)) = (filter.created_after, filter.created_before) {
-            if after > before {
-                return Err(Error::bad_input(
-                    "filter.createdAfter is later than filter.createdBefore",
-                ));
-            }
-        }
+        time_range::validate(
+            filter.created_after,
+            filter.created_before,
+            "filter.createdAfter",
+            "filter.createdBefore",
+        )?;
         if let Some(event_type) = &filter.event_type {
             crate::service::event_types::validate(event_type)?;
         }

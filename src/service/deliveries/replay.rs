@@ -20,6 +20,7 @@ use crate::service::access::Visible;
 use crate::service::flow;
 use crate::service::lines;
 use crate::service::submissions::store::placed;
+use crate::service::time_range;
 
 /// A new cycle for one delivery in state `$2`: pending, due now on the database's clock (or
 /// parked while the endpoint is disabled), with a fresh count of attempts; lifetime numbers
@@ -164,11 +165,7 @@ impl Deliveries {
         filter: &ReplayFilter,
         progress: Option<&Progress>,
     ) -> Result<u64> {
-        if let (Some(since), Some(until)) = (filter.since, filter.until) {
-            if since > until {
-                return Err(Error::bad_input("filter.since is later than filter.until"));
-            }
-        }
+        time_range::validate(filter.since, filter.until, "filter.since", "filter.until")?;
         if let Some(event_type) = &filter.event_type {
             crate::service::event_types::validate(event_type)?;
         }
