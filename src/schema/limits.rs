@@ -351,6 +351,7 @@ impl Extension for DocumentLimitsExtension {
         } else {
             check_request_known(&mut request, &self.documents)?;
         }
+        super::variables::check_required(&mut request)?;
         next.run(ctx, request).await
     }
 

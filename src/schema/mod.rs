@@ -14,6 +14,7 @@ pub mod observed;
 mod submission;
 mod subscription;
 mod tenant;
+mod variables;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema};
 

@@ -217,6 +217,20 @@ async fn media_types_and_methods_follow_graphql_over_http() {
         .unwrap_or_default()
         .starts_with("application/graphql-response+json"));
 
+    // A required variable left out is a request error: nothing runs, no `data`.
+    let missing = app
+        .request(Method::POST, "/graphql")
+        .bearer_auth(&admin)
+        .header("accept", "application/graphql-response+json")
+        .json(&json!({ "query": "query($id: ID!) { delivery(id: $id) { id } }" }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    let body: Value = missing.json().await.expect("json");
+    assert!(body.get("data").is_none(), "{body}");
+    assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+
     // application/json when asked: a request that cannot run is still a 200 there.
     let legacy = app
         .request(Method::POST, "/graphql")
