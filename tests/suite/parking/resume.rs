@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::on_both_backends;
 use crate::support::fixtures::{endpoint_on, eventually, rarely_polling_worker};
-use crate::support::ordering::{all_settled, id_of, obedient_receiver, states, submit_keyed};
+use crate::support::ordering::{all_settled, id_of, obedient_receiver, read, states, submit_keyed};
 use crate::support::{Backend, TestApp, TestDb};
 use courier::config::ServeArgs;
 
@@ -35,8 +35,19 @@ async fn a_reenabled_endpoint_resumes_without_waiting_for_a_poll(backend: Backen
             &submit_keyed(&app, &admin, &endpoint, payload, None).await,
         ));
     }
+    // Received, then recorded: each is `PENDING` again, its retry ten minutes away (a
+    // failure recorded after the switch below would schedule that retry after it).
     eventually("each failed once", Duration::from_secs(30), || async {
-        receiver.received().len() == 2
+        if receiver.received().len() < 2 {
+            return false;
+        }
+        for id in &ids {
+            let delivery = read(&app, &admin, id).await;
+            if delivery["state"] != "PENDING" || delivery["nextAttemptAt"].is_null() {
+                return false;
+            }
+        }
+        true
     })
     .await;
     let toggle = "mutation($id: ID!, $off: Boolean!) { updateEndpoint(id: $id, input: {disabled: $off}) { endpoint { disabled } } }";
