@@ -229,7 +229,12 @@ impl Session {
                     // The session is over and everything it sent is out.
                     (None, Phase::Refused(close)) => break Ending::Close(None, close.clone()),
                     (None, Phase::Revoked { .. }) => break self.revoked_ending(),
-                    (None, _) => break Ending::Drop("the session ended"),
+                    // Ended by the client (the legacy `connection_terminate`): a normal
+                    // close, not a dropped connection.
+                    (None, _) => break Ending::Close(None, CloseFrame {
+                        code: close_code::NORMAL,
+                        reason: "Normal Closure".into(),
+                    }),
                 },
             }
         };

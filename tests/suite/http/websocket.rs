@@ -83,6 +83,24 @@ async fn legacy_graphql_ws_runs_operations_with_a_lowercase_key() {
     );
 }
 
+/// The legacy `connection_terminate` ends the session with a normal close frame, not a
+/// dropped connection.
+#[tokio::test]
+async fn legacy_connection_terminate_closes_normally() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let mut socket = connect(&app, "graphql-ws").await;
+    send(&mut socket, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } })).await;
+    assert_eq!(
+        next(&mut socket).await.expect("ack")["type"],
+        "connection_ack"
+    );
+    send(&mut socket, json!({ "type": "connection_terminate" })).await;
+    let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+    assert_eq!(close.map(|(code, _)| code), Some(1000));
+}
+
 /// A missing, wrong or revoked key closes the socket with `4403 Forbidden`, as
 /// `graphql-transport-ws` specifies; the legacy protocol says why in a `connection_error` first.
 #[tokio::test]
