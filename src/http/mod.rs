@@ -63,7 +63,7 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
 }
 
 /// A request whose `Content-Length` already says its body is over the limit is answered
-/// `413` at once, without waiting for a body it would refuse anyway (a body without a
+/// `413` (with a GraphQL error) at once, without waiting for a body it would refuse anyway (a body without a
 /// length, or with a false one, is still cut at the limit as it is read).
 async fn refuse_declared_oversize(
     State(limit): State<usize>,
@@ -76,12 +76,21 @@ async fn refuse_declared_oversize(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse::<u64>().ok());
     match declared {
-        Some(length) if length > limit as u64 => (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            [(header::CONNECTION, "close")],
-            format!("the request body is over the limit of {limit} bytes"),
-        )
-            .into_response(),
+        Some(length) if length > limit as u64 => {
+            let message = format!("the request body is over the limit of {limit} bytes");
+            let body = serde_json::json!({
+                "errors": [{ "message": message, "extensions": { "code": "BAD_USER_INPUT" } }]
+            });
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                [
+                    (header::CONNECTION, "close"),
+                    (header::CONTENT_TYPE, "application/json"),
+                ],
+                body.to_string(),
+            )
+                .into_response()
+        }
         _ => next.run(request).await,
     }
 }

@@ -91,8 +91,8 @@ async fn the_header_is_timed_from_its_first_byte_and_a_stalled_body_ends_its_req
     let answer = health_on(&mut late).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 
-    // A whole header announcing a body that never comes: the request ends and the
-    // connection closes, instead of holding its place.
+    // A whole header announcing a body that never comes: the request ends, answered
+    // `408`, and the connection closes, instead of holding its place.
     let mut stalled = TcpStream::connect(app.addr).await.expect("connect");
     stalled
         .write_all(
@@ -103,8 +103,12 @@ async fn the_header_is_timed_from_its_first_byte_and_a_stalled_body_ends_its_req
         .expect("send");
     let answer = read_to_close(&mut stalled).await;
     assert!(
-        answer.is_empty() || answer.starts_with("HTTP/1.1 4"),
-        "a stalled body gets a 4xx at most: {answer:?}"
+        answer.starts_with("HTTP/1.1 408"),
+        "a stalled body is answered 408: {answer:?}"
+    );
+    assert!(
+        answer.contains("\"BAD_USER_INPUT\""),
+        "as a GraphQL error: {answer:?}"
     );
 }
 

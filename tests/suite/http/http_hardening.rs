@@ -78,13 +78,15 @@ async fn oversized_bodies_get_413_and_write_nothing(backend: Backend) {
         "query": "mutation($name: String!) { createEndpoint(input: {name: $name, url: \"https://example.com\"}) { endpoint { id } } }",
         "variables": { "name": huge_name },
     });
-    let (status, _) = post_raw(&app, &admin, "application/json", body.to_string()).await;
+    let (status, answer) = post_raw(&app, &admin, "application/json", body.to_string()).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let error: Value = serde_json::from_str(&answer).expect("a GraphQL error");
+    assert_eq!(gql_error_code(&error), Some("BAD_USER_INPUT"), "{answer}");
 
     // Without a Content-Length (chunked), the limit still holds.
     let chunks: Vec<Result<String, std::io::Error>> = vec![Ok(body.to_string())];
     let stream = futures_util::stream::iter(chunks);
-    let (status, _) = post_raw(
+    let (status, answer) = post_raw(
         &app,
         &admin,
         "application/json",
@@ -92,6 +94,8 @@ async fn oversized_bodies_get_413_and_write_nothing(backend: Backend) {
     )
     .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let error: Value = serde_json::from_str(&answer).expect("a GraphQL error");
+    assert_eq!(gql_error_code(&error), Some("BAD_USER_INPUT"), "{answer}");
     assert_eq!(endpoint_count(&app).await, 0);
 
     // A length over the limit is refused as soon as it is declared, before any body.
