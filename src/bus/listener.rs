@@ -1,13 +1,16 @@
 //! The one `LISTEN` connection of a process (PostgreSQL only): state changes from every
-//! process feed this process's subscribers, new due work wakes its worker, and a revoked
-//! API key wakes its revocation watcher.
+//! process feed this process's subscribers, new due work (announced by its state change
+//! or on [`DUE_CHANNEL`]) wakes its worker, and a revoked API key wakes its revocation
+//! watcher.
 
 use std::time::Duration;
 
 use entity::webhook_delivery::DeliveryState;
 use tokio_util::sync::CancellationToken;
 
-use super::{ChangeBus, ChangeMessage, Hint, StateChange, Wakeup, CHANGES_CHANNEL, KEYS_CHANNEL};
+use super::{
+    ChangeBus, ChangeMessage, Hint, StateChange, Wakeup, CHANGES_CHANNEL, DUE_CHANNEL, KEYS_CHANNEL,
+};
 use crate::db::Db;
 
 /// Listens until `shutdown`, reconnecting after a lost connection. After a reconnect,
@@ -29,7 +32,8 @@ pub async fn run(
             // Connecting is bounded by the pool's acquire timeout; `LISTEN` by the work deadline.
             match sqlx::postgres::PgListener::connect_with(&pool).await {
                 Ok(mut listener) => {
-                    let listening = listener.listen_all([CHANGES_CHANNEL, KEYS_CHANNEL]);
+                    let listening =
+                        listener.listen_all([CHANGES_CHANNEL, KEYS_CHANNEL, DUE_CHANNEL]);
                     match tokio::time::timeout(deadline, listening).await {
                         Ok(Ok(())) => {
                             bus.set_live(true);
@@ -68,6 +72,9 @@ async fn receive(
         match tokio::time::timeout(LIVENESS_CHECK, listener.try_recv()).await {
             Ok(Ok(Some(notification))) if notification.channel() == KEYS_CHANNEL => {
                 revocations.give();
+            }
+            Ok(Ok(Some(notification))) if notification.channel() == DUE_CHANNEL => {
+                wakeup.hint();
             }
             Ok(Ok(Some(notification))) => match StateChange::from_wire(notification.payload()) {
                 Some(changes) => {

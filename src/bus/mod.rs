@@ -21,6 +21,30 @@ pub const CHANGES_CHANNEL: &str = "courier_events";
 /// The PostgreSQL channel on which a revocation is announced (payload: the key's id).
 pub const KEYS_CHANNEL: &str = "courier_keys";
 
+/// The PostgreSQL channel on which a change that made deliveries due without changing
+/// their state (an endpoint re-enabled, its cap or rate limit changed) wakes every
+/// process's worker (payload: the endpoint's id, for the log's sake).
+pub const DUE_CHANNEL: &str = "courier_due";
+
+/// Inside the transaction that made `endpoint_id`'s deliveries due without a state change
+/// to announce them: every process's worker is woken once it commits (PostgreSQL; SQLite
+/// has one process, whose worker the caller wakes).
+pub async fn announce_due(
+    txn: &impl sea_orm::ConnectionTrait,
+    backend: sea_orm::DbBackend,
+    endpoint_id: uuid::Uuid,
+) -> Result<(), sea_orm::DbErr> {
+    if backend == sea_orm::DbBackend::Postgres {
+        txn.execute_raw(sea_orm::Statement::from_sql_and_values(
+            backend,
+            format!("SELECT {}", notify(DUE_CHANNEL, "$1")),
+            [endpoint_id.to_string().into()],
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
 /// SQL that queues a `NOTIFY` on `channel` carrying the text `payload` (an SQL expression),
 /// delivered only if and when the transaction commits. The one spelling of a notification.
 pub fn notify(channel: &'static str, payload: &str) -> String {

@@ -9,7 +9,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
-use crate::bus::{ChangeBus, Wakeup};
+use crate::bus::{self, ChangeBus, Wakeup};
 use crate::crypto::sealing::SecretKeys;
 use crate::crypto::signing;
 use crate::db::{self, Db};
@@ -286,6 +286,9 @@ impl Endpoints {
                     )
                     .await?;
                 }
+                if settings_changed || (current.disabled && !endpoint.disabled) {
+                    bus::announce_due(&*txn, db.backend(), id).await?;
+                }
                 let staged = bus.stage(&*txn, switched.unwrap_or_default()).await?;
                 Ok(Some((
                     endpoint,
@@ -302,7 +305,7 @@ impl Endpoints {
         if settings_changed || (was_disabled && !endpoint.disabled) {
             // Its turn was woken, with no state change to announce it (a re-enabled
             // endpoint's deliveries stay `pending`): this process's worker looks at once,
-            // the others at their next poll.
+            // the others when the announcement reaches them.
             self.wakeup.hint();
         }
         if endpoint.disabled != was_disabled {

@@ -1,6 +1,6 @@
 //! Resuming without waiting for a poll: a re-enabled endpoint's parked deliveries become
 //! due with no state change to announce them, so the process that re-enabled it wakes its
-//! own worker.
+//! own worker, and on PostgreSQL every other process's.
 
 use std::time::Duration;
 
@@ -24,15 +24,30 @@ fn rarely_retrying_worker(config: &mut ServeArgs) {
 /// within seconds, though the worker polls every ten minutes.
 async fn a_reenabled_endpoint_resumes_without_waiting_for_a_poll(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let receiver = obedient_receiver().await;
     let app = TestApp::spawn_with(&db, rarely_retrying_worker).await;
+    resumes_when_switched_through(&app, &app).await;
+}
+
+/// The same, switched through an API-only process: the worker of another process hears
+/// of it.
+async fn an_endpoint_reenabled_elsewhere_resumes_without_waiting_for_a_poll(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let worker = TestApp::spawn_with(&db, rarely_retrying_worker).await;
+    let api = TestApp::spawn(&db).await;
+    resumes_when_switched_through(&worker, &api).await;
+}
+
+/// Two deliveries through `app` fail once, then `switch` disables and re-enables their
+/// endpoint: both are delivered within seconds.
+async fn resumes_when_switched_through(app: &TestApp, switch: &TestApp) {
+    let receiver = obedient_receiver().await;
     let admin = app.admin_token().await;
-    let endpoint = endpoint_on(&app, &admin, &receiver, "resume").await;
+    let endpoint = endpoint_on(app, &admin, &receiver, "resume").await;
     let mut ids = Vec::new();
     for n in 0..2 {
         let payload = json!({ "n": n, "failFirst": 1 });
         ids.push(id_of(
-            &submit_keyed(&app, &admin, &endpoint, payload, None).await,
+            &submit_keyed(app, &admin, &endpoint, payload, None).await,
         ));
     }
     // Received, then recorded: each is `PENDING` again, its retry ten minutes away (a
@@ -42,7 +57,7 @@ async fn a_reenabled_endpoint_resumes_without_waiting_for_a_poll(backend: Backen
             return false;
         }
         for id in &ids {
-            let delivery = read(&app, &admin, id).await;
+            let delivery = read(app, &admin, id).await;
             if delivery["state"] != "PENDING" || delivery["nextAttemptAt"].is_null() {
                 return false;
             }
@@ -52,7 +67,7 @@ async fn a_reenabled_endpoint_resumes_without_waiting_for_a_poll(backend: Backen
     .await;
     let toggle = "mutation($id: ID!, $off: Boolean!) { updateEndpoint(id: $id, input: {disabled: $off}) { endpoint { disabled } } }";
     for off in [true, false] {
-        let body = app
+        let body = switch
             .graphql(&admin, toggle, json!({ "id": endpoint, "off": off }))
             .await;
         assert_eq!(
@@ -60,9 +75,9 @@ async fn a_reenabled_endpoint_resumes_without_waiting_for_a_poll(backend: Backen
             "{body}"
         );
     }
-    all_settled(&app, &admin, &ids, Duration::from_secs(30)).await;
+    all_settled(app, &admin, &ids, Duration::from_secs(30)).await;
     assert_eq!(
-        states(&app, &admin, &ids).await,
+        states(app, &admin, &ids).await,
         vec!["DELIVERED", "DELIVERED"]
     );
     assert_eq!(
@@ -73,3 +88,5 @@ async fn a_reenabled_endpoint_resumes_without_waiting_for_a_poll(backend: Backen
 }
 
 on_both_backends!(a_reenabled_endpoint_resumes_without_waiting_for_a_poll);
+
+crate::on_postgres!(an_endpoint_reenabled_elsewhere_resumes_without_waiting_for_a_poll);
