@@ -15,6 +15,7 @@ pub mod dispatch;
 pub mod ended;
 pub mod handoff;
 pub mod health;
+mod hold;
 pub mod record;
 mod recorder;
 pub mod retention;
@@ -330,6 +331,11 @@ impl Worker {
     ) {
         let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
         let attempt = self.deliver(claim, target).await;
+        if let Some(wait) = attempt.outcome.retry_after.filter(|wait| !wait.is_zero()) {
+            // Asked to wait: no claim anywhere starts another request to the endpoint,
+            // from now rather than from when this outcome is recorded.
+            hold::hold_turn(&self.state.db, endpoint_id, wait).await;
+        }
         // No longer in flight at the receiver: this process's claims stop counting
         // it, and come back for an endpoint that was full (see `ended::Worth`).
         let (ended, worth) = self.ended.ended(delivery_id, endpoint_id);

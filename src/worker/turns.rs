@@ -20,10 +20,16 @@ use crate::service::flow::{self, Facts, Rate, Standing, Turn};
 /// The ready endpoints' turns, longest waiting first, locked (PostgreSQL: skipping turns
 /// another claim holds, never waiting), with what limits them. `$1`: the most to take;
 /// `{revisit}`: full endpoints this process has since freed a slot of, whatever their turn;
-/// `{only}`: the one endpoint a claim at submit looks at (see [`Turns::Of`]).
+/// `{only}`: the one endpoint a claim at submit looks at (see [`Turns::Of`]). An endpoint
+/// counts as paused until the later of its pause and its turn's hold (a `Retry-After` not
+/// yet recorded, see [`flow::HOLD_TURN`], or a rate limit's wait, which allows no start
+/// before it either), so a turn revisited early starts nothing in a hold.
 const LOCK_TURNS: &str = "\
-SELECT f.endpoint_id, f.rate_tat, f.served_at, e.paused_until, e.max_in_flight, e.rate_limit,
-       e.disabled, {now} AS now
+SELECT f.endpoint_id, f.rate_tat, f.served_at,
+       CASE WHEN e.paused_until IS NULL OR f.blocked_until > e.paused_until
+            THEN COALESCE(f.blocked_until, e.paused_until) ELSE e.paused_until END
+           AS paused_until,
+       e.max_in_flight, e.rate_limit, e.disabled, {now} AS now
 FROM endpoint_flow f JOIN endpoints e ON e.id = f.endpoint_id
 WHERE (f.turn_at <= {now} {revisit}) {only}
 ORDER BY f.turn_at, f.endpoint_id

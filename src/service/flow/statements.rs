@@ -102,6 +102,18 @@ pub const INSERT_FLOW: &str =
 pub const SETTINGS_CHANGED: &str = "UPDATE endpoint_flow \
      SET rate_tat = NULL, blocked_until = NULL, turn_at = {now} WHERE endpoint_id = $1";
 
+/// The moment a `429` or `503` with `Retry-After` comes back, before its outcome is
+/// recorded: the endpoint's turn is held back for `$2` from now (database clock), unless a
+/// longer hold stands, so no claim on any process starts another request to it meanwhile.
+/// The recording then pauses the endpoint itself ([`PAUSE_ENDPOINT`], [`PAUSE_TURN`]),
+/// which is what `pausedUntil` shows and `courier.endpoint.paused` announces.
+pub const HOLD_TURN: &str = "UPDATE endpoint_flow \
+     SET blocked_until = CASE WHEN blocked_until > {after($2)} THEN blocked_until \
+                              ELSE {after($2)} END, \
+         turn_at = CASE WHEN turn_at IS NULL OR turn_at > {after($2)} THEN turn_at \
+                        ELSE {after($2)} END \
+     WHERE endpoint_id = $1";
+
 /// A `429` or `503` with `Retry-After` pauses the whole endpoint until `$2` from now on the
 /// database's clock (shown as `pausedUntil`); a longer pause already set stands.
 pub const PAUSE_ENDPOINT: &str = "UPDATE endpoints SET paused_until = {after($2)} \

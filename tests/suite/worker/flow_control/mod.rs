@@ -10,6 +10,7 @@ mod at_submit;
 mod claiming;
 mod neighbours;
 mod pace;
+mod pause;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,66 @@
+//! A pause holds from the answer that asked for it: the deliveries waiting behind a `429`
+//! with `Retry-After` are not sent in the moment before its outcome is recorded, on any
+//! instance.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::config::ServeArgs;
+use serde_json::json;
+
+use super::{each_once, endpoint_with, submit_many};
+use crate::on_both_backends;
+use crate::support::fixtures::quick_worker;
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+
+/// A quick worker with room for more than the endpoint's one request at a time.
+fn roomy_worker(config: &mut ServeArgs) {
+    quick_worker(config);
+    config.worker_concurrency = 8;
+}
+
+/// Five deliveries wait behind an endpoint's one slot while its first request is answered
+/// `429` with `Retry-After: 3`: nothing more reaches the receiver for three seconds from
+/// that answer, with two instances claiming; then every one is delivered once.
+async fn deliveries_waiting_behind_a_429_wait_for_its_pause(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let refused = Arc::new(AtomicBool::new(false));
+    let refuse_once = refused.clone();
+    let receiver = Receiver::start(move |_| {
+        let first = !refuse_once.swap(true, Ordering::SeqCst);
+        Reply {
+            body: Default::default(),
+            status: if first { 429 } else { 204 },
+            headers: if first {
+                vec![("retry-after", "3".to_owned())]
+            } else {
+                Vec::new()
+            },
+            // The others are submitted, and wait, while the first is answered.
+            delay: Duration::from_millis(if first { 300 } else { 0 }),
+        }
+    })
+    .await;
+    let apps = [
+        TestApp::spawn_with(&db, roomy_worker).await,
+        TestApp::spawn_with(&db, roomy_worker).await,
+    ];
+    let admin = apps[0].admin_token().await;
+    let settings = json!({ "maxInFlight": 1 });
+    let endpoint = endpoint_with(&apps[0], &admin, &receiver, "held", settings).await;
+    submit_many(&apps[0], &admin, &endpoint, 1).await;
+    submit_many(&apps[1], &admin, &endpoint, 5).await;
+    let received = receiver.wait_for(6, Duration::from_secs(20)).await;
+    let told = received[0].at;
+    for later in &received[1..] {
+        assert!(
+            later.at - told >= Duration::from_millis(2_900),
+            "a request came {:?} into a three-second pause",
+            later.at - told
+        );
+    }
+    each_once(&receiver, "held", 6);
+}
+
+on_both_backends!(deliveries_waiting_behind_a_429_wait_for_its_pause);
