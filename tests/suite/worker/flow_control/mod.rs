@@ -2,8 +2,8 @@
 //! shares, rate limits, pauses, bad settings), then real receivers behind several app
 //! instances on PostgreSQL (the cap, the rate limit and a pause held across processes, a
 //! settings change felt by another process, and neighbours that are slow or hang), turns set
-//! ahead taken when they come rather than at the next poll, and
-//! claims made at submit under the same rules.
+//! ahead taken when they come rather than at the next poll, a pause held from the answer
+//! that asked for it, and claims made at submit under the same rules.
 
 mod across_instances;
 mod at_submit;
