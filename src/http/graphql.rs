@@ -314,7 +314,12 @@ fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// A response for a request that was refused before execution.
-fn request_error(media: MediaType, status: StatusCode, code: &str, message: &str) -> Response {
+pub(super) fn request_error(
+    media: MediaType,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response {
     let body = serde_json::json!({
         "errors": [{ "message": message, "extensions": { "code": code } }]
     });

@@ -11,7 +11,7 @@ mod ws_gate;
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -19,6 +19,7 @@ use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
+use self::negotiate::MediaType;
 use crate::metrics::{HttpLabels, RouteLabels};
 use crate::schema::CourierSchema;
 use crate::state::AppState;
@@ -63,8 +64,8 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
 }
 
 /// A request whose `Content-Length` already says its body is over the limit is answered
-/// `413` (with a GraphQL error) at once, without waiting for a body it would refuse anyway (a body without a
-/// length, or with a false one, is still cut at the limit as it is read).
+/// `413` (with a GraphQL error) at once, without waiting for a body it would refuse anyway
+/// (a body without a length, or with a false one, is still cut at the limit as it is read).
 async fn refuse_declared_oversize(
     State(limit): State<usize>,
     request: Request,
@@ -77,19 +78,18 @@ async fn refuse_declared_oversize(
         .and_then(|value| value.trim().parse::<u64>().ok());
     match declared {
         Some(length) if length > limit as u64 => {
-            let message = format!("the request body is over the limit of {limit} bytes");
-            let body = serde_json::json!({
-                "errors": [{ "message": message, "extensions": { "code": "BAD_USER_INPUT" } }]
-            });
-            (
+            let media =
+                negotiate::response_media_type(request.headers()).unwrap_or(MediaType::Json);
+            let mut refused = graphql::request_error(
+                media,
                 StatusCode::PAYLOAD_TOO_LARGE,
-                [
-                    (header::CONNECTION, "close"),
-                    (header::CONTENT_TYPE, "application/json"),
-                ],
-                body.to_string(),
-            )
-                .into_response()
+                "BAD_USER_INPUT",
+                &format!("the request body is over the limit of {limit} bytes"),
+            );
+            refused
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            refused
         }
         _ => next.run(request).await,
     }
