@@ -222,7 +222,7 @@ impl Endpoints {
         let (max_in_flight, rate_limit) = (&max_in_flight, &rate_limit);
         let disabled = patch.disabled;
         let bus = &self.bus;
-        let (endpoint, secret, was_disabled, settings_changed, staged) = db
+        let (endpoint, secret, was_disabled, made_due, staged) = db
             .transaction(|txn| async move {
                 let Some(current) = endpoint::Entity::find_by_id(id)
                     .lock_exclusive()
@@ -286,23 +286,20 @@ impl Endpoints {
                     )
                     .await?;
                 }
-                if settings_changed || (current.disabled && !endpoint.disabled) {
+                // Re-enabled, or with new limits: its deliveries may be due with no state
+                // change to announce them.
+                let made_due = settings_changed || (current.disabled && !endpoint.disabled);
+                if made_due {
                     bus::announce_due(&*txn, db.backend(), id).await?;
                 }
                 let staged = bus.stage(&*txn, switched.unwrap_or_default()).await?;
-                Ok(Some((
-                    endpoint,
-                    secret,
-                    current.disabled,
-                    settings_changed,
-                    staged,
-                )))
+                Ok(Some((endpoint, secret, current.disabled, made_due, staged)))
             })
             .await?
             .ok_or(Error::NotFound("endpoint"))?;
         staged.committed();
         tracing::info!(rotated_secret = secret.is_some(), "endpoint updated");
-        if settings_changed || (was_disabled && !endpoint.disabled) {
+        if made_due {
             // Its turn was woken, with no state change to announce it (a re-enabled
             // endpoint's deliveries stay `pending`): this process's worker looks at once,
             // the others when the announcement reaches them.
