@@ -222,9 +222,10 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
             &app,
             &admin,
             &endpoint,
-            // Slow to answer, so the head it takes over from is still seen waiting behind
-            // it after the replay (an instant answer let the line move on before the read).
-            json!({ "n": 0, "failFirst": 2, "delayMs": 800 }),
+            // Slow to answer its replay, so the head it takes over from is still seen
+            // waiting behind it when read (an answer within a loaded machine's read
+            // let the line move on before it).
+            json!({ "n": 0, "failFirst": 2, "successDelayMs": 4_000 }),
             key,
         )
         .await,
@@ -242,6 +243,7 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
         quick_worker(config);
         config.max_attempts = Some(2);
         config.retry_base_ms = Some(20_000);
+        config.request_timeout_ms = 10_000;
     })
     .await;
     app.stop().await;

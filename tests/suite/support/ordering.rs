@@ -79,7 +79,7 @@ pub async fn read(app: &TestApp, token: &str, id: &str) -> Value {
 
 /// A receiver that does what each body says: `500` for a webhook's first `failFirst`
 /// requests, `500` for every third request overall when `flaky` is set, otherwise `200`;
-/// after `delayMs` either way.
+/// after `delayMs` either way, and `successDelayMs` more before a `200`.
 pub async fn obedient_receiver() -> Receiver {
     let calls = Arc::new(AtomicUsize::new(0));
     Receiver::start_by_body(move |body, nth| {
@@ -90,7 +90,14 @@ pub async fn obedient_receiver() -> Receiver {
         Reply {
             status: if failing { 500 } else { 200 },
             headers: Vec::new(),
-            delay: Duration::from_millis(body["delayMs"].as_u64().unwrap_or(0)),
+            delay: Duration::from_millis(
+                body["delayMs"].as_u64().unwrap_or(0)
+                    + if failing {
+                        0
+                    } else {
+                        body["successDelayMs"].as_u64().unwrap_or(0)
+                    },
+            ),
             body: ReplyBody::Empty,
         }
     })

@@ -116,6 +116,10 @@ async fn every_operation_is_refused_across_tenants(backend: Backend) {
         .as_str()
         .unwrap_or_else(|| panic!("{their_event}"))
         .to_owned();
+    // An admin's event of a type no endpoint takes reached nobody: no tenant reads it.
+    let nobodys = publish(&other, &admin, "nobody.listens", json!({"n": 4}), None).await;
+    let nobodys_event = nobodys["data"]["publish"]["event"]["id"].as_str();
+    let nobodys_event = nobodys_event.unwrap_or_else(|| panic!("{nobodys}"));
 
     let token = &acme.token;
     // What it sees: its own, only.
@@ -174,6 +178,11 @@ async fn every_operation_is_refused_across_tenants(backend: Backend) {
             "event",
             "query($id: ID!) { event(id: $id) { id } }",
             json!({ "id": their_event }),
+        ),
+        (
+            "an admin's event that reached nobody",
+            "query($id: ID!) { event(id: $id) { id } }",
+            json!({ "id": nobodys_event }),
         ),
         (
             "deliveries of its endpoint",
