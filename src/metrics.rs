@@ -119,6 +119,9 @@ pub struct Metrics {
     /// Attempt outcomes the recorder could not write and gave up on (their deliveries are
     /// reclaimed after their lease).
     pub outcomes_given_up: Counter,
+    /// Tries to record a batch of outcomes that failed (the database did not answer in time,
+    /// or broke a deadlock or conflict) and were tried again.
+    pub recording_retries: Counter,
     /// Seconds from submission to a 2xx answer.
     pub delivery_latency: Histogram,
     /// Deliveries being sent by this process right now.
@@ -221,6 +224,7 @@ impl Metrics {
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let superseded = Counter::default();
         let outcomes_given_up = Counter::default();
+        let recording_retries = Counter::default();
         let delivery_latency = latency_histogram();
         let in_flight = Gauge::default();
         let due_depth = Gauge::default();
@@ -258,6 +262,11 @@ impl Metrics {
             "delivery_outcomes_given_up",
             "Attempt outcomes that could not be recorded; their deliveries are reclaimed after the lease",
             outcomes_given_up.clone(),
+        );
+        registry.register(
+            "delivery_recording_retries",
+            "Tries to record a batch of outcomes that failed and were tried again",
+            recording_retries.clone(),
         );
         registry.register(
             "delivery_latency_seconds",
@@ -333,6 +342,7 @@ impl Metrics {
             attempts,
             superseded,
             outcomes_given_up,
+            recording_retries,
             delivery_latency,
             in_flight,
             due_depth,

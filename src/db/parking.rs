@@ -48,6 +48,17 @@ pub fn with_parking(backend: DbBackend, template: &str) -> String {
     })
 }
 
+/// PostgreSQL: share-locks the endpoints of the deliveries `{ids}` (a
+/// [`crate::db::Db::id_list`]) once each, in id order: run before a statement that asks
+/// `{parked(X)}` of many deliveries, whose own locks would come in row order. Transactions
+/// that lock several endpoints (a recording locks those it writes, in id order) then never
+/// each hold one the other waits for.
+pub const LOCK_ENDPOINTS_OF: &str = "\
+SELECT id FROM endpoints
+WHERE id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id {ids})
+ORDER BY id
+FOR SHARE";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! `COURIER_DISABLE_AFTER_FAILURES` deliveries ending `failed` with no success between
 //! disables it (`FAILING`). Disabling parks the endpoint's waiting deliveries; nothing is lost.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::DeliveryState;
@@ -60,14 +60,18 @@ pub struct Disabled {
 }
 
 /// Applies the outcomes' effect on their endpoints inside the recording transaction `txn`,
-/// one endpoint at a time in id order (so concurrent recorders cannot deadlock), and returns
-/// the endpoints it disabled (log them with [`log_disabled`] once the transaction commits)
-/// and the creation of their operational events' deliveries.
+/// one endpoint at a time in id order, and returns the endpoints it disabled (log them with
+/// [`log_disabled`] once the transaction commits) and the creation of their operational
+/// events' deliveries. On PostgreSQL the recording locked beforehand (see
+/// `record::endpoint_locks`) every endpoint whose row this writes: `locked`. Of the others,
+/// none had a run of failures when looked at, so their successes are left to end nothing
+/// rather than take a lock out of order.
 pub async fn settle(
     txn: &DatabaseTransaction,
     backend: DbBackend,
     policy: HealthPolicy,
     outcomes: &[Settled],
+    locked: Option<&HashSet<Uuid>>,
 ) -> Result<(Vec<Disabled>, Vec<StateChange>), DbErr> {
     let mut announced = Vec::new();
     let mut by_endpoint: BTreeMap<Uuid, Vec<&Settled>> = BTreeMap::new();
@@ -94,6 +98,9 @@ pub async fn settle(
             Some(_) => (RESET_FAILURES, failures_after),
             None => (ADD_FAILURES, failures_after),
         };
+        if locked.is_some_and(|locked| !locked.contains(&endpoint_id)) {
+            continue;
+        }
         let row = txn
             .query_one_raw(Statement::from_sql_and_values(
                 backend,

@@ -216,6 +216,7 @@ impl Recorder {
                     return Err(Unwritten::Refused(err));
                 }
             }
+            self.state.metrics.recording_retries.inc();
             tracing::warn!(error = %error_chain(&err), outcomes = attempts.len(), "recording failed; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);

@@ -5,14 +5,14 @@
 
 use chrono::{DateTime, Utc};
 use entity::webhook_delivery::{self, DeliveryState};
-use sea_orm::{ActiveEnum as _, ConnectionTrait, FromQueryResult, Statement, Value};
+use sea_orm::{ActiveEnum as _, ConnectionTrait, DbBackend, FromQueryResult, Statement, Value};
 use uuid::Uuid;
 
 use super::tally::Tally;
 use super::Deliveries;
 use crate::auth::Identity;
 use crate::bus::{Staged, StateChange};
-use crate::db::parking::with_parking;
+use crate::db::parking::{with_parking, LOCK_ENDPOINTS_OF};
 use crate::db::sql::fill;
 use crate::db::{Db, Progress};
 use crate::error::{Error, Result};
@@ -238,6 +238,15 @@ impl Deliveries {
                     return Ok((0, bus.stage(&*txn, Vec::new()).await?));
                 }
                 let (list, values) = Db::id_list(backend, 1, &locked, false);
+                if backend == DbBackend::Postgres {
+                    let sql = fill(LOCK_ENDPOINTS_OF, &[("ids", &list)]);
+                    txn.execute_raw(Statement::from_sql_and_values(
+                        backend,
+                        &sql,
+                        values.clone(),
+                    ))
+                    .await?;
+                }
                 let sql = fill(&with_parking(backend, REPLAY_LOCKED), &[("ids", &list)]);
                 let mut replayed = Vec::with_capacity(locked.len());
                 let mut keyed = Vec::new();
@@ -302,7 +311,7 @@ async fn announce(
 /// in the filter, to its `scope`), and its values from `$1` on; `$1`, the cursor, is bound
 /// per batch.
 fn conditions(
-    backend: sea_orm::DbBackend,
+    backend: DbBackend,
     filter: &ReplayFilter,
     scope: Visible<'_>,
 ) -> (String, Vec<Value>) {

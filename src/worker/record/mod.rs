@@ -12,9 +12,11 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
 use uuid::Uuid;
 
+mod endpoint_locks;
 mod pause;
 mod statements;
 
+use self::endpoint_locks::EndpointLocks;
 use self::pause::{pause, Paused};
 pub use self::statements::RECORDED_ATTEMPTS_POSTGRES;
 use self::statements::{
@@ -220,6 +222,17 @@ async fn record_in(
         ));
     }
 
+    // The endpoint rows this recording writes, locked in id order before any is touched.
+    let mut endpoint_locks = EndpointLocks::default();
+    for (index, _, state, _) in &fresh {
+        let attempt = &attempts[*index];
+        let written = *state != DeliveryState::Delivered
+            || health::is_gone(&attempt.outcome)
+            || attempt.outcome.retry_after.is_some();
+        endpoint_locks.note(attempt.claim.endpoint_id, written);
+    }
+    let locked = endpoint_locks.lock(txn, backend).await?;
+
     // Each delivery appears once per batch, so a returned id names the claim that held:
     // its new due time and the database's time of the change.
     let clock = db.clock();
@@ -339,7 +352,8 @@ async fn record_in(
             at: attempts[*index].finished_at,
         })
         .collect();
-    let (disabled, mut announced) = health::settle(txn, backend, policy, &settled).await?;
+    let (disabled, mut announced) =
+        health::settle(txn, backend, policy, &settled, locked.as_ref()).await?;
     // A delivery of an operational event that fails or asks to wait is not announced
     // again, so two alerting endpoints cannot feed each other events.
     let operational_delivery = |claim: &Claim| {

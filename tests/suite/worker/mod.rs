@@ -1,6 +1,7 @@
 //! The delivery worker: claims and their fences (races 1 and 2), fair share and flow control,
 //! delivery end to end with signatures, failures, the retry schedule, what receivers
-//! answered, the pipeline under load, and the state changes it publishes.
+//! answered, the pipeline under load, the state changes it publishes, and recorders in
+//! several processes that never deadlock.
 
 mod answers;
 mod claims;
@@ -8,5 +9,6 @@ mod delivery;
 mod failures;
 mod flow_control;
 mod notifications;
+mod recording_locks;
 mod schedule;
 mod worker_pipeline;

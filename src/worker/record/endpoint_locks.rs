@@ -1,0 +1,75 @@
+//! The endpoint rows a recording writes, locked once, in id order, before any is touched:
+//! recorders in several processes then never hold one endpoint each while waiting for the
+//! other's.
+//!
+//! Without it, a recording share-locked the endpoints of its retries (the parking rule) and
+//! later updated the endpoints of its failures (their run of failures) or pauses: two
+//! recorders share-locking one endpoint and then both updating it, or updating two
+//! endpoints in the order their outcomes came, deadlocked, and PostgreSQL broke the tie by
+//! failing one after a second, so outcomes were recorded late (and sent again when leases
+//! ran out meanwhile).
+
+use std::collections::{BTreeSet, HashSet};
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
+use uuid::Uuid;
+
+/// Locks, in id order, the endpoints `$2` a recording will write or share-lock, and those of
+/// `$1` whose run of failures a success would end (a healthy endpoint's row stays unlocked
+/// by its successes). `FOR NO KEY UPDATE`: the lock an update takes, which also holds off a
+/// disable (`FOR UPDATE`) as the parking rule's share lock does.
+const LOCK_ENDPOINTS: &str = "\
+SELECT id FROM endpoints
+WHERE id = ANY($1::uuid[]) AND (id = ANY($2::uuid[]) OR consecutive_failures <> 0)
+ORDER BY id
+FOR NO KEY UPDATE";
+
+/// The endpoints of a recording's outcomes: those it settles (delivered, failed) and those
+/// it certainly writes or share-locks (a retry's parking rule, a failure, a pause, a
+/// `410 Gone`).
+#[derive(Debug, Default)]
+pub(super) struct EndpointLocks {
+    settled: BTreeSet<Uuid>,
+    written: BTreeSet<Uuid>,
+}
+
+impl EndpointLocks {
+    /// Notes an outcome for `endpoint_id`: one it certainly writes (`written`), or a success
+    /// that may end a run of failures.
+    pub(super) fn note(&mut self, endpoint_id: Uuid, written: bool) {
+        if written {
+            self.written.insert(endpoint_id);
+        } else {
+            self.settled.insert(endpoint_id);
+        }
+    }
+
+    /// Takes the locks, and returns the endpoints locked (PostgreSQL), or `None` where the
+    /// transaction already excludes every other writer (SQLite). An endpoint left unlocked
+    /// had no run of failures when looked at: a run another recorder starts meanwhile is
+    /// ordered after this recording, whose successes then end nothing.
+    pub(super) async fn lock(
+        self,
+        txn: &DatabaseTransaction,
+        backend: DbBackend,
+    ) -> Result<Option<HashSet<Uuid>>, DbErr> {
+        if backend != DbBackend::Postgres {
+            return Ok(None);
+        }
+        if self.settled.is_empty() && self.written.is_empty() {
+            return Ok(Some(HashSet::new()));
+        }
+        let all: Vec<Uuid> = self.settled.union(&self.written).copied().collect();
+        let written: Vec<Uuid> = self.written.into_iter().collect();
+        txn.query_all_raw(Statement::from_sql_and_values(
+            backend,
+            LOCK_ENDPOINTS,
+            [Value::from(all), Value::from(written)],
+        ))
+        .await?
+        .iter()
+        .map(|row| row.try_get::<Uuid>("", "id"))
+        .collect::<Result<HashSet<_>, _>>()
+        .map(Some)
+    }
+}

@@ -1,0 +1,128 @@
+//! Recorders in several processes settling outcomes of the same endpoints (retries, which
+//! read an endpoint under the parking rule's share lock, beside failures and recoveries,
+//! which write its run of failures) lock those endpoints in one order and never deadlock.
+
+use std::time::Duration;
+
+use sea_orm::ConnectionTrait;
+use serde_json::json;
+
+use crate::support::fixtures::{endpoint_on, eventually, quick_worker, settle, submit};
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+
+/// Deadlocks PostgreSQL broke in this test's database.
+async fn deadlocks(db: &TestDb) -> i64 {
+    let conn = db.connect(1).await;
+    let row = conn
+        .conn()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+        ))
+        .await
+        .expect("read the database's statistics")
+        .expect("a row");
+    row.try_get("", "deadlocks").expect("deadlocks")
+}
+
+/// How many deliveries are `delivered` and `failed`.
+async fn settled(db: &courier::db::Db) -> (i64, i64) {
+    let row = db
+        .conn()
+        .query_one_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT COUNT(*) FILTER (WHERE state = 'delivered') AS delivered, \
+                    COUNT(*) FILTER (WHERE state = 'failed') AS failed \
+             FROM webhook_deliveries",
+        ))
+        .await
+        .expect("count")
+        .expect("a row");
+    (
+        row.try_get("", "delivered").expect("delivered"),
+        row.try_get("", "failed").expect("failed"),
+    )
+}
+
+/// Three instances, eight endpoints shared by all: a third of the deliveries always fail
+/// (three attempts, then `failed`), a third fail once and then succeed, a third succeed.
+/// Every outcome is recorded at its first try, and PostgreSQL breaks no deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recorders_across_instances_lock_endpoints_in_one_order() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::start_by_body(|body, nth| {
+        let n = body["n"].as_u64().unwrap_or(0);
+        let failing = match n % 3 {
+            0 => true,
+            1 => nth == 1,
+            _ => false,
+        };
+        Reply::status(if failing { 500 } else { 200 })
+    })
+    .await;
+    let configure = |config: &mut courier::config::ServeArgs| {
+        quick_worker(config);
+        config.retry_base_ms = Some(20);
+        config.retry_max_ms = 100;
+        config.disable_after_failures = 0;
+    };
+    let apps = std::sync::Arc::new([
+        TestApp::spawn_with(&db, configure).await,
+        TestApp::spawn_with(&db, configure).await,
+        TestApp::spawn_with(&db, configure).await,
+    ]);
+    let admin = apps[0].admin_token().await;
+    let mut endpoints = Vec::new();
+    for n in 0..8 {
+        endpoints.push(endpoint_on(&apps[0], &admin, &receiver, &format!("shared-{n}")).await);
+    }
+    let endpoints = std::sync::Arc::new(endpoints);
+    let mut submitters = tokio::task::JoinSet::new();
+    for submitter in 0..6 {
+        let (apps, admin, endpoints) = (apps.clone(), admin.clone(), endpoints.clone());
+        submitters.spawn(async move {
+            for k in 0..40 {
+                let n = submitter * 40 + k;
+                let body = submit(
+                    &apps[n % 3],
+                    &admin,
+                    &endpoints[n % endpoints.len()],
+                    json!({ "n": n }),
+                    None,
+                )
+                .await;
+                assert!(body["errors"].is_null(), "{body}");
+            }
+        });
+    }
+    while let Some(done) = submitters.join_next().await {
+        done.expect("a submitter");
+    }
+    let apps = std::sync::Arc::into_inner(apps).expect("the submitters are done");
+    let counts = db.connect(1).await;
+    eventually(
+        "every delivery settles",
+        Duration::from_secs(60),
+        || async { settled(&counts).await.0 + settled(&counts).await.1 == 240 },
+    )
+    .await;
+    assert_eq!(
+        settled(&counts).await,
+        (160, 80),
+        "every delivery settled as its receiver said"
+    );
+    let retries: Vec<u64> = apps
+        .iter()
+        .map(|app| app.state.metrics.recording_retries.get())
+        .collect();
+    assert_eq!(
+        retries,
+        [0, 0, 0],
+        "every batch of outcomes recorded at its first try"
+    );
+    settle(apps).await;
+    counts.close().await.expect("close");
+    // The instances' connections have closed, so their statistics are in.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(deadlocks(&db).await, 0, "PostgreSQL broke no deadlock");
+}
