@@ -123,6 +123,11 @@ async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
     Ok(db)
 }
 
+/// How long `serve` waits at the end for the database pools to close: a connection still
+/// out by then is held by work that will never give it back, and the process exits
+/// without it (the operating system closes its socket).
+const CLOSE_POOLS_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), CommandError> {
     config.check().map_err(CommandError::Settings)?;
     tracing::info!(database = %db::location(&database.database_url), "starting");
@@ -162,7 +167,13 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
     App::new(db.clone(), config, shutdown)
         .serve(listener)
         .await?;
-    db.close().await?;
+    match tokio::time::timeout(CLOSE_POOLS_WITHIN, db.close()).await {
+        Ok(closed) => closed?,
+        Err(_) => tracing::warn!(
+            "database connections still in use {}s after the service stopped; exiting without them",
+            CLOSE_POOLS_WITHIN.as_secs()
+        ),
+    }
     tracing::info!("stopped");
     Ok(())
 }
