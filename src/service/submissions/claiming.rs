@@ -12,7 +12,7 @@ use super::store::{
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::db::Db;
 use crate::error::error_chain;
-use crate::worker::claim::{release, targets_of, targets_returned, ClaimRequest, Claimed};
+use crate::worker::claim::{release, targets_of, ClaimRequest, Claimed};
 use crate::worker::handoff::{claim_at_submit, FailedClaim, Reservation};
 
 /// Stores one submission, as [`super::store::store`] does, and in the same transaction claims its
@@ -70,35 +70,21 @@ pub async fn store_claiming(
     };
     staged.committed();
     // Committed: from here on the claim is the worker's, whatever becomes of the caller
-    // (a request given up on must not strand it until its lease runs out). Where the
-    // claim brought what to send, the request starts now, before the answer is written;
-    // otherwise it is read in a task of its own.
-    match targets_returned(db, &reservation.keys(), &mut claimed) {
-        Some(Ok(targets)) => reservation.start(claimed, targets),
-        Some(Err(err)) => {
-            let (db, bus) = (db.clone(), bus.clone());
-            tokio::spawn(async move { give_back(&db, &bus, claimed, err).await });
-        }
-        None => {
-            let (db, bus) = (db.clone(), bus.clone());
-            tokio::spawn(async move {
-                match targets_of(&db, &reservation.keys(), &mut claimed).await {
-                    Ok(targets) => reservation.start(claimed, targets),
-                    Err(err) => give_back(&db, &bus, claimed, err).await,
+    // (a request given up on must not strand it until its lease runs out).
+    let (db, bus) = (db.clone(), bus.clone());
+    tokio::spawn(async move {
+        match targets_of(&db, &reservation.keys(), &mut claimed).await {
+            Ok(targets) => reservation.start(claimed, targets),
+            Err(err) => {
+                tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
+                if let Err(err) = release(&db, &bus, &claimed.claims).await {
+                    // It stays `processing` and is reclaimed after its lease.
+                    tracing::error!(error = %error_chain(&err), "releasing a claim failed");
                 }
-            });
+            }
         }
-    }
+    });
     Ok(stored)
-}
-
-/// Releases a claim made at submit whose deliveries could not be loaded (`err`).
-async fn give_back(db: &Db, bus: &ChangeBus, claimed: Claimed, err: DbErr) {
-    tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
-    if let Err(err) = release(db, bus, &claimed.claims).await {
-        // It stays `processing` and is reclaimed after its lease.
-        tracing::error!(error = %error_chain(&err), "releasing a claim failed");
-    }
 }
 
 /// PostgreSQL: the store statement, then (unless the delivery waits in its line) the claim,

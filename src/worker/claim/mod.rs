@@ -212,20 +212,6 @@ pub(crate) async fn targets_of(
     }
 }
 
-/// What to send for each of `claimed`'s claims when it needs no query (PostgreSQL: the
-/// claim returned it), so the requests can start without waiting on anything; `None`
-/// where it must be read (SQLite, see [`targets_of`]).
-pub(crate) fn targets_returned(
-    db: &Db,
-    keys: &SecretKeys,
-    claimed: &mut Claimed,
-) -> Option<Result<HashMap<Uuid, Target>, DbErr>> {
-    (db.backend() == DbBackend::Postgres).then(|| {
-        let rows = std::mem::take(&mut claimed.rows);
-        targets::from_rows(keys, &claimed.claims, &rows)
-    })
-}
-
 /// Why [`claim_due_with_targets`] failed.
 #[derive(Debug)]
 pub enum ClaimError {
