@@ -62,10 +62,10 @@ pub struct Disabled {
 /// Applies the outcomes' effect on their endpoints inside the recording transaction `txn`,
 /// one endpoint at a time in id order, and returns the endpoints it disabled (log them with
 /// [`log_disabled`] once the transaction commits) and the creation of their operational
-/// events' deliveries. On PostgreSQL the recording locked beforehand (see
-/// `record::endpoint_locks`) every endpoint whose row this writes: `locked`. Of the others,
-/// none had a run of failures when looked at, so their successes are left to end nothing
-/// rather than take a lock out of order.
+/// events' deliveries. When the recording locked endpoints beforehand (see
+/// `record::endpoint_locks`), `locked` holds every endpoint whose row this may write. Of
+/// the others, none had a run of failures when looked at, so their successes are left to
+/// end nothing rather than take a lock out of order.
 pub async fn settle(
     txn: &DatabaseTransaction,
     backend: DbBackend,

@@ -44,20 +44,20 @@ impl EndpointLocks {
         }
     }
 
-    /// Takes the locks, and returns the endpoints locked (PostgreSQL), or `None` where the
-    /// transaction already excludes every other writer (SQLite). An endpoint left unlocked
-    /// had no run of failures when looked at: a run another recorder starts meanwhile is
-    /// ordered after this recording, whose successes then end nothing.
+    /// Takes the locks, and returns the endpoints locked (PostgreSQL), or `None` when none
+    /// needed taking: the transaction already excludes every other writer (SQLite), or
+    /// every outcome is a success (its recording then locks endpoints only to end runs of
+    /// failures, one by one in id order, and nothing before: a healthy drain costs no extra
+    /// statement). An endpoint left unlocked had no run of failures when looked at: a run
+    /// another recorder starts meanwhile is ordered after this recording, whose successes
+    /// then end nothing.
     pub(super) async fn lock(
         self,
         txn: &DatabaseTransaction,
         backend: DbBackend,
     ) -> Result<Option<HashSet<Uuid>>, DbErr> {
-        if backend != DbBackend::Postgres {
+        if backend != DbBackend::Postgres || self.written.is_empty() {
             return Ok(None);
-        }
-        if self.settled.is_empty() && self.written.is_empty() {
-            return Ok(Some(HashSet::new()));
         }
         let all: Vec<Uuid> = self.settled.union(&self.written).copied().collect();
         let written: Vec<Uuid> = self.written.into_iter().collect();
