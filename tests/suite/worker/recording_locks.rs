@@ -4,44 +4,25 @@
 
 use std::time::Duration;
 
-use sea_orm::ConnectionTrait;
 use serde_json::json;
 
-use crate::support::fixtures::{endpoint_on, eventually, quick_worker, settle, submit};
+use crate::support::fixtures::{count, endpoint_on, eventually, quick_worker, settle, submit};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// Deadlocks PostgreSQL broke in this test's database.
 async fn deadlocks(db: &TestDb) -> i64 {
     let conn = db.connect(1).await;
-    let row = conn
-        .conn()
-        .query_one_raw(sea_orm::Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
-        ))
-        .await
-        .expect("read the database's statistics")
-        .expect("a row");
-    row.try_get("", "deadlocks").expect("deadlocks")
+    let sql = "SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()";
+    count(&conn, sql, vec![]).await
 }
 
 /// How many deliveries are `delivered` and `failed`.
 async fn settled(db: &courier::db::Db) -> (i64, i64) {
-    let row = db
-        .conn()
-        .query_one_raw(sea_orm::Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            "SELECT COUNT(*) FILTER (WHERE state = 'delivered') AS delivered, \
-                    COUNT(*) FILTER (WHERE state = 'failed') AS failed \
-             FROM webhook_deliveries",
-        ))
-        .await
-        .expect("count")
-        .expect("a row");
-    (
-        row.try_get("", "delivered").expect("delivered"),
-        row.try_get("", "failed").expect("failed"),
-    )
+    let by_state = |state: &'static str| async move {
+        let sql = format!("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = '{state}'");
+        count(db, &sql, vec![]).await
+    };
+    (by_state("delivered").await, by_state("failed").await)
 }
 
 /// Three instances, eight endpoints shared by all: a third of the deliveries always fail
