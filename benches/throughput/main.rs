@@ -188,13 +188,15 @@ async fn main() {
             .collect();
         println!(
             "submit-to-arrival over {samples} submissions from ready: p50 {:.2} ms, p99 {:.2} ms, \
-             max {:.2} ms (answer-to-arrival p50 {:.2} ms, p99 {:.2} ms); first five [{}] ms",
+             max {:.2} ms (answer-to-arrival p50 {:.2} ms, p99 {:.2} ms); first five [{}] ms; \
+             {} claimed at submit",
             latency.p50_ms,
             latency.p99_ms,
             latency.max_ms,
             latency.answered_p50_ms,
             latency.answered_p99_ms,
-            first.join(", ")
+            first.join(", "),
+            latency.claimed_at_submit
         );
         results["latency_p50_ms"] = json!(latency.p50_ms);
         results["latency_p99_ms"] = json!(latency.p99_ms);

@@ -33,6 +33,8 @@ pub struct Latency {
     pub answered_p99_ms: f64,
     /// The first five, in order (the ones a start-up stall would hit).
     pub first_ms: Vec<f64>,
+    /// How many were claimed at submit, by the server's own count.
+    pub claimed_at_submit: u64,
 }
 
 /// Submits `{"n": n}` to `endpoint` and returns its delivery's id.
@@ -258,6 +260,8 @@ pub async fn latency_in(
         from_answered.push(arrived.saturating_duration_since(answered).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let claimed_at_submit =
+        counter(&client, &server, "courier_delivery_claims_at_submit_total").await;
     server.stop();
     let first_ms = from_sent.iter().take(5).copied().collect();
     from_sent.sort_by(f64::total_cmp);
@@ -269,7 +273,24 @@ pub async fn latency_in(
         answered_p50_ms: percentile(&from_answered, 0.50),
         answered_p99_ms: percentile(&from_answered, 0.99),
         first_ms,
+        claimed_at_submit,
     }
+}
+
+/// The value of the counter `name` on `server`'s `/metrics` (0 if it is not there).
+async fn counter(client: &reqwest::Client, server: &Server, name: &str) -> u64 {
+    let text = match client
+        .get(format!("{}/metrics", server.base_url))
+        .send()
+        .await
+    {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .next()
+        .map_or(0, |value| value as u64)
 }
 
 /// The `q` quantile of sorted `values` (nearest rank).

@@ -21,7 +21,7 @@ mod recorder;
 pub mod retention;
 mod running;
 pub mod schedule;
-mod targets;
+pub(crate) mod targets;
 pub mod turns;
 
 use std::collections::HashMap;

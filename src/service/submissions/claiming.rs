@@ -1,26 +1,31 @@
-//! Storing a submission and claiming its delivery in one transaction (a claim at submit,
-//! see [`crate::worker::handoff`]): the request leaves after the submission's own commit.
+//! Storing a submission and claiming its delivery at once (a claim at submit, see
+//! [`crate::worker::handoff`]): the request leaves after the submission's own commit. On
+//! PostgreSQL a submission without an ordering key is claimed by the statement that stores
+//! it (see [`super::claim_in_store`]); one with a key, and every one on SQLite, in the
+//! transaction that stores it.
 
 use std::collections::HashMap;
 
 use sea_orm::{ConnectionTrait, DbBackend, DbErr};
 
+use super::claim_in_store::{store_and_claim, ClaimInStore};
 use super::store::{
     outcome, prepare, reported_by_row, store_prepared, store_sqlite, store_statement, NewRows,
     Notify, Prepared, Reported, Stored,
 };
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::db::Db;
+use crate::db::{classify, Failure};
 use crate::error::error_chain;
-use crate::worker::claim::{release, targets_of, ClaimRequest, Claimed};
+use crate::worker::claim::{claim, release, targets_of, ClaimRequest, Claimed};
 use crate::worker::handoff::{claim_at_submit, FailedClaim, Reservation};
 
-/// Stores one submission, as [`super::store::store`] does, and in the same transaction claims its
-/// endpoint's due work (the new delivery, unless it waits in its line or older work is due
-/// first) for the local worker's `reservation` (see [`crate::worker::handoff`]); once
+/// Stores one submission, as [`super::store::store`] does, and claims its endpoint's due
+/// work for the local worker's `reservation` as it stores it (the new delivery, unless it
+/// waits in its line or older work is due first; see [`crate::worker::handoff`]); once
 /// committed, hands the claim over, so the request leaves without another commit. A claim
 /// that finds no room leaves the submission to an ordinary claim; one that fails fails the
-/// transaction, and the submission is stored again, with the same ids, without a claim.
+/// write, and the submission is stored again, with the same ids, without a claim.
 pub async fn store_claiming(
     db: &Db,
     bus: &ChangeBus,
@@ -29,6 +34,9 @@ pub async fn store_claiming(
 ) -> Result<Stored, DbErr> {
     let prepared = prepare(rows);
     let request = reservation.request(prepared.submission.endpoint_id);
+    if db.backend() == DbBackend::Postgres && prepared.submission.ordering_key.is_none() {
+        return store_claiming_in_statement(db, bus, prepared, request, reservation).await;
+    }
     let failed = FailedClaim::default();
     let (stored, claimed) = match db.backend() {
         DbBackend::Postgres => {
@@ -56,38 +64,99 @@ pub async fn store_claiming(
             ),
         },
     };
-    let Some((mut claimed, staged)) = claimed else {
-        if let Stored::Created(_, delivery, _) = &stored {
-            if !delivery.waiting {
-                // The claim failed: a claim elsewhere may have missed this submission
-                // and put its endpoint to sleep. Look again now it has committed.
-                let endpoint_id = delivery.endpoint_id;
-                let look_again = Claimed::looking_again(endpoint_id, request.default_max_in_flight);
-                reservation.start(look_again, HashMap::new());
-            }
-        }
+    let Some((claimed, staged)) = claimed else {
+        look_again_unless_claimed(&stored, &request, reservation);
         return Ok(stored);
     };
     staged.committed();
-    // Committed: from here on the claim is the worker's, whatever becomes of the caller
-    // (a request given up on must not strand it until its lease runs out).
-    let (db, bus) = (db.clone(), bus.clone());
-    tokio::spawn(async move {
-        match targets_of(&db, &reservation.keys(), &mut claimed).await {
-            Ok(targets) => reservation.start(claimed, targets),
-            Err(err) => {
-                tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
-                if let Err(err) = release(&db, &bus, &claimed.claims).await {
-                    // It stays `processing` and is reclaimed after its lease.
-                    tracing::error!(error = %error_chain(&err), "releasing a claim failed");
-                }
-            }
-        }
-    });
+    hand_over(db, bus, claimed, reservation);
     Ok(stored)
 }
 
-/// PostgreSQL: the store statement, then (unless the delivery waits in its line) the claim,
+/// PostgreSQL, a submission without an ordering key: one statement stores it and, when its
+/// endpoint has room, claims it. Without room, a full endpoint is left to the requests that
+/// end (the recorder wakes it), and any other to an ordinary claim of the endpoint, made
+/// in the reserved slot once the submission has committed. A statement the database
+/// refuses (nothing of it committed) is tried again without the claim.
+async fn store_claiming_in_statement(
+    db: &Db,
+    bus: &ChangeBus,
+    prepared: Prepared,
+    request: ClaimRequest,
+    reservation: Reservation,
+) -> Result<Stored, DbErr> {
+    let (reported, in_store) = match store_and_claim(db, &prepared, &request).await {
+        Ok(done) => done,
+        Err(err) if matches!(classify(&err), Failure::Refused | Failure::Transient) => {
+            tracing::warn!(error = %error_chain(&err), "claiming at submit failed; the submission is stored again to wait for a claim");
+            reservation.claim_failed();
+            let stored = store_prepared(db, bus, prepared).await?;
+            look_again_unless_claimed(&stored, &request, reservation);
+            return Ok(stored);
+        }
+        Err(err) => return Err(err),
+    };
+    let mut stored = outcome(prepared, reported);
+    match in_store {
+        ClaimInStore::Claimed(claimed) => {
+            if let Stored::Created(_, _, at_submit) = &mut stored {
+                *at_submit = true;
+            }
+            hand_over(db, bus, *claimed, reservation);
+        }
+        ClaimInStore::Other => {
+            let (db, bus) = (db.clone(), bus.clone());
+            tokio::spawn(async move {
+                match claim(&db, &bus, request).await {
+                    Ok(claimed) => start(&db, &bus, claimed, reservation).await,
+                    Err(err) => {
+                        tracing::warn!(error = %error_chain(&err), "claiming a submitted delivery's endpoint failed; the claiming loop takes it");
+                    }
+                }
+            });
+        }
+        ClaimInStore::Full | ClaimInStore::NotStored => drop(reservation),
+    }
+    Ok(stored)
+}
+
+/// After a submission that claimed nothing: if it is due, a claim elsewhere may have missed
+/// it and put its endpoint to sleep, so look again now it has committed; otherwise give the
+/// slot back.
+fn look_again_unless_claimed(stored: &Stored, request: &ClaimRequest, reservation: Reservation) {
+    if let Stored::Created(_, delivery, _) = stored {
+        if !delivery.waiting {
+            let look_again =
+                Claimed::looking_again(delivery.endpoint_id, request.default_max_in_flight);
+            reservation.start(look_again, HashMap::new());
+        }
+    }
+}
+
+/// Hands a committed claim to the worker, in a task of its own: from here on the claim is
+/// the worker's, whatever becomes of the caller (a request given up on must not strand it
+/// until its lease runs out).
+fn hand_over(db: &Db, bus: &ChangeBus, claimed: Claimed, reservation: Reservation) {
+    let (db, bus) = (db.clone(), bus.clone());
+    tokio::spawn(async move { start(&db, &bus, claimed, reservation).await });
+}
+
+/// Starts a committed claim in the reserved slot, with what to send; a claim whose targets
+/// cannot be read is released.
+async fn start(db: &Db, bus: &ChangeBus, mut claimed: Claimed, reservation: Reservation) {
+    match targets_of(db, &reservation.keys(), &mut claimed).await {
+        Ok(targets) => reservation.start(claimed, targets),
+        Err(err) => {
+            tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
+            if let Err(err) = release(db, bus, &claimed.claims).await {
+                // It stays `processing` and is reclaimed after its lease.
+                tracing::error!(error = %error_chain(&err), "releasing a claim failed");
+            }
+        }
+    }
+}
+
+/// PostgreSQL, a submission with an ordering key: the store statement, then (unless the delivery waits in its line) the claim,
 /// with the creation staged in the claim's notification. What the row reported, and the
 /// claim.
 async fn store_and_claim_postgres(

@@ -1,5 +1,6 @@
 //! Submissions: the idempotent `submit` (race 3) and reading what was submitted.
 
+mod claim_in_store;
 pub mod claiming;
 pub mod group_commit;
 pub mod intake;

@@ -25,6 +25,8 @@ use crate::service::lines::{self, Place};
 use crate::worker::claim::{ClaimRequest, Claimed};
 use crate::worker::handoff::{claim_at_submit, FailedClaim};
 
+use super::claim_in_store;
+
 /// PostgreSQL, for any number of submissions: the submissions, their deliveries and their
 /// creation events in one statement. A row whose endpoint is unknown or disabled is
 /// skipped (the endpoints read under the parking rule's share lock, once each, so a
@@ -33,7 +35,9 @@ use crate::worker::handoff::{claim_at_submit, FailedClaim};
 /// row comes back with its outcome and, when stored, the time it was stored with (the
 /// database's). The endpoints' turns are woken if they slept (see [`crate::service::flow`]).
 /// A row with an ordering key enters its line (see [`crate::service::lines`]) and, unless
-/// it is the line's head, is stored waiting, without a due time.
+/// it is the line's head, is stored waiting, without a due time. A row its endpoint has
+/// `{room}` for is stored already claimed (see [`super::claim_in_store`]; the other forms
+/// have no room), and its endpoint's turn is then left to the claim rather than woken.
 /// `{rows}` is a [`Rows`] of [`STORE_COLUMNS`]: no key, no event type, no ordering key and
 /// no trace context travel as `''` (none can be empty), no submitter as the nil id.
 const STORE_POSTGRES: &str = "\
@@ -55,32 +59,35 @@ valid AS (
     SELECT valid.delivery_id, valid.endpoint_id, valid.ordering_key, NULL::bigint AS line_seq
     FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
     WHERE valid.ordering_key <> ''
-), {enter_lines}, stored_deliveries AS (
+), {enter_lines}, {room}, stored_deliveries AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, state, cycle_attempts, next_attempt_at, created_at, updated_at,
-         event_type, ordering_key, line_seq, waiting)
-    SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id, 'pending', 0,
-           CASE WHEN p.waiting THEN NULL ELSE s.created_at END, s.created_at, s.created_at,
+         event_type, ordering_key, line_seq, waiting, claim_token, claim_expires_at)
+    SELECT valid.delivery_id, valid.submission_id, valid.endpoint_id,
+           CASE WHEN room.token IS NULL THEN 'pending' ELSE 'processing' END, 0,
+           CASE WHEN p.waiting THEN NULL ELSE COALESCE(room.lease, s.created_at) END,
+           s.created_at, s.created_at,
            NULLIF(valid.event_type, ''), NULLIF(valid.ordering_key, ''), p.line_seq,
-           COALESCE(p.waiting, FALSE)
+           COALESCE(p.waiting, FALSE), room.token, room.lease
     FROM valid JOIN stored_submissions s ON s.id = valid.submission_id
     LEFT JOIN line_places p ON p.delivery_id = valid.delivery_id
-    RETURNING id, endpoint_id, created_at, line_seq, waiting
+    LEFT JOIN room ON room.endpoint_id = valid.endpoint_id
+    RETURNING id, endpoint_id, created_at, line_seq, waiting, claim_token, claim_expires_at
 ), woken AS (
     {wake}
 ), notified AS (
     {notify}
-)
+){claim_writes}
 SELECT input.delivery_id AS id,
        CASE WHEN stored_deliveries.id IS NOT NULL THEN 'created'
             WHEN valid.delivery_id IS NOT NULL THEN 'key_taken'
             WHEN EXISTS (SELECT 1 FROM endpoints e WHERE e.id = input.endpoint_id) THEN 'disabled'
             ELSE 'missing' END AS outcome,
-       stored_deliveries.created_at, stored_deliveries.line_seq, stored_deliveries.waiting
+       stored_deliveries.created_at, stored_deliveries.line_seq, stored_deliveries.waiting{claim_columns}
 FROM input
 LEFT JOIN valid ON valid.delivery_id = input.delivery_id
 LEFT JOIN stored_deliveries ON stored_deliveries.id = input.delivery_id
-CROSS JOIN notified";
+CROSS JOIN notified{claim_joins}";
 
 /// The types of `STORE_POSTGRES`' rows.
 const STORE_COLUMNS: &[&str] = &[
@@ -248,6 +255,9 @@ pub(super) enum Notify {
     InStatement,
     /// The caller, staging it later in the same transaction (with a claim's changes).
     Staged,
+    /// The statement itself, which also claims the one submission it stores when its
+    /// endpoint has room (see [`super::claim_in_store`]), publishing the claim with it.
+    Claiming,
 }
 
 /// `STORE_POSTGRES` for `prepared`, with its values. On PostgreSQL the rows travel as
@@ -277,28 +287,37 @@ pub(super) fn store_statement(
     let (rows, values) = rows.render(1);
     static IN_STATEMENT: OnceLock<String> = OnceLock::new();
     static STAGED: OnceLock<String> = OnceLock::new();
+    static CLAIMING: OnceLock<String> = OnceLock::new();
     let cell = match notify {
         Notify::InStatement => &IN_STATEMENT,
         Notify::Staged => &STAGED,
+        Notify::Claiming => &CLAIMING,
     };
     let sql = cell.get_or_init(|| {
         let wake = flow::wake(
             DbBackend::Postgres,
-            "SELECT endpoint_id FROM stored_deliveries WHERE NOT waiting",
+            "SELECT endpoint_id FROM stored_deliveries WHERE NOT waiting AND claim_token IS NULL",
         );
-        let notify = match notify {
+        let publish = match notify {
             Notify::InStatement => bus::notify_created(STORED_CHANGES),
             Notify::Staged => "SELECT 0 AS notifications".to_owned(),
+            Notify::Claiming => {
+                bus::notify_created(&claim_in_store::stored_changes(STORE_COLUMNS.len() + 1))
+            }
         };
-        fill(
-            &with_parking(DbBackend::Postgres, STORE_POSTGRES),
-            &[
-                ("rows", &rows),
-                ("wake", &wake),
-                ("notify", &notify),
-                ("enter_lines", &lines::enter_ctes("keyed")),
-            ],
-        )
+        let claim = match notify {
+            Notify::Claiming => claim_in_store::slots(STORE_COLUMNS.len() + 1),
+            _ => claim_in_store::no_room(),
+        };
+        let lines = lines::enter_ctes("keyed");
+        let mut slots = vec![
+            ("rows", rows.as_str()),
+            ("wake", &wake),
+            ("notify", &publish),
+            ("enter_lines", &lines),
+        ];
+        slots.extend(claim.iter().map(|(slot, text)| (*slot, text.as_str())));
+        fill(&with_parking(DbBackend::Postgres, STORE_POSTGRES), &slots)
     });
     Ok((sql.as_str(), values))
 }
@@ -310,7 +329,7 @@ pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), D
         let (sql, values) = store_statement(&[], notify)?;
         txn.query_all_raw(db.clock().statement(sql, values)).await?;
     }
-    Ok(())
+    claim_in_store::warm(txn, db).await
 }
 
 /// What each row of `STORE_POSTGRES` reported, by delivery id.

@@ -246,6 +246,28 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
     Ok(claimed)
 }
 
+/// A claim the statement that stored its delivery made (see
+/// [`crate::service::submissions::claiming`]): `row` holds the claimed row's columns, with
+/// what to send; `full`, the endpoint's cap if the claim left it full (it is looked at again
+/// when enough of its requests end, see [`super::ended`]).
+pub(crate) fn claimed_in_store(
+    row: QueryResult,
+    full: Option<u32>,
+    request: &ClaimRequest,
+) -> Result<Claimed, DbErr> {
+    let (claim, _) = claim_from(&row, DeliveryState::Pending)?;
+    let endpoint_id = claim.endpoint_id;
+    let mut claimed = Claimed {
+        claims: vec![claim],
+        seen: request.ended.ended.clone(),
+        visited: vec![(endpoint_id, full.map(|cap| (cap, 1)))],
+        rows: vec![row],
+        ..Claimed::default()
+    };
+    claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
+    Ok(claimed)
+}
+
 /// A claimed row and when the claim changed it.
 pub(super) type Taken = (Claim, DateTime<Utc>);
 
