@@ -1,13 +1,14 @@
 //! Claims made outside the claiming loop, handed to this process's worker: a submission
-//! stored while the worker has a slot to spare claims its endpoint's due work in the
-//! transaction that stores it (see [`crate::service::submissions::store`]), so the only
-//! commit before its request leaves is the submission's own.
+//! stored while the worker has a slot to spare claims its own delivery as it is stored (see
+//! [`crate::service::submissions::claiming`]), so the only commit before its request leaves
+//! is the submission's own.
 //!
-//! The slot is reserved before the transaction begins, so a claim made at submit always
-//! has one to start in. The claim is an ordinary one (the same rules, statements, lease and
-//! fence, see [`super::claim`]), limited to one delivery and to the submission's endpoint:
-//! if the process dies before the request leaves, the lease runs out and any worker takes
-//! the delivery again.
+//! The slot is reserved before the write begins, so a claim made at submit always has one
+//! to start in. On PostgreSQL a submission without an ordering key is claimed by the
+//! statement that stores it; any other by an ordinary claim (the same rules, statements,
+//! lease and fence, see [`super::claim`]) in the transaction that stores it, limited to one
+//! delivery and to the submission's endpoint. Either way, if the process dies before the
+//! request leaves, the lease runs out and any worker takes the delivery again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,8 +35,15 @@ pub(crate) trait Starter: Send + Sync {
     /// The keys that open the endpoints' secrets.
     fn keys(&self) -> SecretKeys;
     /// Starts what `claimed` holds (at most one delivery) in `slot`, giving the slot back
-    /// if it holds nothing, and runs the claim's follow-up.
-    fn start(&self, slot: OwnedSemaphorePermit, claimed: Claimed, targets: HashMap<Uuid, Target>);
+    /// if it holds nothing, and runs the claim's follow-up. `at_submit`: the submission's
+    /// write made the claim (rather than a claim right after it).
+    fn start(
+        &self,
+        slot: OwnedSemaphorePermit,
+        claimed: Claimed,
+        targets: HashMap<Uuid, Target>,
+        at_submit: bool,
+    );
     /// A reserved slot was given back unused.
     fn released(&self);
     /// A claim at submit failed (see [`claim_at_submit`]).
@@ -113,11 +121,21 @@ impl Reservation {
         self.starter.claim_failed();
     }
 
-    /// Starts what the committed claim holds in the reserved slot (given back if it holds
-    /// nothing), and runs the claim's follow-up.
-    pub fn start(mut self, claimed: Claimed, targets: HashMap<Uuid, Target>) {
+    /// Starts what the committed claim made at submit holds in the reserved slot (given
+    /// back if it holds nothing), and runs the claim's follow-up.
+    pub fn start(self, claimed: Claimed, targets: HashMap<Uuid, Target>) {
+        self.start_as(claimed, targets, true);
+    }
+
+    /// [`Reservation::start`] for an ordinary claim made right after the submission
+    /// committed (counted among claims, not among claims at submit).
+    pub fn start_after_submit(self, claimed: Claimed, targets: HashMap<Uuid, Target>) {
+        self.start_as(claimed, targets, false);
+    }
+
+    fn start_as(mut self, claimed: Claimed, targets: HashMap<Uuid, Target>, at_submit: bool) {
         if let Some(slot) = self.slot.take() {
-            self.starter.start(slot, claimed, targets);
+            self.starter.start(slot, claimed, targets, at_submit);
         }
     }
 }

@@ -132,6 +132,7 @@ impl Starter for Running {
         slot: OwnedSemaphorePermit,
         mut claimed: Claimed,
         mut targets: HashMap<Uuid, Target>,
+        at_submit: bool,
     ) {
         self.reserved.fetch_sub(1, Ordering::AcqRel);
         let worker = &self.worker;
@@ -151,7 +152,9 @@ impl Starter for Running {
         }
         let metrics = &worker.state.metrics;
         metrics.claims.inc_by(claimed.claims.len() as u64);
-        metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);
+        if at_submit {
+            metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);
+        }
         worker.follow_up(claimed.follow_up());
         let mut claims = std::mem::take(&mut claimed.claims).into_iter();
         match claims.next() {

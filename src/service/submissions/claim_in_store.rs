@@ -22,13 +22,14 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, QueryResult, Value};
 use crate::bus::StateChange;
 use crate::db::sql::fill;
 use crate::db::Db;
-use crate::worker::claim::{claimed_in_store, ClaimRequest, Claimed};
+use crate::worker::claim::{claimed_in_store, left_full, ClaimRequest, Claimed};
 use crate::worker::targets;
 use entity::webhook_delivery::DeliveryState;
 
 use super::store::{reported_by_row, store_statement, Notify, Prepared, Reported};
 
-/// The room a submission's endpoint has for it (the `{room}` slot of the store statement):
+/// The room a submission's endpoint has for it (the `{room}` slot of the store statement;
+/// only ever for a statement of one row, without an ordering key):
 /// `{cap}` is the cap of endpoints that set none, `{lease}` the lease's end (an
 /// `{after(X)}`), `{ended}` this process's ended requests. The endpoint is read under a share
 /// lock (the newest version), its turn locked skipping one another claim holds.
@@ -37,6 +38,7 @@ claim_endpoint AS MATERIALIZED (
     SELECT e.id, e.max_in_flight, e.rate_limit, e.paused_until, e.disabled, e.url,
            e.signing_secret, e.previous_signing_secret, e.previous_secret_expires_at
     FROM endpoints e WHERE e.id IN (SELECT endpoint_id FROM valid WHERE ordering_key = '')
+      AND (SELECT COUNT(*) FROM input) = 1
     FOR SHARE OF e
 ), claim_turn AS MATERIALIZED (
     SELECT f.endpoint_id, f.xmin AS version, f.blocked_until
@@ -159,8 +161,9 @@ pub(super) fn no_room() -> Vec<(&'static str, String)> {
 pub enum ClaimInStore {
     /// It claimed the new delivery: the claim, ready for the worker.
     Claimed(Box<Claimed>),
-    /// The endpoint had no free slot: nothing to claim until one of its requests ends.
-    Full,
+    /// The endpoint had no free slot (its cap given, with the ended requests the statement
+    /// left out): nothing to claim until one of its requests ends.
+    Full(Box<Claimed>),
     /// No claim, for another reason (a rate limit, a pause, older work due, its turn held
     /// or changed by another claim meanwhile): an ordinary claim decides.
     Other,
@@ -176,6 +179,11 @@ pub(super) async fn store_and_claim(
     prepared: &Prepared,
     request: &ClaimRequest,
 ) -> Result<(Option<Reported>, ClaimInStore), DbErr> {
+    if prepared.submission.ordering_key.is_some() {
+        return Err(DbErr::Custom(
+            "a submission with an ordering key is claimed in its transaction".into(),
+        ));
+    }
     let (sql, mut values) = store_statement(std::slice::from_ref(prepared), Notify::Claiming)?;
     let processing = StateChange {
         delivery_id: prepared.delivery.id,
@@ -200,7 +208,15 @@ pub(super) async fn store_and_claim(
     let verdict: String = row.try_get("", "claim")?;
     let claim = match verdict.as_str() {
         "claimed" => ClaimInStore::Claimed(Box::new(claimed(row, request)?)),
-        "full" => ClaimInStore::Full,
+        "full" => {
+            let cap: i32 = row.try_get("", "cap")?;
+            let cap = u32::try_from(cap).unwrap_or(u32::MAX);
+            ClaimInStore::Full(Box::new(left_full(
+                prepared.delivery.endpoint_id,
+                cap,
+                request,
+            )))
+        }
         _ => ClaimInStore::Other,
     };
     Ok((reported, claim))

@@ -88,7 +88,10 @@ async fn store_claiming_in_statement(
     let (reported, in_store) = match store_and_claim(db, &prepared, &request).await {
         Ok(done) => done,
         Err(err) if matches!(classify(&err), Failure::Refused | Failure::Transient) => {
-            tracing::warn!(error = %error_chain(&err), "claiming at submit failed; the submission is stored again to wait for a claim");
+            // Nothing of the statement committed; whether its claim or its store failed, the
+            // submission is written again without the claim (a store that fails again
+            // fails the submission).
+            tracing::warn!(error = %error_chain(&err), "storing a submission with its claim failed; it is stored again to wait for a claim");
             reservation.claim_failed();
             let stored = store_prepared(db, bus, prepared).await?;
             look_again_unless_claimed(&stored, &request, reservation);
@@ -107,15 +110,16 @@ async fn store_claiming_in_statement(
         ClaimInStore::Other => {
             let (db, bus) = (db.clone(), bus.clone());
             tokio::spawn(async move {
-                match claim(&db, &bus, request).await {
-                    Ok(claimed) => start(&db, &bus, claimed, reservation).await,
+                match db.within_deadline(claim(&db, &bus, request)).await {
+                    Ok(claimed) => start(&db, &bus, claimed, reservation, false).await,
                     Err(err) => {
                         tracing::warn!(error = %error_chain(&err), "claiming a submitted delivery's endpoint failed; the claiming loop takes it");
                     }
                 }
             });
         }
-        ClaimInStore::Full | ClaimInStore::NotStored => drop(reservation),
+        ClaimInStore::Full(left) => reservation.start(*left, HashMap::new()),
+        ClaimInStore::NotStored => drop(reservation),
     }
     Ok(stored)
 }
@@ -138,14 +142,22 @@ fn look_again_unless_claimed(stored: &Stored, request: &ClaimRequest, reservatio
 /// until its lease runs out).
 fn hand_over(db: &Db, bus: &ChangeBus, claimed: Claimed, reservation: Reservation) {
     let (db, bus) = (db.clone(), bus.clone());
-    tokio::spawn(async move { start(&db, &bus, claimed, reservation).await });
+    tokio::spawn(async move { start(&db, &bus, claimed, reservation, true).await });
 }
 
-/// Starts a committed claim in the reserved slot, with what to send; a claim whose targets
-/// cannot be read is released.
-async fn start(db: &Db, bus: &ChangeBus, mut claimed: Claimed, reservation: Reservation) {
+/// Starts a committed claim in the reserved slot, with what to send (`at_submit`: the
+/// submission's write made it, rather than an ordinary claim right after); a claim whose
+/// targets cannot be read is released.
+async fn start(
+    db: &Db,
+    bus: &ChangeBus,
+    mut claimed: Claimed,
+    reservation: Reservation,
+    at_submit: bool,
+) {
     match targets_of(db, &reservation.keys(), &mut claimed).await {
-        Ok(targets) => reservation.start(claimed, targets),
+        Ok(targets) if at_submit => reservation.start(claimed, targets),
+        Ok(targets) => reservation.start_after_submit(claimed, targets),
         Err(err) => {
             tracing::error!(error = %error_chain(&err), "loading a delivery claimed at submit failed; releasing it");
             if let Err(err) = release(db, bus, &claimed.claims).await {

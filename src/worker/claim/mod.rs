@@ -268,6 +268,19 @@ pub(crate) fn claimed_in_store(
     Ok(claimed)
 }
 
+/// What a claim at submit that found `endpoint_id` full (at `cap`) leaves the worker: no
+/// claim, and the endpoint to look at again once enough of its requests end (see
+/// [`super::ended`]), as a claim that found it full leaves it.
+pub(crate) fn left_full(endpoint_id: Uuid, cap: u32, request: &ClaimRequest) -> Claimed {
+    let mut claimed = Claimed {
+        seen: request.ended.ended.clone(),
+        visited: vec![(endpoint_id, Some((cap, 0)))],
+        ..Claimed::default()
+    };
+    claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
+    claimed
+}
+
 /// A claimed row and when the claim changed it.
 pub(super) type Taken = (Claim, DateTime<Utc>);
 
