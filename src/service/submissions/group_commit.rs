@@ -83,15 +83,19 @@ impl GroupCommit {
     /// idempotency key is [`Stored::KeyTaken`].
     pub async fn store(&self, rows: NewRows) -> Result<Stored, Error> {
         let Some(jobs) = &self.jobs else {
+            // Boxed: the write's future is large, and unboxed it would sit in every future
+            // of the request that awaits it.
             return Ok(match self.handoff.reserve() {
-                Some(reservation) => store_claiming(&self.db, &self.bus, rows, reservation).await?,
-                None => store(&self.db, &self.bus, rows).await?,
+                Some(reservation) => {
+                    Box::pin(store_claiming(&self.db, &self.bus, rows, reservation)).await?
+                }
+                None => Box::pin(store(&self.db, &self.bus, rows)).await?,
             });
         };
         let (reply, answer) = oneshot::channel();
         let queued = Queued::new(&self.metrics);
         if let Err(mpsc::error::SendError(job)) = jobs.send(Job { rows, reply }).await {
-            return store_checked(&self.db, &self.bus, job.rows, None).await;
+            return Box::pin(store_checked(&self.db, &self.bus, job.rows, None)).await;
         }
         // The group-commit task counts it out when it takes it.
         std::mem::forget(queued);
@@ -247,8 +251,8 @@ async fn store_checked(
     let (submission_id, delivery_id) = (rows.submission.id, rows.delivery_id);
     let stored = async {
         match reservation {
-            Some(reservation) => store_claiming(db, bus, rows, reservation).await,
-            None => store(db, bus, rows).await,
+            Some(reservation) => Box::pin(store_claiming(db, bus, rows, reservation)).await,
+            None => Box::pin(store(db, bus, rows)).await,
         }
     };
     let err = match db.within_deadline(stored).await {
