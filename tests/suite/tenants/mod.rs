@@ -2,5 +2,6 @@
 //! scope growing with its tenant, tenants' keys managing their own endpoints, and portal
 //! links that expire on every process.
 
+mod growth;
 mod portal;
 mod scope;
