@@ -1,9 +1,9 @@
-//! Tenants as tests set them up through the API: a tenant, a partner key of it, its
-//! endpoints at a receiver.
+//! Tenants as tests set them up and check them through the API: a tenant, a partner key of
+//! it, its endpoints at a receiver, what a key lists and what it is refused.
 
 use serde_json::{json, Value};
 
-use crate::support::{Receiver, TestApp};
+use crate::support::{gql_error_code, Receiver, TestApp};
 
 /// One tenant as a test sets it up: its id, a partner key of it, and its endpoints.
 pub struct Tenant {
@@ -102,4 +102,22 @@ pub async fn tenant_with_endpoints(
         token,
         endpoints,
     }
+}
+
+/// The ids of the endpoints the key lists.
+pub async fn endpoint_ids(app: &TestApp, token: &str) -> Vec<String> {
+    let body = app
+        .graphql(token, "{ endpoints { edges { node { id } } } }", json!({}))
+        .await;
+    body["data"]["endpoints"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("endpoints: {body}"))
+        .iter()
+        .map(|edge| edge["node"]["id"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Asserts `body` is a `FORBIDDEN` refusal of `what`.
+pub fn assert_forbidden(what: &str, body: &Value) {
+    assert_eq!(gql_error_code(body), Some("FORBIDDEN"), "{what}: {body}");
 }

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::scope::{assert_forbidden, endpoint_ids};
 use crate::on_both_backends;
 use crate::support::fixtures::{quick_worker, submit, wait_for_state};
-use crate::support::tenants::{tenant_endpoint, tenant_with_endpoints};
+use crate::support::tenants::{
+    assert_forbidden, endpoint_ids, tenant_endpoint, tenant_with_endpoints,
+};
 use crate::support::{gql_error_code, Backend, Receiver, TestApp, TestDb};
 
 async fn a_tenant_key_grows_with_its_tenant_and_manages_it(backend: Backend) {

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::on_both_backends;
 use crate::support::fixtures::{publish, quick_worker, submit, wait_for_state, PUBLISH};
-use crate::support::tenants::tenant_with_endpoints;
+use crate::support::tenants::{assert_forbidden, endpoint_ids, tenant_with_endpoints};
 use crate::support::websocket::{connect, next, send};
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -35,24 +35,6 @@ async fn listed(app: &TestApp, token: &str) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// The ids of the endpoints the key lists.
-pub(super) async fn endpoint_ids(app: &TestApp, token: &str) -> Vec<String> {
-    let body = app
-        .graphql(token, "{ endpoints { edges { node { id } } } }", json!({}))
-        .await;
-    body["data"]["endpoints"]["edges"]
-        .as_array()
-        .unwrap_or_else(|| panic!("endpoints: {body}"))
-        .iter()
-        .map(|edge| edge["node"]["id"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
-/// Asserts `body` is a `FORBIDDEN` refusal of `what`.
-pub(super) fn assert_forbidden(what: &str, body: &Value) {
-    assert_eq!(gql_error_code(body), Some("FORBIDDEN"), "{what}: {body}");
 }
 
 async fn every_operation_is_refused_across_tenants(backend: Backend) {
