@@ -74,9 +74,10 @@ pub async fn store_claiming(
 }
 
 /// PostgreSQL, a submission without an ordering key: one statement stores it and, when its
-/// endpoint has room, claims it. Without room, a full endpoint is left to the requests that
-/// end (the recorder wakes it), and any other to an ordinary claim of the endpoint, made
-/// in the reserved slot once the submission has committed. A statement the database
+/// endpoint has room, claims it. Without room, a full endpoint is looked at again once
+/// enough of its requests end (as a claim that finds it full leaves it), and any other gets
+/// an ordinary claim of the endpoint, made in the reserved slot once the submission has
+/// committed. A statement the database
 /// refuses (nothing of it committed) is tried again without the claim.
 async fn store_claiming_in_statement(
     db: &Db,
