@@ -11,7 +11,9 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde_json::json;
 
 use super::endpoint_with;
-use crate::support::fixtures::{count, delivery, delivery_id, eventually, quick_worker, submit};
+use crate::support::fixtures::{
+    count, delivery, delivery_id, eventually, quick_worker, submit, worker_looks,
+};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 /// What a claim in another process writes, held open: the endpoint's row locked (as a
@@ -103,8 +105,9 @@ async fn a_claim_committed_while_a_submission_is_stored_stops_its_claim() {
         0,
         "the endpoint's one slot was taken after the statement's snapshot"
     );
-    // Whatever claims run meanwhile, the slot stays the other claim's until its lease ends.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Whatever claims run meanwhile, the slot stays the other claim's until its lease ends
+    // (60 s): the worker looks again, and still nothing goes out.
+    worker_looks(&app, 2).await;
     assert_eq!(
         delivery(&app.state.db, first).await.state,
         DeliveryState::Processing
