@@ -207,29 +207,31 @@ pub(super) async fn store_and_claim(
     }
     let verdict: String = row.try_get("", "claim")?;
     let claim = match verdict.as_str() {
-        "claimed" => ClaimInStore::Claimed(Box::new(claimed(row, request)?)),
-        "full" => {
-            let cap: i32 = row.try_get("", "cap")?;
-            let cap = u32::try_from(cap).unwrap_or(u32::MAX);
-            ClaimInStore::Full(Box::new(left_full(
-                prepared.delivery.endpoint_id,
-                cap,
+        "claimed" => {
+            let (in_flight, cap) = standing(&row)?;
+            // Full once this one is in flight: looked at again when enough of its requests end.
+            let full = in_flight.saturating_add(1) >= i64::from(cap);
+            ClaimInStore::Claimed(Box::new(claimed_in_store(
+                row,
+                full.then_some(cap),
                 request,
-            )))
+            )?))
+        }
+        "full" => {
+            let (_, cap) = standing(&row)?;
+            let endpoint_id = prepared.delivery.endpoint_id;
+            ClaimInStore::Full(Box::new(left_full(endpoint_id, cap, request)))
         }
         _ => ClaimInStore::Other,
     };
     Ok((reported, claim))
 }
 
-/// The claim the claiming statement's `row` reports, as the worker takes it.
-fn claimed(row: QueryResult, request: &ClaimRequest) -> Result<Claimed, DbErr> {
+/// The endpoint's requests in flight before the claim, and its cap, as `row` reports them.
+fn standing(row: &QueryResult) -> Result<(i64, u32), DbErr> {
     let in_flight: i64 = row.try_get("", "in_flight_before")?;
     let cap: i32 = row.try_get("", "cap")?;
-    let cap = u32::try_from(cap).unwrap_or(u32::MAX);
-    // Full once this one is in flight: looked at again when enough of its requests end.
-    let full = in_flight.saturating_add(1) >= i64::from(cap);
-    claimed_in_store(row, full.then_some(cap), request)
+    Ok((in_flight, u32::try_from(cap).unwrap_or(u32::MAX)))
 }
 
 /// The claiming form's own parameters (see [`slots`]).

@@ -256,15 +256,9 @@ pub(crate) fn claimed_in_store(
     request: &ClaimRequest,
 ) -> Result<Claimed, DbErr> {
     let (claim, _) = claim_from(&row, DeliveryState::Pending)?;
-    let endpoint_id = claim.endpoint_id;
-    let mut claimed = Claimed {
-        claims: vec![claim],
-        seen: request.ended.ended.clone(),
-        visited: vec![(endpoint_id, full.map(|cap| (cap, 1)))],
-        rows: vec![row],
-        ..Claimed::default()
-    };
-    claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
+    let mut claimed = at_submit(claim.endpoint_id, full.map(|cap| (cap, 1)), request);
+    claimed.claims = vec![claim];
+    claimed.rows = vec![row];
     Ok(claimed)
 }
 
@@ -272,9 +266,15 @@ pub(crate) fn claimed_in_store(
 /// claim, and the endpoint to look at again once enough of its requests end (see
 /// [`super::ended`]), as a claim that found it full leaves it.
 pub(crate) fn left_full(endpoint_id: Uuid, cap: u32, request: &ClaimRequest) -> Claimed {
+    at_submit(endpoint_id, Some((cap, 0)), request)
+}
+
+/// A claim at submit of `endpoint_id` under `request`, holding nothing yet, that visited
+/// the endpoint (`full`: its cap and the requests started, if it left it full).
+fn at_submit(endpoint_id: Uuid, full: Option<(u32, u32)>, request: &ClaimRequest) -> Claimed {
     let mut claimed = Claimed {
         seen: request.ended.ended.clone(),
-        visited: vec![(endpoint_id, Some((cap, 0)))],
+        visited: vec![(endpoint_id, full)],
         ..Claimed::default()
     };
     claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
