@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use super::claim::{claim_in, settle, ClaimRequest, Claimed};
 use super::targets::Target;
+use super::turns::Commit;
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::Db;
@@ -184,7 +185,7 @@ pub(crate) async fn claim_at_submit(
     created: StateChange,
 ) -> Result<(Claimed, Staged), DbErr> {
     let claimed = async {
-        let (mut claimed, changes) = claim_in(txn, db, request).await?;
+        let (mut claimed, changes) = claim_in(txn, db, request, Commit::AsConfigured).await?;
         let mut all = Vec::with_capacity(changes.len() + 1);
         all.push(created);
         all.extend(changes);

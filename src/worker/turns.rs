@@ -29,11 +29,33 @@ SELECT f.endpoint_id, f.rate_tat, f.served_at,
        CASE WHEN e.paused_until IS NULL OR f.blocked_until > e.paused_until
             THEN COALESCE(f.blocked_until, e.paused_until) ELSE e.paused_until END
            AS paused_until,
-       e.max_in_flight, e.rate_limit, e.disabled, {now} AS now
+       e.max_in_flight, e.rate_limit, e.disabled, {now} AS now {relax}
 FROM endpoint_flow f JOIN endpoints e ON e.id = f.endpoint_id
 WHERE (f.turn_at <= {now} {revisit}) {only}
 ORDER BY f.turn_at, f.endpoint_id
 LIMIT $1 {lock}";
+
+/// A claim that is a transaction of its own commits without waiting for its WAL to reach
+/// the disk (`synchronous_commit` off for that transaction only; set in its first
+/// statement, so it costs no round trip). Its commit is visible to every other transaction
+/// at once, as any commit, and a later durable commit (the outcome it leads to) flushes it
+/// too. Only a crash of the database itself can lose it, within a fraction of a second:
+/// its rows go back to the state before the claim and are claimed again, which is what a
+/// crash between a durable claim and its outcome already leads to (the request is sent
+/// again with the same `webhook-id`, after the lease instead of at once). What a claim
+/// writes is never more than a lease, so it need not wait for the disk; a submission, an
+/// outcome or an operator's change still does.
+const RELAXED_COMMIT: &str = ", set_config('synchronous_commit', 'off', true) AS relaxed";
+
+/// Whether a claim's transaction waits for its WAL flush at commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// As the server is set: the claim shares its transaction with a write that must be
+    /// durable (a submission claiming its own delivery).
+    AsConfigured,
+    /// Without waiting: the claim is its own transaction (see [`RELAXED_COMMIT`]).
+    Relaxed,
+}
 
 /// Which turns a claim looks at.
 #[derive(Debug, Clone, Copy)]
@@ -101,18 +123,21 @@ WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at <= {now}
   AND {parked(webhook_deliveries.endpoint_id)}";
 
 /// Locks the turns of up to `limit` of `turns`, and returns their standings with the
-/// database's time.
+/// database's time; on PostgreSQL, `commit` says whether the transaction then waits for
+/// its WAL flush at commit.
 pub async fn lock_turns(
     txn: &DatabaseTransaction,
     db: &Db,
     limit: u32,
     turns: Turns<'_>,
     default_max_in_flight: u32,
+    commit: Commit,
 ) -> Result<(Vec<Standing>, DateTime<Utc>), DbErr> {
     let backend = db.backend();
-    let lock = match backend {
-        DbBackend::Postgres => "FOR UPDATE OF f SKIP LOCKED",
-        _ => "",
+    let (lock, relax) = match (backend, commit) {
+        (DbBackend::Postgres, Commit::Relaxed) => ("FOR UPDATE OF f SKIP LOCKED", RELAXED_COMMIT),
+        (DbBackend::Postgres, Commit::AsConfigured) => ("FOR UPDATE OF f SKIP LOCKED", ""),
+        _ => ("", ""),
     };
     let mut values = vec![Value::from(i64::from(limit))];
     let (revisit_sql, only_sql) = match turns {
@@ -131,6 +156,7 @@ pub async fn lock_turns(
         LOCK_TURNS,
         &[
             ("lock", lock),
+            ("relax", relax),
             ("revisit", &revisit_sql),
             ("only", &only_sql),
         ],

@@ -31,7 +31,7 @@ pub use self::release::release;
 use self::sqlite::claim_sqlite;
 use super::ended::Snapshot;
 use super::targets::{self, load_targets, Target};
-use super::turns::{self, FollowUp, Turns};
+use super::turns::{self, Commit, FollowUp, Turns};
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
 use crate::db::Db;
@@ -237,7 +237,7 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
     let request = &request;
     let (claimed, staged) = db
         .transaction(|txn| async move {
-            let (mut claimed, changes) = claim_in(&txn, db, request).await?;
+            let (mut claimed, changes) = claim_in(&txn, db, request, Commit::Relaxed).await?;
             let staged = settle(&txn, db, bus, &mut claimed, changes).await?;
             Ok((claimed, staged))
         })
@@ -286,11 +286,13 @@ pub(super) type Taken = (Claim, DateTime<Utc>);
 
 /// The first three steps of a claim inside its transaction, and the state changes to
 /// publish (`PENDING` -> `PROCESSING`; retaking an expired lease changes no state). The
-/// caller ends it with [`settle`], which writes the turns.
+/// caller ends it with [`settle`], which writes the turns. `commit`: whether the
+/// transaction waits for its WAL flush at commit (see [`Commit`]).
 pub(crate) async fn claim_in(
     txn: &DatabaseTransaction,
     db: &Db,
     request: &ClaimRequest,
+    commit: Commit,
 ) -> Result<(Claimed, Vec<StateChange>), DbErr> {
     let most = request.limit.min(MAX_TURNS);
     let ended = &request.ended;
@@ -299,7 +301,7 @@ pub(crate) async fn claim_in(
         None => Turns::Ready(&ended.revisit),
     };
     let (standings, now) =
-        turns::lock_turns(txn, db, most, turns, request.default_max_in_flight).await?;
+        turns::lock_turns(txn, db, most, turns, request.default_max_in_flight, commit).await?;
     let mut claimed = Claimed {
         seen: ended.ended.clone(),
         ..Claimed::default()
@@ -405,7 +407,15 @@ pub(crate) async fn settle(
 /// Prepares and plans, on `txn`'s connection, the statements of a claim at submit
 /// (PostgreSQL), each asked for nothing: nothing is locked or written.
 pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
-    turns::lock_turns(txn, db, 1, Turns::Of(Uuid::nil()), DEFAULT_MAX_IN_FLIGHT).await?;
+    turns::lock_turns(
+        txn,
+        db,
+        1,
+        Turns::Of(Uuid::nil()),
+        DEFAULT_MAX_IN_FLIGHT,
+        Commit::AsConfigured,
+    )
+    .await?;
     postgres::warm(txn, db).await?;
     turns::warm_set_turns(txn).await
 }

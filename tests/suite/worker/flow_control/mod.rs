@@ -12,6 +12,7 @@ mod claiming;
 mod neighbours;
 mod pace;
 mod pause;
+mod relaxed_commit;
 
 use std::time::{Duration, Instant};
 
