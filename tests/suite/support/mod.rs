@@ -6,6 +6,7 @@ pub mod browser;
 pub mod collector;
 pub mod console;
 pub mod database;
+pub mod endpoints;
 pub mod fixtures;
 pub mod operational;
 pub mod ordering;

@@ -9,7 +9,7 @@ use courier::worker::claimer::Claimer;
 use sea_orm::TransactionTrait;
 use serde_json::json;
 
-use super::flow_control::endpoint_with;
+use crate::support::endpoints::endpoint_with;
 use crate::support::fixtures::{delivery_id, events_for, submit};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 

@@ -16,43 +16,10 @@ mod relaxed_commit;
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
+pub use crate::support::endpoints::{endpoint_input, endpoint_with};
 use crate::support::{Receiver, TestApp};
-
-/// A `CreateEndpointInput` named `name` for `url`, with extra `settings` merged in.
-pub fn endpoint_input(name: &str, url: &str, settings: Value) -> Value {
-    let mut input = json!({ "name": name, "url": url });
-    if let (Some(input), Some(settings)) = (input.as_object_mut(), settings.as_object()) {
-        input.extend(settings.clone());
-    }
-    input
-}
-
-/// Creates an endpoint on `receiver` at `path` with extra `settings` (such as
-/// `{"maxInFlight": 4}`), teaches the receiver its secret, and returns its id.
-pub async fn endpoint_with(
-    app: &TestApp,
-    admin: &str,
-    receiver: &Receiver,
-    path: &str,
-    settings: Value,
-) -> String {
-    let input = endpoint_input(path, &receiver.url(path), settings);
-    let body = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } secret } }",
-            json!({ "input": input }),
-        )
-        .await;
-    let created = &body["data"]["createEndpoint"];
-    let id = created["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"));
-    receiver.set_secret(path, created["secret"].as_str().expect("a secret"));
-    id.to_owned()
-}
 
 /// Submits `count` payloads to `endpoint`, each tagged with its number.
 pub async fn submit_many(app: &TestApp, admin: &str, endpoint: &str, count: usize) {

@@ -1,0 +1,39 @@
+//! Endpoints with flow-control settings, created through the API for a counting receiver.
+
+use serde_json::{json, Value};
+
+use super::{Receiver, TestApp};
+
+/// A `CreateEndpointInput` named `name` for `url`, with extra `settings` merged in.
+pub fn endpoint_input(name: &str, url: &str, settings: Value) -> Value {
+    let mut input = json!({ "name": name, "url": url });
+    if let (Some(input), Some(settings)) = (input.as_object_mut(), settings.as_object()) {
+        input.extend(settings.clone());
+    }
+    input
+}
+
+/// Creates an endpoint on `receiver` at `path` with extra `settings` (such as
+/// `{"maxInFlight": 4}`), teaches the receiver its secret, and returns its id.
+pub async fn endpoint_with(
+    app: &TestApp,
+    admin: &str,
+    receiver: &Receiver,
+    path: &str,
+    settings: Value,
+) -> String {
+    let input = endpoint_input(path, &receiver.url(path), settings);
+    let body = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } secret } }",
+            json!({ "input": input }),
+        )
+        .await;
+    let created = &body["data"]["createEndpoint"];
+    let id = created["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"));
+    receiver.set_secret(path, created["secret"].as_str().expect("a secret"));
+    id.to_owned()
+}
