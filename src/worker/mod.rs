@@ -11,7 +11,6 @@
 
 pub mod answer;
 pub mod claim;
-pub mod claimer;
 pub mod dispatch;
 pub mod ended;
 pub mod handoff;
@@ -38,7 +37,6 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
-use self::claimer::Claimer;
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::ended::EndedRequests;
 use self::record::FinishedAttempt;
@@ -68,8 +66,6 @@ pub struct Worker {
     recording: Arc<Semaphore>,
     concurrency: usize,
     ended: EndedRequests,
-    /// The claims' own thread and connections, on PostgreSQL (see [`claimer`]).
-    claimer: Option<Claimer>,
 }
 
 impl Worker {
@@ -102,15 +98,13 @@ impl Worker {
             recording: Arc::new(Semaphore::new(2 * concurrency)),
             concurrency,
             ended: EndedRequests::default(),
-            claimer: None,
             state,
         })
     }
 
     /// Runs until the shutdown token fires, then drains in-flight deliveries for up to
     /// the grace period. Whatever is still unfinished is left to be reclaimed after its lease.
-    pub async fn run(mut self) {
-        self.claimer = Claimer::start(&self.state.db).await;
+    pub async fn run(self) {
         let this = Arc::new(self);
         let shutdown = this.state.shutdown.clone();
         let poll = Duration::from_millis(this.state.config.poll_interval_ms);
@@ -265,14 +259,9 @@ impl Worker {
             only: None,
         };
         let began = std::time::Instant::now();
-        let bus = &self.state.bus;
-        let claimed = match &self.claimer {
-            Some(claimer) => db.within_deadline(claimer.claim(bus, keys, request)).await,
-            None => {
-                db.within_deadline(claim_due_with_targets(db, bus, &keys, request))
-                    .await
-            }
-        };
+        let claimed = db
+            .within_deadline(claim_due_with_targets(db, &self.state.bus, &keys, request))
+            .await;
         match claimed {
             Ok((claimed, targets)) => {
                 // Enough of a full endpoint's requests may have ended while this claim ran.

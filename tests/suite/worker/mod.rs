@@ -4,7 +4,6 @@
 //! several processes that never deadlock.
 
 mod answers;
-mod claimer;
 mod claims;
 mod delivery;
 mod failures;
