@@ -134,10 +134,16 @@ pub async fn lock_turns(
     commit: Commit,
 ) -> Result<(Vec<Standing>, DateTime<Utc>), DbErr> {
     let backend = db.backend();
-    let (lock, relax) = match (backend, commit) {
-        (DbBackend::Postgres, Commit::Relaxed) => ("FOR UPDATE OF f SKIP LOCKED", RELAXED_COMMIT),
-        (DbBackend::Postgres, Commit::AsConfigured) => ("FOR UPDATE OF f SKIP LOCKED", ""),
-        _ => ("", ""),
+    let postgres = backend == DbBackend::Postgres;
+    let lock = if postgres {
+        "FOR UPDATE OF f SKIP LOCKED"
+    } else {
+        ""
+    };
+    let relax = if postgres && commit == Commit::Relaxed {
+        RELAXED_COMMIT
+    } else {
+        ""
     };
     let mut values = vec![Value::from(i64::from(limit))];
     let (revisit_sql, only_sql) = match turns {

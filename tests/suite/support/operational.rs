@@ -23,28 +23,11 @@ pub async fn ops_endpoint(
     tenant: Option<&str>,
     types: &[&str],
 ) -> String {
-    let mut input = json!({ "name": path, "url": receiver.url(path), "eventTypes": types });
+    let mut settings = json!({ "eventTypes": types });
     if let Some(tenant) = tenant {
-        input["tenantId"] = json!(tenant);
+        settings["tenantId"] = json!(tenant);
     }
-    let body = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } secret } }",
-            json!({ "input": input }),
-        )
-        .await;
-    let created = &body["data"]["createEndpoint"];
-    receiver.set_secret(
-        path,
-        created["secret"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{body}")),
-    );
-    created["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned()
+    super::endpoints::endpoint_with(app, admin, receiver, path, settings).await
 }
 
 /// `updateEndpoint(id, input)` as `admin`, asserting it succeeded.
