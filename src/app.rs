@@ -9,6 +9,7 @@ use crate::db::Db;
 use crate::http;
 use crate::schema::{self, CourierSchema};
 use crate::state::AppState;
+use crate::worker::claimer::Claimer;
 use crate::worker::Worker;
 
 /// One Courier application instance: its own state over its own database pool.
@@ -62,7 +63,16 @@ impl App {
             })
             .await;
         };
-        let (_, live) = tokio::join!(warm, self.state.bus.wait_live(limit));
+        // The claims' own thread and connections, open and warm before the worker starts
+        // (so a submission never arrives before the worker can take its claim).
+        let claimer = async {
+            if self.state.config.worker_concurrency > 0 {
+                Claimer::start(&self.state.db).await
+            } else {
+                None
+            }
+        };
+        let (_, live, claimer) = tokio::join!(warm, self.state.bus.wait_live(limit), claimer);
         if !live {
             tracing::warn!("not yet listening for changes from other processes; going on");
         }
@@ -73,7 +83,7 @@ impl App {
             shutdown.clone(),
         ));
         let worker = if self.state.config.worker_concurrency > 0 {
-            let worker = Worker::new(self.state.clone()).map_err(std::io::Error::other)?;
+            let worker = Worker::new(self.state.clone(), claimer).map_err(std::io::Error::other)?;
             Some(tokio::spawn(worker.run()))
         } else {
             tracing::info!("COURIER_WORKER_CONCURRENCY=0: serving the API only");

@@ -50,6 +50,18 @@ pub struct Db {
     missed: Arc<MissedDeadlines>,
 }
 
+/// The options of every PostgreSQL pool of `size` connections: no wait for a connection
+/// outlasts `timeouts.acquire`; a connection idle for a while is pinged when taken, and one
+/// coming back while deadlines are being missed must answer a ping (see [`deadline`]).
+fn pg_pool_options(size: u32, timeouts: Timeouts, missed: &Arc<MissedDeadlines>) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(timeouts.acquire)
+        .test_before_acquire(false)
+        .before_acquire(ping_if_idle())
+        .after_release(check_on_release(missed.clone(), timeouts.acquire))
+}
+
 impl Db {
     /// Opens a pool for `url` (`postgres://` or `sqlite:`) with `pool_size` connections
     /// and the default [`Timeouts`].
@@ -87,12 +99,7 @@ impl Db {
                 ("plan_cache_mode", "force_generic_plan"),
                 ("default_transaction_isolation", "read committed"),
             ]);
-            let pool = PgPoolOptions::new()
-                .max_connections(pool_size)
-                .acquire_timeout(timeouts.acquire)
-                .test_before_acquire(false)
-                .before_acquire(ping_if_idle())
-                .after_release(check_on_release(missed.clone(), timeouts.acquire))
+            let pool = pg_pool_options(pool_size, timeouts, &missed)
                 .connect_with(options.clone())
                 .await
                 .map_err(sqlx_err)?;
@@ -140,6 +147,33 @@ impl Db {
                 redact(url)
             )))
         }
+    }
+
+    /// A pool of `size` connections of its own to the same PostgreSQL database, with the
+    /// same settings and deadlines, opened on the runtime that calls this: its connections
+    /// are driven by that runtime (see [`crate::worker::claimer`]). Its statements count in
+    /// this pool's [`Db::queries`]. `None` on SQLite, whose writers share one file lock.
+    pub async fn dedicated(&self, size: u32) -> Result<Option<Db>, DbErr> {
+        if self.backend() != DbBackend::Postgres {
+            return Ok(None);
+        }
+        let options = self.conn.get_postgres_connection_pool().connect_options();
+        let pool = pg_pool_options(size.max(1), self.timeouts, &self.missed)
+            .connect_with((*options).clone())
+            .await
+            .map_err(sqlx_err)?;
+        let mut conn = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
+        let counter = self.queries.clone();
+        conn.set_metric_callback(move |_| {
+            counter.inc();
+        });
+        Ok(Some(Db {
+            conn,
+            queries: self.queries.clone(),
+            pg_listen_pool: None,
+            timeouts: self.timeouts,
+            missed: self.missed.clone(),
+        }))
     }
 
     fn counted(

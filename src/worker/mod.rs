@@ -11,6 +11,7 @@
 
 pub mod answer;
 pub mod claim;
+pub mod claimer;
 pub mod dispatch;
 pub mod ended;
 pub mod handoff;
@@ -37,6 +38,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
+use self::claimer::Claimer;
 use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
 use self::ended::EndedRequests;
 use self::record::FinishedAttempt;
@@ -66,11 +68,14 @@ pub struct Worker {
     recording: Arc<Semaphore>,
     concurrency: usize,
     ended: EndedRequests,
+    /// The claims' own thread and connections, on PostgreSQL (see [`claimer`]).
+    claimer: Option<Claimer>,
 }
 
 impl Worker {
-    /// A worker using `state`'s settings. Fails only if the HTTP client cannot be built.
-    pub fn new(state: AppState) -> Result<Self, DispatcherError> {
+    /// A worker using `state`'s settings, claiming through `claimer` if there is one (see
+    /// [`Claimer::start`]). Fails only if the HTTP client cannot be built.
+    pub fn new(state: AppState, claimer: Option<Claimer>) -> Result<Self, DispatcherError> {
         let config = &state.config;
         let dispatcher = Dispatcher::new(
             Duration::from_millis(config.request_timeout_ms),
@@ -98,6 +103,7 @@ impl Worker {
             recording: Arc::new(Semaphore::new(2 * concurrency)),
             concurrency,
             ended: EndedRequests::default(),
+            claimer,
             state,
         })
     }
@@ -259,9 +265,14 @@ impl Worker {
             only: None,
         };
         let began = std::time::Instant::now();
-        let claimed = db
-            .within_deadline(claim_due_with_targets(db, &self.state.bus, &keys, request))
-            .await;
+        let bus = &self.state.bus;
+        let claimed = match &self.claimer {
+            Some(claimer) => db.within_deadline(claimer.claim(bus, keys, request)).await,
+            None => {
+                db.within_deadline(claim_due_with_targets(db, bus, &keys, request))
+                    .await
+            }
+        };
         match claimed {
             Ok((claimed, targets)) => {
                 // Enough of a full endpoint's requests may have ended while this claim ran.

@@ -442,3 +442,22 @@ pub(super) fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Re
     };
     Ok((claim, row.try_get("", "updated_at")?))
 }
+
+/// Prepares and plans, on `txn`'s connection, the statements of the claiming loop's claims
+/// (PostgreSQL), each asked for nothing: nothing is locked or written.
+pub async fn warm_claiming_loop(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
+    // With and without full endpoints to look at again: two statements.
+    for revisit in [&[][..], &[Uuid::nil()][..]] {
+        turns::lock_turns(
+            txn,
+            db,
+            1,
+            Turns::Ready(revisit),
+            DEFAULT_MAX_IN_FLIGHT,
+            Commit::Relaxed,
+        )
+        .await?;
+    }
+    postgres::warm(txn, db).await?;
+    turns::warm_set_turns(txn).await
+}

@@ -37,7 +37,9 @@ use crate::worker::targets;
 /// [`crate::worker::targets`]), or once with no row, beside what the claim left it (see
 /// [`Facts`]), read in the same snapshot: the earliest due time of the rows it did not
 /// claim (`rest_due_at`; a claimed row's is its new lease), and its requests in flight
-/// before the claim with the earliest of their leases. Reading them in a statement of
+/// before the claim with the earliest of their leases. The rows it claimed are left out by
+/// their ids, gathered once per endpoint (`taken`): a row-by-row look into `due` cost as much
+/// as the update itself when a claim took 64 rows. Reading them in a statement of
 /// their own cost a round trip on every claim; what that statement could see besides
 /// (an outcome recorded meanwhile) only ever made a slot look taken, and the recorder
 /// wakes an endpoint once its outcomes commit (see [`crate::service::flow`]).
@@ -73,14 +75,16 @@ WITH turns AS MATERIALIZED (
     RETURNING w.id, w.claim_token, w.cycle_attempts, w.endpoint_id, w.submission_id,
               w.created_at, w.claim_expires_at, w.updated_at, w.ordering_key, w.event_type,
               due.previous_state, {target_columns}
+), taken AS MATERIALIZED (
+    SELECT due.endpoint_id, array_agg(due.id) AS ids FROM due GROUP BY due.endpoint_id
 ), rest AS MATERIALIZED (
     SELECT turns.endpoint_id, turns.in_flight, turns.lease_min,
            (SELECT d.next_attempt_at FROM webhook_deliveries d
             WHERE d.endpoint_id = turns.endpoint_id AND d.state IN ('pending', 'processing')
               AND d.next_attempt_at IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM due WHERE due.id = d.id)
+              AND d.id <> ALL(COALESCE(taken.ids, '{}'::uuid[]))
             ORDER BY d.next_attempt_at LIMIT 1) AS rest_due_at
-    FROM turns
+    FROM turns LEFT JOIN taken ON taken.endpoint_id = turns.endpoint_id
 )
 SELECT rest.endpoint_id AS turn_endpoint_id, rest.in_flight AS in_flight_before,
        rest.lease_min AS lease_min_before, rest.rest_due_at, claimed.*

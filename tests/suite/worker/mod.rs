@@ -4,6 +4,7 @@
 //! several processes that never deadlock.
 
 mod answers;
+mod claimer;
 mod claims;
 mod delivery;
 mod failures;

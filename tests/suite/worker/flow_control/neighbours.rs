@@ -51,6 +51,26 @@ async fn latencies(
     latencies
 }
 
+/// Every request `receivers` got, in order of arrival, in milliseconds since `started`: what
+/// a failed fairness check shows of the rounds that led to it.
+fn arrivals(started: Instant, receivers: &[(&str, &Receiver)]) -> String {
+    let mut lines: Vec<(Duration, String)> = receivers
+        .iter()
+        .flat_map(|(name, receiver)| {
+            receiver.received().into_iter().map(move |r| {
+                let at = r.at.saturating_duration_since(started);
+                (at, format!("{:>7} ms {name} {}", at.as_millis(), r.body))
+            })
+        })
+        .collect();
+    lines.sort();
+    lines
+        .into_iter()
+        .map(|(_, line)| line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The slow endpoint's receiver answers after a second, and there are only four slots,
 /// all of which it could fill (its cap is the default 32): still, the fast endpoint's
 /// deliveries go out as soon as any slot frees, never behind the slow one's backlog.
@@ -82,12 +102,14 @@ async fn a_slow_neighbour_waits_its_turn() {
         || async { receiver.in_flight("slow") == 4 },
     )
     .await;
+    let started = Instant::now();
     let waited = latencies(&app, &admin, &fast, &quick, "quick", 6).await;
     // Without fair share they would wait behind 40 one-second requests on four slots (10 s).
     let worst = waited.iter().max().expect("latencies");
     assert!(
         *worst < Duration::from_millis(1_600),
-        "a fast delivery waited {worst:?} behind a slow backlog: {waited:?}"
+        "a fast delivery waited {worst:?} behind a slow backlog: {waited:?}; arrivals:\n{}",
+        arrivals(started, &[("slow", &receiver), ("QUICK", &fast)])
     );
     assert!(
         receiver.received().len() < 40,
