@@ -16,6 +16,7 @@ mod m20261206_000001_ordering_lines;
 mod m20261207_000001_endpoint_health;
 mod m20261208_000001_trace_context;
 mod m20261209_000001_line_bounds;
+mod m20261210_000001_recorded_attempts;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000001_endpoint_health::Migration),
             Box::new(m20261208_000001_trace_context::Migration),
             Box::new(m20261209_000001_line_bounds::Migration),
+            Box::new(m20261210_000001_recorded_attempts::Migration),
         ]
     }
 }

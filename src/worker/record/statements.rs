@@ -14,18 +14,15 @@ pub(super) const RECORDED_ATTEMPTS: &str =
     "SELECT delivery_id, claim_token, number, superseded FROM delivery_attempts WHERE delivery_id {ids}";
 
 /// `RECORDED_ATTEMPTS` on PostgreSQL: one index lookup per delivery, whatever the table's
-/// statistics say. A plain `IN` list on a table never analyzed (autovacuum off, or not yet
-/// run) is estimated to match half the table and planned as a sequential scan, which made
-/// every batch slower as attempts accumulated; `OFFSET 0` keeps the lateral subquery from
-/// being flattened into such a join. The array makes the text the same for every batch
-/// size, so each connection prepares it once.
+/// statistics say or said. A plain `IN` list on a table never analyzed is estimated to
+/// match half the table and planned as a sequential scan; and any statement prepared on a
+/// connection keeps the plan made when it first ran, which, with statistics taken while
+/// the table was nearly empty (autovacuum off), was a sequential scan per delivery however
+/// large the table grew. The lookup is a function (see the migration
+/// `m20261210_000001_recorded_attempts`) whose body is planned on every call, with
+/// sequential scans ruled out. The array makes the text the same for every batch size.
 pub const RECORDED_ATTEMPTS_POSTGRES: &str = "\
-SELECT ids.id AS delivery_id, a.claim_token, a.number, a.superseded
-FROM unnest($1::uuid[]) AS ids(id)
-CROSS JOIN LATERAL (
-    SELECT claim_token, number, superseded FROM delivery_attempts
-    WHERE delivery_id = ids.id OFFSET 0
-) AS a";
+SELECT delivery_id, claim_token, number, superseded FROM courier_recorded_attempts($1::uuid[])";
 
 /// The fenced transitions: a row changes only while its claim still holds the delivery.
 /// A row that is not returned was superseded by a newer claim, whose state stands. A retry
