@@ -100,11 +100,17 @@ impl Db {
     /// before the first one comes back, which is how a planner without statistics (a table
     /// never analyzed) or with misleading ones turns a page of history into a read of all
     /// of it. Without bitmaps the page walks an index in the listing's order and stops.
+    ///
+    /// And its statements are planned for the values they are given, not once per
+    /// connection for any value (the connections' `force_generic_plan`): a plan for any
+    /// event type, say, walks the newest deliveries first expecting a third of them to
+    /// match, and for a type few or none have walks the whole history (all 100,000 rows of
+    /// a small one), where the plan for that type reads a few index pages. Both settings
+    /// in one round trip, as `SET LOCAL` would take two.
     pub async fn begin_listing(&self) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.conn.begin().await?;
         if self.backend() == DbBackend::Postgres {
-            txn.execute_unprepared("SET LOCAL enable_bitmapscan = off")
-                .await?;
+            txn.execute_unprepared(LISTING_SETTINGS).await?;
         }
         Ok(txn)
     }
@@ -118,6 +124,10 @@ impl Db {
         }
     }
 }
+
+/// The settings of a listing's transaction (see [`Db::begin_listing`]), for it alone.
+const LISTING_SETTINGS: &str = "SELECT set_config('enable_bitmapscan', 'off', true), \
+     set_config('plan_cache_mode', 'force_custom_plan', true)";
 
 /// SQLite's write transactions take the write lock up front (`BEGIN IMMEDIATE`), so they
 /// wait on the busy timeout instead of failing when they would later upgrade a read lock.

@@ -3,6 +3,7 @@
 //! test events).
 
 mod counts;
+mod kept_plans;
 mod listings;
 mod plans;
 mod recovery;
