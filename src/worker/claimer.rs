@@ -119,3 +119,18 @@ impl Claimer {
         }
     }
 }
+
+/// Claims through `claimer`'s thread and connections if there is one, on the caller's
+/// runtime and `db`'s pool if not (SQLite, or a claimer that did not start).
+pub async fn claim(
+    claimer: Option<&Claimer>,
+    db: &Db,
+    bus: &ChangeBus,
+    keys: SecretKeys,
+    request: ClaimRequest,
+) -> Result<(Claimed, HashMap<Uuid, Target>), ClaimError> {
+    match claimer {
+        Some(claimer) => claimer.claim(bus, keys, request).await,
+        None => claim_due_with_targets(db, bus, &keys, request).await,
+    }
+}

@@ -10,6 +10,7 @@
 //! deliveries stay bounded (at most three times the concurrency).
 
 pub mod answer;
+mod attempt;
 pub mod claim;
 pub mod claimer;
 pub mod dispatch;
@@ -34,22 +35,18 @@ use sea_orm::DbErr;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument as _;
 use uuid::Uuid;
 
-use self::claim::{claim_due_with_targets, release, Claim, ClaimError, ClaimRequest, Claimed};
+use self::claim::{release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::claimer::Claimer;
-use self::dispatch::{AttemptOutcome, Dispatcher, DispatcherError, OutcomeKind, Webhook};
+use self::dispatch::{Dispatcher, DispatcherError};
 use self::ended::EndedRequests;
-use self::record::FinishedAttempt;
 use self::recorder::{Finished, Recorder};
 use self::running::Running;
-use self::schedule::{NextStep, RetryPolicy};
+use self::schedule::RetryPolicy;
 use self::targets::Target;
-use crate::db;
 use crate::error::error_chain;
 use crate::state::AppState;
-use crate::telemetry::spans::{self, AttemptSpan};
 
 /// Most deliveries claimed in one statement.
 const MAX_CLAIM_BATCH: usize = 64;
@@ -265,14 +262,8 @@ impl Worker {
             only: None,
         };
         let began = std::time::Instant::now();
-        let bus = &self.state.bus;
-        let claimed = match &self.claimer {
-            Some(claimer) => db.within_deadline(claimer.claim(bus, keys, request)).await,
-            None => {
-                db.within_deadline(claim_due_with_targets(db, bus, &keys, request))
-                    .await
-            }
-        };
+        let claiming = claimer::claim(self.claimer.as_ref(), db, &self.state.bus, keys, request);
+        let claimed = db.within_deadline(claiming).await;
         match claimed {
             Ok((claimed, targets)) => {
                 // Enough of a full endpoint's requests may have ended while this claim ran.
@@ -379,93 +370,6 @@ impl Worker {
     fn note_in_flight(&self) {
         let busy = self.concurrency - self.slots.available_permits();
         self.state.metrics.in_flight.set(busy as i64);
-    }
-
-    /// Sends one delivery and decides what comes next.
-    async fn deliver(&self, claim: Claim, target: Option<Target>) -> FinishedAttempt {
-        let started_at = db::now();
-        let attempt_in_cycle = u32::try_from(claim.cycle_attempts).unwrap_or(0) + 1;
-        let per_cycle = self.policy.attempts_per_cycle();
-        if claim.attempts_spent(per_cycle) {
-            // Every attempt of the cycle was made, the last without an outcome recorded
-            // within its lease: another request would exceed the cycle (a receiver slower
-            // than the lease would otherwise get one per lease, forever).
-            tracing::warn!(delivery_id = %claim.delivery_id, attempts = per_cycle,
-                "the cycle's attempts are spent, the last outlived its lease; the delivery fails");
-            let outcome = AttemptOutcome {
-                status: None,
-                error: Some(format!(
-                    "the cycle's {per_cycle} attempts are spent: the last one's outcome was not \
-                     recorded within its lease (the receiver may be slower than \
-                     COURIER_LEASE_SECS, or its process stopped)"
-                )),
-                retry_after: None,
-                duration: Duration::ZERO,
-                kind: OutcomeKind::LeaseSpent,
-                answer: None,
-            };
-            return FinishedAttempt {
-                claim,
-                outcome,
-                step: NextStep::Failed,
-                started_at,
-                finished_at: db::now(),
-            };
-        }
-        let outcome = match &target {
-            Some(target) => {
-                let (span, traceparent) = spans::attempt(AttemptSpan {
-                    delivery_id: claim.delivery_id,
-                    endpoint_id: claim.endpoint_id,
-                    attempt: attempt_in_cycle,
-                    url: &target.url,
-                    submitted_in: target.trace_context.as_deref(),
-                });
-                let outcome = self
-                    .dispatcher
-                    .send(&Webhook {
-                        id: claim.delivery_id,
-                        url: &target.url,
-                        secret: &target.secret,
-                        previous_secret: target.previous_secret.as_deref(),
-                        body: &target.body,
-                        ordering_key: claim.ordering_key.as_deref(),
-                        traceparent: traceparent.as_deref(),
-                    })
-                    .instrument(span.clone())
-                    .await;
-                spans::attempt_finished(&span, outcome.status, outcome.error.as_deref());
-                outcome
-            }
-            None => AttemptOutcome {
-                status: None,
-                error: Some("the delivery's submission or endpoint could not be read".into()),
-                retry_after: None,
-                duration: Duration::ZERO,
-                kind: OutcomeKind::Connection,
-                answer: None,
-            },
-        };
-        let finished_at = db::now();
-        self.state.metrics.attempt(outcome.kind.as_str());
-        // A 410 Gone is final: no retries (and the recorder disables the endpoint).
-        let step = if health::is_gone(&outcome) {
-            NextStep::Failed
-        } else {
-            self.policy.next_step(
-                outcome.succeeded(),
-                attempt_in_cycle,
-                outcome.retry_after,
-                rand::random::<f64>(),
-            )
-        };
-        FinishedAttempt {
-            claim,
-            outcome,
-            step,
-            started_at,
-            finished_at,
-        }
     }
 
     /// Lets in-flight deliveries finish, and their outcomes be recorded, within the grace period.
