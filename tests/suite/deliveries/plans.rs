@@ -13,7 +13,7 @@ use courier::service::pagination::PageRequest;
 use entity::webhook_delivery::DeliveryState;
 use uuid::Uuid;
 
-use crate::support::fixtures::rows;
+use crate::support::fixtures::{rows, V7};
 use crate::support::{Backend, TestApp, TestDb};
 
 /// Deliveries of history.
@@ -23,10 +23,6 @@ const ENDPOINTS: usize = 20;
 /// Most buffers (8 KiB pages) one page of a listing may touch: a scan of this history
 /// touches thousands.
 const MOST_BUFFERS: i64 = 600;
-
-/// A time-ordered id for `at` (a UUIDv7 as Courier mints them), in SQL.
-const V7: &str = "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') \
-     || '7' || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid";
 
 /// History over 30 days, newest last: submissions (a third each `order.paid`,
 /// `order.shipped` and none) and their deliveries, nearly all delivered, one in 300

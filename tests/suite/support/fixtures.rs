@@ -480,3 +480,23 @@ pub async fn attempts(pool: &Db, id: Uuid) -> Vec<entity::delivery_attempt::Mode
         .await
         .expect("attempts")
 }
+
+/// A time-ordered id for `{at}` (a UUIDv7 as Courier mints them), in SQL: for seeding
+/// history whose ids follow creation, as Courier's do.
+pub const V7: &str = "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') \
+     || '7' || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid";
+
+/// `counted` (an expression over `pg_stat_user_tables` columns, such as `seq_scan`) for
+/// `table`, as PostgreSQL's statistics have it, this connection's own counts flushed first:
+/// with a pool of one connection, what that connection's statements read.
+pub async fn table_stat(db: &Db, table: &str, counted: &str) -> i64 {
+    rows(db, "SELECT pg_stat_force_next_flush()", vec![]).await;
+    rows(
+        db,
+        &format!("SELECT ({counted})::int8 AS n FROM pg_stat_user_tables WHERE relname = $1"),
+        vec![table.into()],
+    )
+    .await[0]
+        .try_get("", "n")
+        .expect("a table statistic")
+}

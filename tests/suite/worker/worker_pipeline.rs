@@ -12,7 +12,7 @@ use sea_orm::{ConnectionTrait as _, Statement, Value};
 use serde_json::json;
 
 use crate::support::fixtures::submit;
-use crate::support::fixtures::{quick_worker, settle};
+use crate::support::fixtures::{quick_worker, settle, table_stat};
 use crate::support::{Backend, TestApp, TestDb};
 use crate::{on_both_backends, on_postgres};
 
@@ -103,25 +103,6 @@ async fn requests_in_flight_never_exceed_the_concurrency(backend: Backend) {
 
 on_both_backends!(requests_in_flight_never_exceed_the_concurrency);
 
-/// Sequential scans of `delivery_attempts` so far, as PostgreSQL's statistics count them
-/// (this connection's own counts flushed first).
-async fn attempts_seq_scans(db: &courier::db::Db) -> i64 {
-    let conn = db.conn();
-    conn.execute_unprepared("SELECT pg_stat_force_next_flush()")
-        .await
-        .expect("flush statistics");
-    let row = conn
-        .query_one_raw(Statement::from_string(
-            db.backend(),
-            "SELECT COALESCE(seq_scan, 0) AS n FROM pg_stat_user_tables \
-             WHERE relname = 'delivery_attempts'",
-        ))
-        .await
-        .expect("read statistics")
-        .expect("a row");
-    row.try_get("", "n").expect("seq_scan")
-}
-
 /// Recording's lookup of a batch's earlier attempts stays an index lookup per delivery
 /// whatever the statistics: on a connection that first ran it right after the empty table
 /// was analyzed (as autovacuum does on a new database, and then, if it is off, never again),
@@ -167,10 +148,11 @@ async fn recording_finds_earlier_attempts_by_index_whatever_the_statistics(backe
         .iter()
         .map(|row| row.try_get("", "id").expect("id"))
         .collect();
-    let before = attempts_seq_scans(&conn_db).await;
+    let scans = || table_stat(&conn_db, "delivery_attempts", "COALESCE(seq_scan, 0)");
+    let before = scans().await;
     let found = conn.query_all_raw(lookup(ids)).await.expect("the lookup");
     assert_eq!(found.len(), 120, "one attempt of each delivery");
-    let scans = attempts_seq_scans(&conn_db).await - before;
+    let scans = scans().await - before;
     assert_eq!(
         scans, 0,
         "earlier attempts were read by {scans} sequential scans of the table"
