@@ -27,6 +27,8 @@ async fn main() -> std::process::ExitCode {
     let code = match commands::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
+            // What was logged before goes out first: the fatal line is the last word.
+            telemetry::sink::flush();
             fatal::report(log_format, &err);
             std::process::ExitCode::FAILURE
         }

@@ -293,6 +293,11 @@ impl Metrics {
             "SQL statements executed by this process",
             db_queries,
         );
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because stderr was not taking them fast enough",
+            crate::telemetry::sink::dropped_lines(),
+        );
         registry.register("replays", "Deliveries replayed", replays.clone());
         registry.register(
             "resends",

@@ -6,6 +6,7 @@
 
 pub mod context;
 mod export;
+pub mod sink;
 pub mod spans;
 
 use std::io::IsTerminal as _;
@@ -31,16 +32,18 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// Exports what is queued (within a few seconds: a dead collector does not hold the
-    /// exit up) and stops the exporter.
+    /// exit up), stops the exporter, and writes out the log lines still queued (within a
+    /// second: a log reader that stopped reading does not hold the exit up either).
     pub async fn shutdown(self) {
         if let Some(traces) = self.traces {
             traces.shutdown().await;
         }
+        sink::flush();
     }
 }
 
-/// Installs the global subscriber: logs to stderr (stdout stays for command output) and,
-/// with a collector configured, spans to it. A collector URL that cannot be used is an
+/// Installs the global subscriber: logs to stderr through a queue (see [`sink`]; stdout
+/// stays for command output) and, with a collector configured, spans to it. A collector URL that cannot be used is an
 /// error; one that is merely unreachable is not (spans are dropped, never waited for).
 pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, ExportError> {
     let filter =
@@ -53,7 +56,7 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
     let logs = tracing_subscriber::fmt::layer()
         // Colours only for a person at a terminal: files, pipes and journals get plain text.
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(|| LossyStderr);
+        .with_writer(sink::LogSink);
     let logs = match format {
         LogFormat::Text => logs.boxed(),
         LogFormat::Json => logs.json().flatten_event(true).boxed(),
@@ -63,6 +66,7 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
         .map(|url| export::Traces::start(&url, &tracing.otel_service_name))
         .transpose()?;
     let spans = traces.as_ref().map(export::Traces::layer);
+    sink::start();
     let _ = tracing_subscriber::registry()
         .with(logs.with_filter(filter))
         .with(spans)
@@ -71,21 +75,4 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
         context::enable();
     }
     Ok(Telemetry { traces })
-}
-
-/// Stderr that never fails: if the log sink is gone (a closed pipe), log lines are
-/// dropped instead of surfacing an error, which the subscriber would report with a
-/// panicking `eprintln!` and take down whatever task was logging.
-struct LossyStderr;
-
-impl std::io::Write for LossyStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
 }

@@ -1,9 +1,11 @@
 //! The built binary, run as users run it: its commands, a first run, clocks that disagree,
-//! a database that goes away, the toolchain it needs, and the traces it exports.
+//! a database that goes away, a log nobody reads, the toolchain it needs, and the traces it
+//! exports.
 
 mod cli;
 mod clock_skew;
 mod database_outage;
 mod first_run;
+mod stalled_log;
 mod toolchain;
 mod tracing;
