@@ -43,8 +43,9 @@ impl Telemetry {
 }
 
 /// Installs the global subscriber: logs to stderr through a queue (see [`sink`]; stdout
-/// stays for command output) and, with a collector configured, spans to it. A collector URL that cannot be used is an
-/// error; one that is merely unreachable is not (spans are dropped, never waited for).
+/// stays for command output) and, with a collector configured, spans to it. A collector
+/// URL that cannot be used is an error; one that is merely unreachable is not (spans are
+/// dropped, never waited for).
 pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, ExportError> {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
