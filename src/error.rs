@@ -40,11 +40,18 @@ pub enum Error {
         /// Seconds until the current window ends.
         retry_after_secs: u64,
     },
-    /// Only `failed` deliveries may be replayed.
-    #[error("delivery is {}, only failed deliveries can be replayed", state.to_value())]
+    /// Only `failed` deliveries may be replayed, and only `delivered` ones resent.
+    #[error(
+        "delivery is {}, only {} deliveries can be {}",
+        state.to_value(),
+        needs.to_value(),
+        restarted_as(needs)
+    )]
     NotReplayable {
         /// The state the delivery is in.
         state: entity::webhook_delivery::DeliveryState,
+        /// The state the operation restarts deliveries from.
+        needs: entity::webhook_delivery::DeliveryState,
     },
     /// A subscriber fell behind (or events may have been lost) and must refetch.
     #[error("the subscriber fell behind and missed events; resubscribe and refetch")]
@@ -60,6 +67,15 @@ pub enum Error {
     /// Anything the caller cannot fix: logged in full, reported generically.
     #[error("database error")]
     Database(#[source] DbErr),
+}
+
+/// What restarting a delivery from `needs` is called: replaying a failed one, resending a
+/// delivered one.
+fn restarted_as(needs: &entity::webhook_delivery::DeliveryState) -> &'static str {
+    match needs {
+        entity::webhook_delivery::DeliveryState::Delivered => "resent",
+        _ => "replayed",
+    }
 }
 
 impl Error {

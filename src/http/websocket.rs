@@ -217,7 +217,8 @@ impl Session {
                         break Ending::Close(None, close.clone());
                     }
                     (Some(Message::Close(frame)), _) => {
-                        let _ = outgoing.send(Message::Close(self.spoken(frame))).await;
+                        let frame = self.spoken(frame).map(fitted);
+                        let _ = outgoing.send(Message::Close(frame)).await;
                         break Ending::Drop("closed by the session");
                     }
                     (Some(message), _) => {
@@ -245,7 +246,7 @@ impl Session {
                 if let Some(last) = last {
                     let _ = outgoing.send(Message::Text(last.into())).await;
                 }
-                let _ = outgoing.send(Message::Close(Some(close))).await;
+                let _ = outgoing.send(Message::Close(Some(fitted(close)))).await;
             }
             Ending::Drop(reason) => {
                 tracing::info!(protocol, reason, duration_ms, "WebSocket closed");
@@ -280,6 +281,28 @@ impl Session {
                 reason: format!("Forbidden: {reason}").into(),
             },
         )
+    }
+}
+
+/// The most bytes a close frame's reason may take: a control frame carries at most 125
+/// (RFC 6455, section 5.5), two of them the code. A longer one makes a client fail the
+/// connection instead of reading the code.
+const MAX_CLOSE_REASON: usize = 123;
+
+/// `frame` with its reason cut, on a character boundary, to what a close frame can carry:
+/// reasons can echo what the client sent (a parse error, a reused operation id).
+fn fitted(frame: CloseFrame) -> CloseFrame {
+    let reason = frame.reason.as_str();
+    if reason.len() <= MAX_CLOSE_REASON {
+        return frame;
+    }
+    let mut end = MAX_CLOSE_REASON;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    CloseFrame {
+        code: frame.code,
+        reason: reason[..end].to_owned().into(),
     }
 }
 
@@ -349,6 +372,29 @@ fn authorization_of(payload: &serde_json::Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn close_reasons_fit_a_control_frame() {
+        let long = CloseFrame {
+            code: 4409,
+            reason: format!("Subscriber for {} already exists", "é".repeat(100)).into(),
+        };
+        let fitted = fitted(long);
+        assert_eq!(fitted.code, 4409);
+        assert!(fitted.reason.len() <= MAX_CLOSE_REASON, "{}", fitted.reason);
+        assert!(fitted.reason.as_str().starts_with("Subscriber for é"));
+        let short = fitted_reason("Normal Closure");
+        assert_eq!(short, "Normal Closure");
+    }
+
+    fn fitted_reason(reason: &str) -> String {
+        fitted(CloseFrame {
+            code: 1000,
+            reason: reason.to_owned().into(),
+        })
+        .reason
+        .to_string()
+    }
 
     #[test]
     fn authorization_key_is_case_insensitive() {

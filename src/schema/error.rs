@@ -44,7 +44,7 @@ fn to_graphql(err: Error) -> async_graphql::Error {
                 e.set("retryAfter", retry_after);
             })
         }
-        Error::NotReplayable { state } => {
+        Error::NotReplayable { state, .. } => {
             let state = state.to_value().to_ascii_uppercase();
             async_graphql::Error::new(err.to_string()).extend_with(|_, e| {
                 e.set("code", code);

@@ -144,6 +144,7 @@ impl Deliveries {
             let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
             return Err(Error::NotReplayable {
                 state: current.state,
+                needs: from,
             });
         };
         staged.committed();

@@ -432,6 +432,10 @@ async fn resend_sends_a_delivered_delivery_again(backend: Backend) {
         "{failed}"
     );
     assert_eq!(failed["errors"][0]["extensions"]["state"], "FAILED");
+    assert_eq!(
+        failed["errors"][0]["message"],
+        "delivery is failed, only delivered deliveries can be resent"
+    );
     let unknown = app
         .graphql(&admin, RESEND, json!({ "id": Uuid::now_v7().to_string() }))
         .await;

@@ -116,6 +116,10 @@ async fn only_failed_deliveries_can_be_replayed(backend: Backend) {
         "{delivered}"
     );
     assert_eq!(delivered["errors"][0]["extensions"]["state"], "DELIVERED");
+    assert_eq!(
+        delivered["errors"][0]["message"],
+        "delivery is delivered, only failed deliveries can be replayed"
+    );
 
     let unknown = app
         .graphql(

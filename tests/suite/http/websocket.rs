@@ -317,3 +317,54 @@ async fn protocol_violations_close_with_the_protocols_codes() {
         );
     }
 }
+
+/// Close frames whose reason echoes what the client sent still fit a control frame's 125
+/// bytes, so the client reads the close code rather than failing the connection.
+#[tokio::test]
+async fn close_frames_fit_a_control_frame_whatever_the_client_sent() {
+    use tokio_tungstenite::tungstenite::Message;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } });
+    let wait = std::time::Duration::from_secs(5);
+    let long_id = "i".repeat(200);
+    let subscription = json!({ "id": long_id, "type": "subscribe",
+            "payload": { "query": "subscription { deliveryStateChanged { deliveryId } }" } });
+    let cases = [
+        (
+            "graphql-transport-ws",
+            vec![subscription.to_string(), subscription.to_string()],
+            4409,
+        ),
+        (
+            "graphql-transport-ws",
+            vec![json!({ "id": "v", "type": "subscribe",
+                          "payload": { "query": QUERY, "variables": "v".repeat(300) } })
+            .to_string()],
+            4400,
+        ),
+        (
+            "graphql-ws",
+            vec![json!({ "type": "z".repeat(300) }).to_string()],
+            1002,
+        ),
+    ];
+    for (protocol, messages, code) in cases {
+        let mut socket = connect(&app, protocol).await;
+        send(&mut socket, init.clone()).await;
+        assert_eq!(
+            next(&mut socket).await.expect("ack")["type"],
+            "connection_ack"
+        );
+        for message in messages {
+            futures_util::SinkExt::send(&mut socket, Message::text(message))
+                .await
+                .expect("send");
+        }
+        let (_, close) = until_closed(&mut socket, wait).await;
+        let (got, reason) = close.expect("a close frame the client can read");
+        assert_eq!(got, code, "{protocol}: {reason}");
+        assert!(reason.len() <= 123, "{protocol}: {reason}");
+    }
+}
