@@ -222,7 +222,8 @@ impl Session {
                         break Ending::Drop("closed by the session");
                     }
                     (Some(message), _) => {
-                        gate.sent(&message);
+                        let message = if self.legacy { Some(message) } else { gate.relay(message) };
+                        let Some(message) = message else { continue };
                         if outgoing.send(message).await.is_err() {
                             break Ending::Drop("the client went away");
                         }

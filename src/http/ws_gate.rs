@@ -3,8 +3,10 @@
 //! closed with 4400, a `subscribe` before `connection_init` with 4401 (one sent right
 //! after `connection_init`, before its `connection_ack`, waits for the init to settle, as
 //! async-graphql has always let it; a refused init closes with 4403), and a `subscribe`
-//! reusing the id of a subscription still running with 4409. The legacy `graphql-ws`
-//! protocol has no such rules and passes untouched.
+//! reusing the id of a subscription still running with 4409. An operation refused before
+//! it ran (a document that does not parse or validate, variables that do not fit) is
+//! answered with the protocol's `error` message rather than async-graphql's `next` and
+//! `complete`. The legacy `graphql-ws` protocol has no such rules and passes untouched.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,6 +28,10 @@ struct Seen {
     initialised: bool,
     /// The ids of the subscriptions running.
     running: HashSet<String>,
+    /// The ids of the running operations that have had a `next` message.
+    answered: HashSet<String>,
+    /// The ids of the operations answered with `error`, whose `complete` is not sent.
+    refused: HashSet<String>,
 }
 
 /// The rules of one session: [`Gate::admit`] checks what the client sends,
@@ -69,27 +75,46 @@ impl Gate {
         }
     }
 
-    /// Notes what the session sent: a subscription ended.
-    pub fn sent(&self, message: &Message) {
-        let Message::Text(text) = message else {
-            return;
+    /// What of `message`, from the session, goes to the client, noting what it says: an
+    /// operation's first `next` carrying only errors without a path (raised before
+    /// execution) becomes an `error` message, and that operation's `complete` is held back,
+    /// as `graphql-transport-ws` says; a `complete` or `error` ends the operation.
+    pub fn relay(&self, message: Message) -> Option<Message> {
+        let Message::Text(text) = &message else {
+            return Some(message);
         };
         // Every server message starts with its type (async-graphql serialises the tag
-        // first), so the many `next` messages cost a prefix check, not a parse.
+        // first), so a `next` past an operation's first costs a prefix check and a lookup.
         let text = text.as_str();
+        if text.starts_with(r#"{"type":"next""#) {
+            let Ok(next) = serde_json::from_str::<Next>(text) else {
+                return Some(message);
+            };
+            let mut seen = self.seen();
+            if !seen.answered.insert(next.id.clone()) {
+                return Some(message);
+            }
+            let Some(errors) = next.payload.refusal() else {
+                return Some(message);
+            };
+            seen.running.remove(&next.id);
+            seen.answered.remove(&next.id);
+            seen.refused.insert(next.id.clone());
+            let error = serde_json::json!({ "type": "error", "id": next.id, "payload": errors });
+            return Some(Message::Text(error.to_string().into()));
+        }
         if text.starts_with(r#"{"type":"complete""#) || text.starts_with(r#"{"type":"error""#) {
-            let id = serde_json::from_str::<serde_json::Value>(text)
-                .ok()
-                .and_then(|value| {
-                    value
-                        .get("id")
-                        .and_then(|id| id.as_str())
-                        .map(str::to_owned)
-                });
-            if let Some(id) = id {
-                self.seen().running.remove(&id);
+            let Ok(Ended { id }) = serde_json::from_str::<Ended>(text) else {
+                return Some(message);
+            };
+            let mut seen = self.seen();
+            seen.running.remove(&id);
+            seen.answered.remove(&id);
+            if seen.refused.remove(&id) {
+                return None;
             }
         }
+        Some(message)
     }
 
     fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -150,6 +175,39 @@ impl Gate {
     }
 }
 
+/// A `next` message, as far as [`Gate::relay`] reads it.
+#[derive(serde::Deserialize)]
+struct Next {
+    id: String,
+    payload: Payload,
+}
+
+/// A `next` message's response.
+#[derive(serde::Deserialize)]
+struct Payload {
+    #[serde(default)]
+    data: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    errors: Vec<serde_json::Value>,
+}
+
+impl Payload {
+    /// The errors, if the response is a refusal before execution: no data, and no error
+    /// that names a field's path (an execution error always does).
+    fn refusal(self) -> Option<Vec<serde_json::Value>> {
+        let before_execution = self.data.is_none()
+            && !self.errors.is_empty()
+            && self.errors.iter().all(|error| error.get("path").is_none());
+        before_execution.then_some(self.errors)
+    }
+}
+
+/// A `complete` or `error` message's id.
+#[derive(serde::Deserialize)]
+struct Ended {
+    id: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,14 +252,62 @@ mod tests {
         assert!(gate.admit(&init()));
         assert!(gate.admit(&subscribe("a")));
         // As async-graphql writes them: the type first.
-        gate.sent(&Message::Text(r#"{"type":"complete","id":"a"}"#.into()));
+        let complete = Message::Text(r#"{"type":"complete","id":"a"}"#.into());
+        assert!(gate.relay(complete).is_some());
         assert!(gate.admit(&subscribe("a")), "ended by the server");
         assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "a" }))));
         assert!(gate.admit(&subscribe("a")), "ended by the client");
-        gate.sent(&Message::Text(
-            r#"{"type":"error","id":"a","payload":[]}"#.into(),
-        ));
+        let error = Message::Text(r#"{"type":"error","id":"a","payload":[]}"#.into());
+        assert!(gate.relay(error).is_some());
         assert!(gate.admit(&subscribe("a")), "ended in an error");
         assert!(told.try_recv().is_err(), "no rule was broken");
+    }
+
+    fn relayed(gate: &Gate, message: &str) -> Option<serde_json::Value> {
+        let out = gate.relay(Message::Text(message.to_owned().into()))?;
+        let Message::Text(text) = out else {
+            panic!("text in, text out");
+        };
+        serde_json::from_str(text.as_str()).ok()
+    }
+
+    #[test]
+    fn a_refusal_before_execution_is_an_error_message() {
+        let (gate, _told) = Gate::new();
+        assert!(gate.admit(&init()));
+        assert!(gate.admit(&subscribe("v")));
+        let refused = relayed(
+            &gate,
+            r#"{"type":"next","id":"v","payload":{"data":null,"errors":[{"message":"Unknown field","locations":[{"line":1,"column":16}]}]}}"#,
+        );
+        assert_eq!(
+            refused,
+            Some(serde_json::json!({ "type": "error", "id": "v",
+                "payload": [{ "message": "Unknown field", "locations": [{ "line": 1, "column": 16 }] }] }))
+        );
+        assert_eq!(
+            relayed(&gate, r#"{"type":"complete","id":"v"}"#),
+            None,
+            "no complete after an error"
+        );
+        assert!(gate.admit(&subscribe("v")), "the id is free again");
+
+        // Errors raised while running (with a path), and data, stay `next` messages.
+        for answer in [
+            r#"{"type":"next","id":"v","payload":{"data":null,"errors":[{"message":"boom","path":["x"]}]}}"#,
+            r#"{"type":"next","id":"v","payload":{"data":{"x":1}}}"#,
+        ] {
+            let (gate, _told) = Gate::new();
+            assert!(gate.admit(&init()));
+            assert!(gate.admit(&subscribe("v")));
+            assert_eq!(
+                relayed(&gate, answer).map(|m| m["type"].clone()),
+                Some("next".into())
+            );
+            assert_eq!(
+                relayed(&gate, r#"{"type":"complete","id":"v"}"#).map(|m| m["type"].clone()),
+                Some("complete".into())
+            );
+        }
     }
 }
