@@ -31,8 +31,11 @@ pub enum Error {
     /// The input cannot be accepted as given.
     #[error("{0}")]
     BadInput(String),
-    /// The idempotency key was used before with different content.
-    #[error("idempotency key already used with a different payload")]
+    /// The idempotency key was used before with different content: another payload, event
+    /// type or ordering key.
+    #[error(
+        "idempotency key already used with different content (payload, event type or ordering key)"
+    )]
     IdempotencyConflict,
     /// The caller is over its rate limit.
     #[error("rate limit exceeded; retry in {retry_after_secs}s")]
