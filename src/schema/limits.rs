@@ -254,8 +254,13 @@ fn check_request(request: &mut Request) -> ServerResult<()> {
     let operation_name = request.operation_name.clone();
     let document = request.parsed_query()?;
     check_document(document).map_err(|err| err.to_server_error())?;
-    if only_introspects(document, operation_name.as_deref()) {
+    let introspects = only_introspects(document, operation_name.as_deref());
+    let refusal = super::single_root::refusal(document, operation_name.as_deref());
+    if introspects {
         request.data.insert(IntrospectionOnly);
+    }
+    if let Some(refusal) = refusal {
+        request.data.insert(Refused(refusal));
     }
     Ok(())
 }
@@ -268,6 +273,11 @@ fn check_request_known(request: &mut Request, documents: &DocumentCache) -> Serv
         if only_introspects(&document, request.operation_name.as_deref()) {
             request.data.insert(IntrospectionOnly);
         }
+        if let Some(refusal) =
+            super::single_root::refusal(&document, request.operation_name.as_deref())
+        {
+            request.data.insert(Refused(refusal));
+        }
         request.set_parsed_query(ExecutableDocument::clone(&document));
         return Ok(());
     }
@@ -279,6 +289,10 @@ fn check_request_known(request: &mut Request, documents: &DocumentCache) -> Serv
 
 /// Marks a request whose operation only introspects (see [`MAX_INTROSPECTION_DEPTH`]).
 struct IntrospectionOnly;
+
+/// A validation error found with the document's checks, reported once async-graphql's own
+/// validation passed (see [`super::single_root`]).
+struct Refused(ServerError);
 
 /// Whether the operation that would run selects nothing but `__schema`, `__type` and
 /// `__typename` at its root, as fields (a fragment there counts as something else).
@@ -372,6 +386,9 @@ impl Extension for DocumentLimitsExtension {
             }
             _ => next.run(ctx).await?,
         };
+        if let Some(Refused(refusal)) = ctx.data_opt::<Refused>() {
+            return Err(vec![refusal.clone()]);
+        }
         let max_depth = if ctx.data_opt::<IntrospectionOnly>().is_some() {
             MAX_INTROSPECTION_DEPTH
         } else {

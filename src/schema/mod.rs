@@ -11,6 +11,7 @@ pub mod json;
 pub mod limits;
 pub mod loaders;
 pub mod observed;
+mod single_root;
 mod submission;
 mod subscription;
 mod tenant;

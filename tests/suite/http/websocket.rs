@@ -369,8 +369,8 @@ async fn close_frames_fit_a_control_frame_whatever_the_client_sent() {
     }
 }
 
-/// `graphql-transport-ws`: an operation refused before it runs (it does not validate, its
-/// variables do not fit) is answered with one `error` message and no `complete`, and its id
+/// `graphql-transport-ws`: an operation refused before it runs (it does not parse or
+/// validate, its variables do not fit, a subscription selects two root fields) is answered with one `error` message and no `complete`, and its id
 /// is free again; an operation that runs answers with `next` as ever.
 #[tokio::test]
 async fn an_operation_refused_before_it_runs_gets_an_error_message() {
@@ -388,6 +388,8 @@ async fn an_operation_refused_before_it_runs_gets_an_error_message() {
         json!({ "query": "subscription($e: ID) { deliveryStateChanged(endpointId: $e) { state } }",
                 "variables": { "e": { "not": "an id" } } }),
         json!({ "query": "{ endpoints(" }),
+        // A subscription selects one root field.
+        json!({ "query": "subscription { a: deliveryStateChanged { state } b: deliveryStateChanged { deliveryId } }" }),
     ] {
         send(
             &mut socket,
