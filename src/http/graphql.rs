@@ -117,7 +117,7 @@ pub async fn get(
         Err(err) => return auth_error(media, err),
     };
     let mut request = match async_graphql::http::parse_query_string(&query) {
-        Ok(request) => request,
+        Ok(request) => with_operation_name(request, &query),
         Err(err) => {
             return request_error(
                 media,
@@ -162,6 +162,22 @@ fn traced(request: async_graphql::Request, headers: &HeaderMap) -> async_graphql
 }
 
 /// Whether the operation a GET would run is a mutation (GET must not change anything).
+/// `request` with the operation named by the query string's `operationName`, the name
+/// GraphQL over HTTP gives it: async-graphql's parser reads only `operation_name`.
+fn with_operation_name(request: async_graphql::Request, query: &str) -> async_graphql::Request {
+    if request.operation_name.is_some() {
+        return request;
+    }
+    let named = url::form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == "operationName")
+        .map(|(_, name)| name.into_owned())
+        .filter(|name| !name.is_empty());
+    match named {
+        Some(name) => request.operation_name(name),
+        None => request,
+    }
+}
+
 fn selects_mutation(request: &mut async_graphql::Request) -> bool {
     let name = request.operation_name.clone();
     let Ok(document) = request.parsed_query() else {

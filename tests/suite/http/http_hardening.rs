@@ -283,6 +283,35 @@ async fn media_types_and_methods_follow_graphql_over_http() {
         .expect("answered");
     assert_eq!(get_mutation.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(endpoint_count(&app).await, 0, "a GET never mutates");
+
+    // A document holding a mutation beside the query it selects runs the query.
+    let document = r#"query A { endpoints { edges { cursor } } } mutation B { createEndpoint(input: {name: "x", url: "https://example.com"}) { secret } }"#;
+    let mut url = reqwest::Url::parse("http://courier.invalid/graphql").expect("a URL");
+    for (name, selected, status) in [
+        ("A", true, StatusCode::OK),
+        ("B", false, StatusCode::METHOD_NOT_ALLOWED),
+    ] {
+        url.query_pairs_mut()
+            .clear()
+            .append_pair("query", document)
+            .append_pair("operationName", name);
+        let path = format!("/graphql?{}", url.query().unwrap_or_default());
+        let answer = app
+            .request(Method::GET, &path)
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .expect("answered");
+        let got = answer.status();
+        let body: Value = answer.json().await.expect("json");
+        assert_eq!(got, status, "{name}: {body}");
+        assert_eq!(
+            body["data"]["endpoints"]["edges"].is_array(),
+            selected,
+            "{name}: {body}"
+        );
+    }
+    assert_eq!(endpoint_count(&app).await, 0, "a GET never mutates");
 }
 
 #[tokio::test]
