@@ -77,12 +77,12 @@ pub async fn post(
     let request = match serde_json::from_slice::<WireRequest>(&body) {
         Ok(wire) => wire.into_request(),
         Err(err) => {
-            return request_error(
-                media,
-                StatusCode::BAD_REQUEST,
-                "BAD_USER_INPUT",
-                &format!("the body is not a GraphQL request: {err}"),
-            );
+            let message = if body.trim_ascii_start().starts_with(b"[") {
+                "batched requests are not supported: send one GraphQL request (a JSON object) per POST".to_owned()
+            } else {
+                format!("the body is not a GraphQL request: {err}")
+            };
+            return request_error(media, StatusCode::BAD_REQUEST, "BAD_USER_INPUT", &message);
         }
     };
     execute(&state, media, traced(request.data(identity), &headers)).await

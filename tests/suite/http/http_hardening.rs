@@ -46,6 +46,14 @@ async fn malformed_requests_get_400_with_a_code(backend: Backend) {
         let parsed: Value = serde_json::from_str(&text).expect("a JSON error body");
         assert_eq!(gql_error_code(&parsed), Some("BAD_USER_INPUT"), "{text}");
     }
+    // A batch is refused saying so.
+    let batch = json!([{ "query": "{ endpoints { edges { cursor } } }" }]).to_string();
+    let (status, text) = post_raw(&app, &admin, "application/json", batch).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(
+        text.contains("batched requests are not supported"),
+        "{text}"
+    );
     for query in [
         "{ endpoints { edges ",
         "{ noSuchField }",
