@@ -261,7 +261,7 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub allow_private_destinations: bool,
 
-    /// Largest accepted HTTP request body, in bytes.
+    /// Largest accepted HTTP request body, and WebSocket message, in bytes.
     #[arg(long, env = "COURIER_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 

@@ -62,15 +62,21 @@ pub async fn upgrade(
     } else {
         "graphql-transport-ws"
     };
-    upgrade.protocols([chosen]).on_upgrade(move |socket| {
-        Session {
-            state,
-            protocol,
-            legacy,
-            upgrade_authorization,
-        }
-        .serve(socket)
-    })
+    // A message may be as large as a request body over HTTP, and no larger.
+    let largest = state.app.config.max_body_bytes;
+    upgrade
+        .protocols([chosen])
+        .max_message_size(largest)
+        .max_frame_size(largest)
+        .on_upgrade(move |socket| {
+            Session {
+                state,
+                protocol,
+                legacy,
+                upgrade_authorization,
+            }
+            .serve(socket)
+        })
 }
 
 /// What `connection_init` settled.
@@ -151,10 +157,18 @@ impl Session {
         // The `graphql-transport-ws` rules the session does not enforce (see `ws_gate`).
         let (gate, mut violation) = Gate::new();
         let rules = (!self.legacy).then(|| gate.clone());
+        let transport = gate.clone();
         let incoming = incoming
             .filter(move |message| {
                 let admitted = match (&rules, message) {
                     (Some(rules), Ok(message)) => rules.admit(message),
+                    (_, Err(err)) if too_big(err) => {
+                        transport.refuse(CloseFrame {
+                            code: close_code::SIZE,
+                            reason: "Message Too Big".into(),
+                        });
+                        false
+                    }
                     _ => true,
                 };
                 std::future::ready(admitted)
@@ -283,6 +297,14 @@ impl Session {
             },
         )
     }
+}
+
+/// Whether the transport refused a message for its size (over `COURIER_MAX_BODY_BYTES`).
+fn too_big(err: &axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+    std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<WsError>())
+        .is_some_and(|err| matches!(err, WsError::Capacity(CapacityError::MessageTooLong { .. })))
 }
 
 /// The most bytes a close frame's reason may take: a control frame carries at most 125

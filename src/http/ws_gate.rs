@@ -62,16 +62,22 @@ impl Gate {
         match self.check(text) {
             Ok(()) => true,
             Err(close) => {
-                let tell = self
-                    .violation
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
-                if let Some(tell) = tell {
-                    let _ = tell.send(close);
-                }
+                self.refuse(close);
                 false
             }
+        }
+    }
+
+    /// Closes the socket with `close`, unless a rule broken earlier already did: for what
+    /// the transport refused before any message reached the gate (one over the size limit).
+    pub fn refuse(&self, close: CloseFrame) {
+        let tell = self
+            .violation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(tell) = tell {
+            let _ = tell.send(close);
         }
     }
 

@@ -420,3 +420,34 @@ async fn an_operation_refused_before_it_runs_gets_an_error_message() {
         "complete"
     );
 }
+
+/// A message larger than a request body may be (`COURIER_MAX_BODY_BYTES`) closes the socket
+/// with 1009 on both protocols, and the process serves the next client.
+#[tokio::test]
+async fn a_message_over_the_body_limit_closes_with_1009() {
+    use tokio_tungstenite::tungstenite::Message;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| config.max_body_bytes = 64 * 1024).await;
+    let admin = app.admin_token().await;
+    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } });
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        let mut socket = connect(&app, protocol).await;
+        send(&mut socket, init.clone()).await;
+        assert_eq!(
+            next(&mut socket).await.expect("ack")["type"],
+            "connection_ack"
+        );
+        let huge = json!({ "id": "h", "type": "subscribe", "payload": { "query": QUERY,
+                           "variables": { "pad": "x".repeat(70 * 1024) } } });
+        // The server may close before the whole message is written.
+        let _ = futures_util::SinkExt::send(&mut socket, Message::text(huge.to_string())).await;
+        let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+        assert_eq!(close.map(|c| c.0), Some(1009), "{protocol}");
+    }
+    let mut socket = connect(&app, "graphql-transport-ws").await;
+    send(&mut socket, init).await;
+    assert_eq!(
+        next(&mut socket).await.expect("ack")["type"],
+        "connection_ack"
+    );
+}
