@@ -7,6 +7,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
 use crate::support::websocket::connect;
+use crate::support::websocket::initialised;
 use crate::support::websocket::next;
 use crate::support::websocket::send;
 use crate::support::websocket::until_closed;
@@ -21,12 +22,7 @@ async fn graphql_transport_ws_runs_operations_for_an_authenticated_client() {
     let admin = app.admin_token().await;
     let (id, _) = app.create_endpoint(&admin, "https://example.com/ws").await;
 
-    let mut socket = connect(&app, "graphql-transport-ws").await;
-    send(&mut socket, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } })).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
+    let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
     send(
         &mut socket,
         json!({ "id": "1", "type": "subscribe", "payload": { "query": QUERY } }),
@@ -90,12 +86,7 @@ async fn legacy_connection_terminate_closes_normally() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    let mut socket = connect(&app, "graphql-ws").await;
-    send(&mut socket, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } })).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
+    let mut socket = initialised(&app, "graphql-ws", &admin).await;
     send(&mut socket, json!({ "type": "connection_terminate" })).await;
     let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
     assert_eq!(close.map(|(code, _)| code), Some(1000));
@@ -238,7 +229,6 @@ async fn protocol_violations_close_with_the_protocols_codes() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } });
     let wait = std::time::Duration::from_secs(5);
 
     for garbage in [
@@ -247,12 +237,7 @@ async fn protocol_violations_close_with_the_protocols_codes() {
         json!({ "payload": {} }).to_string(),
         json!({ "type": "subscribe", "payload": { "query": QUERY } }).to_string(),
     ] {
-        let mut socket = connect(&app, "graphql-transport-ws").await;
-        send(&mut socket, init.clone()).await;
-        assert_eq!(
-            next(&mut socket).await.expect("ack")["type"],
-            "connection_ack"
-        );
+        let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
         futures_util::SinkExt::send(&mut socket, Message::text(garbage.clone()))
             .await
             .expect("send");
@@ -282,12 +267,7 @@ async fn protocol_violations_close_with_the_protocols_codes() {
         "subscribe before connection_init"
     );
 
-    let mut socket = connect(&app, "graphql-transport-ws").await;
-    send(&mut socket, init.clone()).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
+    let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
     send(&mut socket, subscription("1")).await;
     send(&mut socket, subscription("1")).await;
     let (_, close) = until_closed(&mut socket, wait).await;
@@ -298,12 +278,7 @@ async fn protocol_violations_close_with_the_protocols_codes() {
     );
 
     // A finished operation's id is free again, and the process serves the next client.
-    let mut socket = connect(&app, "graphql-transport-ws").await;
-    send(&mut socket, init).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
+    let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
     for _ in 0..2 {
         send(
             &mut socket,
@@ -326,7 +301,6 @@ async fn close_frames_fit_a_control_frame_whatever_the_client_sent() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } });
     let wait = std::time::Duration::from_secs(5);
     let long_id = "i".repeat(200);
     let subscription = json!({ "id": long_id, "type": "subscribe",
@@ -351,12 +325,7 @@ async fn close_frames_fit_a_control_frame_whatever_the_client_sent() {
         ),
     ];
     for (protocol, messages, code) in cases {
-        let mut socket = connect(&app, protocol).await;
-        send(&mut socket, init.clone()).await;
-        assert_eq!(
-            next(&mut socket).await.expect("ack")["type"],
-            "connection_ack"
-        );
+        let mut socket = initialised(&app, protocol, &admin).await;
         for message in messages {
             futures_util::SinkExt::send(&mut socket, Message::text(message))
                 .await
@@ -377,12 +346,7 @@ async fn an_operation_refused_before_it_runs_gets_an_error_message() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    let mut socket = connect(&app, "graphql-transport-ws").await;
-    send(&mut socket, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } })).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
+    let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
     for refused in [
         json!({ "query": "subscription { nope }" }),
         json!({ "query": "subscription($e: ID) { deliveryStateChanged(endpointId: $e) { state } }",
@@ -429,14 +393,8 @@ async fn a_message_over_the_body_limit_closes_with_1009() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn_with(&db, |config| config.max_body_bytes = 64 * 1024).await;
     let admin = app.admin_token().await;
-    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } });
     for protocol in ["graphql-transport-ws", "graphql-ws"] {
-        let mut socket = connect(&app, protocol).await;
-        send(&mut socket, init.clone()).await;
-        assert_eq!(
-            next(&mut socket).await.expect("ack")["type"],
-            "connection_ack"
-        );
+        let mut socket = initialised(&app, protocol, &admin).await;
         let huge = json!({ "id": "h", "type": "subscribe", "payload": { "query": QUERY,
                            "variables": { "pad": "x".repeat(70 * 1024) } } });
         // The server may close before the whole message is written.
@@ -444,10 +402,5 @@ async fn a_message_over_the_body_limit_closes_with_1009() {
         let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
         assert_eq!(close.map(|c| c.0), Some(1009), "{protocol}");
     }
-    let mut socket = connect(&app, "graphql-transport-ws").await;
-    send(&mut socket, init).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
+    initialised(&app, "graphql-transport-ws", &admin).await;
 }

@@ -27,6 +27,22 @@ pub async fn connect(app: &TestApp, protocol: &str) -> Socket {
     socket
 }
 
+/// A socket speaking `protocol`, initialised with `token` in `connection_init` and
+/// acknowledged.
+pub async fn initialised(app: &TestApp, protocol: &str, token: &str) -> Socket {
+    let mut socket = connect(app, protocol).await;
+    let init = serde_json::json!({ "type": "connection_init",
+                                   "payload": { "Authorization": format!("Bearer {token}") } });
+    send(&mut socket, init).await;
+    let ack = next(&mut socket).await;
+    assert_eq!(
+        ack.as_ref().map(|ack| ack["type"].clone()),
+        Some("connection_ack".into()),
+        "{protocol}: {ack:?}"
+    );
+    socket
+}
+
 pub async fn send(socket: &mut Socket, message: Value) {
     socket
         .send(Message::text(message.to_string()))
