@@ -31,11 +31,9 @@ pub enum Error {
     /// The input cannot be accepted as given.
     #[error("{0}")]
     BadInput(String),
-    /// The idempotency key was used before with different content: another payload, event
-    /// type or ordering key.
-    #[error(
-        "idempotency key already used with different content (payload, event type or ordering key)"
-    )]
+    /// The idempotency key was used before with different content: another payload or
+    /// ordering key (and for `publish`, another event type).
+    #[error("idempotency key already used with different content")]
     IdempotencyConflict,
     /// The caller is over its rate limit.
     #[error("rate limit exceeded; retry in {retry_after_secs}s")]

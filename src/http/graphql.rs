@@ -161,7 +161,6 @@ fn traced(request: async_graphql::Request, headers: &HeaderMap) -> async_graphql
     }
 }
 
-/// Whether the operation a GET would run is a mutation (GET must not change anything).
 /// `request` with the operation named by the query string's `operationName`, the name
 /// GraphQL over HTTP gives it: async-graphql's parser reads only `operation_name`.
 fn with_operation_name(request: async_graphql::Request, query: &str) -> async_graphql::Request {
@@ -178,6 +177,7 @@ fn with_operation_name(request: async_graphql::Request, query: &str) -> async_gr
     }
 }
 
+/// Whether the operation a GET would run is a mutation (GET must not change anything).
 fn selects_mutation(request: &mut async_graphql::Request) -> bool {
     let name = request.operation_name.clone();
     let Ok(document) = request.parsed_query() else {
