@@ -9,7 +9,7 @@ use std::time::Duration;
 use courier::config::ServeArgs;
 use serde_json::json;
 
-use super::{each_once, endpoint_with, most_in_any_window};
+use super::{each_once, endpoint_with, most_in_any_window, RATE_WINDOW};
 use crate::on_both_backends;
 use crate::support::fixtures::{attempts, delivery, delivery_id, quick_worker, settle, submit};
 use crate::support::process::{admin_token, Served};
@@ -179,8 +179,11 @@ async fn a_submission_claims_only_within_its_endpoints_limits(backend: Backend) 
         .map(|r| r.at)
         .collect();
     assert_eq!(arrivals.len(), 4);
-    let most = most_in_any_window(&arrivals, Duration::from_secs(1));
-    assert!(most <= 2, "{most} starts within a second at rateLimit 2");
+    let most = most_in_any_window(&arrivals, RATE_WINDOW);
+    assert!(
+        most <= 2,
+        "{most} starts within {RATE_WINDOW:?} at rateLimit 2"
+    );
     settle([app]).await;
     each_once(&receiver, "capped", 2);
     each_once(&receiver, "limited", 4);

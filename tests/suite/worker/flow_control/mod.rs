@@ -30,6 +30,12 @@ pub async fn submit_many(app: &TestApp, admin: &str, endpoint: &str, count: usiz
     }
 }
 
+/// The window a rate limit is checked in at the receiver: a second, less the 100 ms that a
+/// loaded machine can add between a start and its arrival (the limiter spaces starts
+/// `1.05 / rate` apart, so `rate + 1` starts span 1.05 s). One start too many still shows
+/// in it at up to 10 a second: `rate + 1` starts then span at most 0.945 s.
+pub const RATE_WINDOW: Duration = Duration::from_millis(950);
+
 /// The most of `arrivals` (sorted or not) that fall in any window `[t, t + window)`.
 pub fn most_in_any_window(arrivals: &[Instant], window: Duration) -> usize {
     let mut sorted = arrivals.to_vec();
