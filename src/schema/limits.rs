@@ -15,6 +15,7 @@ use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{ErrorExtensionValues, Request, ServerError, ServerResult, ValidationResult};
 
 use super::documents::DocumentCache;
+use super::single_root::selected_operation;
 
 /// Deepest selection a query may make.
 pub const MAX_QUERY_DEPTH: usize = 12;
@@ -297,12 +298,7 @@ struct Refused(ServerError);
 /// Whether the operation that would run selects nothing but `__schema`, `__type` and
 /// `__typename` at its root, as fields (a fragment there counts as something else).
 fn only_introspects(document: &ExecutableDocument, operation_name: Option<&str>) -> bool {
-    let mut operations = document.operations.iter();
-    let operation = match operation_name {
-        Some(name) => operations.find(|(op_name, _)| op_name.map(|n| n.as_str()) == Some(name)),
-        None => operations.next(),
-    };
-    let Some((_, operation)) = operation else {
+    let Some((_, operation)) = selected_operation(document, operation_name) else {
         return false;
     };
     let root = &operation.node.selection_set.node.items;

@@ -1,10 +1,15 @@
-//! The GraphQL rule async-graphql does not check: a subscription selects exactly one root
-//! field ("Single root field", GraphQL spec 5.2.3.1), fragments included. Two would
-//! interleave two event streams in one subscription.
+//! The operation of a document that runs, and the GraphQL rule async-graphql does not
+//! check for it: a subscription selects exactly one root field ("Single root field",
+//! GraphQL spec 5.2.3.1), fragments included. Two would interleave two event streams in
+//! one subscription.
 
 use std::collections::HashSet;
 
-use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection, SelectionSet};
+use async_graphql::parser::types::{
+    ExecutableDocument, OperationDefinition, OperationType, Selection, SelectionSet,
+};
+use async_graphql::parser::Positioned;
+use async_graphql::Name;
 use async_graphql::ServerError;
 
 use super::limits::MAX_FRAGMENT_DEPTH;
@@ -12,11 +17,7 @@ use super::limits::MAX_FRAGMENT_DEPTH;
 /// The error for the operation `operation_name` selects in `document`, if it is a
 /// subscription that selects other than one root field (by response key).
 pub fn refusal(document: &ExecutableDocument, operation_name: Option<&str>) -> Option<ServerError> {
-    let mut operations = document.operations.iter();
-    let (name, operation) = match operation_name {
-        Some(wanted) => operations.find(|(name, _)| name.map(|n| n.as_str()) == Some(wanted))?,
-        None => operations.next()?,
-    };
+    let (name, operation) = selected_operation(document, operation_name)?;
     if operation.node.ty != OperationType::Subscription {
         return None;
     }
@@ -33,6 +34,19 @@ pub fn refusal(document: &ExecutableDocument, operation_name: Option<&str>) -> O
         format!("{subject} must select only one top level field."),
         Some(operation.pos),
     ))
+}
+
+/// The operation of `document` that would run: the one named `operation_name`, or the
+/// first, with its name.
+pub(super) fn selected_operation<'a>(
+    document: &'a ExecutableDocument,
+    operation_name: Option<&str>,
+) -> Option<(Option<&'a Name>, &'a Positioned<OperationDefinition>)> {
+    let mut operations = document.operations.iter();
+    match operation_name {
+        Some(name) => operations.find(|(op_name, _)| op_name.map(|n| n.as_str()) == Some(name)),
+        None => operations.next(),
+    }
 }
 
 /// Adds the response keys `set` selects at its level, through fragments, to `keys`,
