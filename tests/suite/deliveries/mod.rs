@@ -8,3 +8,4 @@ mod listings;
 mod plans;
 mod recovery;
 mod replay;
+mod resend;

@@ -1,5 +1,5 @@
 //! Recovering from a receiver's outage: bulk replay (racing itself and single replays, on
-//! two instances), its filters and window, partners' scope, resend and test events.
+//! two instances), its filters and window, and partners' scope.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -17,18 +17,14 @@ use uuid::Uuid;
 
 use crate::on_both_backends;
 use crate::support::fixtures::{
-    count, delivery, delivery_id, endpoint_on, eventually, quick_worker, rows, seed_spread, settle,
-    submit, wait_for_state,
+    count, delivery, delivery_id, endpoint_on, eventually, quick_worker, rows, settle, submit,
 };
+use crate::support::seeding::seed_spread;
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 const REPLAY_ALL: &str =
     "mutation($filter: ReplayFilter!) { replayDeliveries(filter: $filter) { replayed } }";
 const REPLAY: &str = "mutation($id: ID!) { replayDelivery(id: $id) { id state } }";
-const RESEND: &str =
-    "mutation($id: ID!) { resendDelivery(id: $id) { id state cycleAttempts nextAttemptAt } }";
-const TEST_EVENT: &str = "mutation($id: ID!) { sendTestEvent(endpointId: $id) { id state submission { eventType payload } endpoint { id } } }";
-
 /// The `replayed` count of an answer, or a panic naming it.
 fn replayed(answer: &Value) -> i64 {
     answer["data"]["replayDeliveries"]["replayed"]
@@ -49,16 +45,6 @@ async fn fail_at(app: &TestApp, ids: &[Uuid], at: DateTime<Utc>) {
     }
 }
 
-/// A partner key for an endpoint of its own, and nothing else.
-async fn outsider(app: &TestApp, admin: &str) -> String {
-    let (elsewhere, _) = app
-        .create_endpoint(admin, "https://example.com/elsewhere")
-        .await;
-    app.token(Role::Partner, &[Uuid::parse_str(&elsewhere).expect("uuid")])
-        .await
-}
-
-/// The endpoint of delivery `id`.
 async fn endpoint_of(app: &TestApp, id: Uuid) -> Uuid {
     delivery(&app.state.db, id).await.endpoint_id
 }
@@ -383,122 +369,11 @@ async fn a_bulk_replay_into_a_disabled_endpoint_parks(backend: Backend) {
     );
 }
 
-/// Resending a delivered delivery sends it again with the same `webhook-id`, its history
-/// kept; nothing else can be resent.
-async fn resend_sends_a_delivered_delivery_again(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let receiver = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, quick_worker).await;
-    let admin = app.admin_token().await;
-    let endpoint = endpoint_on(&app, &admin, &receiver, "resend").await;
-    let id = delivery_id(&submit(&app, &admin, &endpoint, json!({ "again": true }), None).await);
-
-    wait_for_state(&app, &admin, &id, "DELIVERED", Duration::from_secs(10)).await;
-    receiver.wait_for(1, Duration::from_secs(10)).await;
-    let other = outsider(&app, &admin).await;
-    let forbidden = app.graphql(&other, RESEND, json!({ "id": id })).await;
-    assert_eq!(gql_error_code(&forbidden), Some("FORBIDDEN"), "{forbidden}");
-
-    let resent = app.graphql(&admin, RESEND, json!({ "id": id })).await;
-    assert_eq!(
-        resent["data"]["resendDelivery"]["state"], "PENDING",
-        "{resent}"
-    );
-    assert_eq!(resent["data"]["resendDelivery"]["cycleAttempts"], 0);
-    let twice = receiver.wait_for(2, Duration::from_secs(10)).await;
-    assert_eq!(twice[0].webhook_id, id);
-    assert_eq!(twice[1].webhook_id, id, "the same webhook-id again");
-    assert_eq!(twice[0].raw_body, twice[1].raw_body);
-    assert!(twice.iter().all(|r| r.verified));
-    let delivery = wait_for_state(&app, &admin, &id, "DELIVERED", Duration::from_secs(10)).await;
-    let numbers: Vec<i64> = delivery["attempts"]
-        .as_array()
-        .expect("attempts")
-        .iter()
-        .map(|a| a["number"].as_i64().unwrap_or(0))
-        .collect();
-    assert_eq!(numbers, [1, 2], "the first attempt is kept");
-
-    rows(
-        &app.state.db,
-        "UPDATE webhook_deliveries SET state = 'failed'",
-        vec![],
-    )
-    .await;
-    let failed = app.graphql(&admin, RESEND, json!({ "id": id })).await;
-    assert_eq!(
-        gql_error_code(&failed),
-        Some("DELIVERY_NOT_REPLAYABLE"),
-        "{failed}"
-    );
-    assert_eq!(failed["errors"][0]["extensions"]["state"], "FAILED");
-    assert_eq!(
-        failed["errors"][0]["message"],
-        "delivery is failed, only delivered deliveries can be resent"
-    );
-    let unknown = app
-        .graphql(&admin, RESEND, json!({ "id": Uuid::now_v7().to_string() }))
-        .await;
-    assert_eq!(gql_error_code(&unknown), Some("NOT_FOUND"), "{unknown}");
-}
-
-/// A test event is a signed `courier.test` webhook, recorded like any delivery.
-async fn a_test_event_is_signed_and_recorded(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let receiver = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, quick_worker).await;
-    let admin = app.admin_token().await;
-    let endpoint = endpoint_on(&app, &admin, &receiver, "test").await;
-
-    let sent = app
-        .graphql(&admin, TEST_EVENT, json!({ "id": endpoint }))
-        .await;
-    let delivery = &sent["data"]["sendTestEvent"];
-    assert_eq!(delivery["endpoint"]["id"], endpoint.as_str(), "{sent}");
-    assert_eq!(delivery["submission"]["eventType"], "courier.test");
-    assert_eq!(delivery["submission"]["payload"]["type"], "courier.test");
-    assert_eq!(
-        delivery["submission"]["payload"]["endpointId"],
-        endpoint.as_str()
-    );
-    let id = delivery["id"].as_str().expect("id").to_owned();
-    let arrived = receiver.wait_for(1, Duration::from_secs(10)).await;
-    assert!(arrived[0].verified, "signed with the endpoint's secret");
-    assert_eq!(arrived[0].webhook_id, id);
-    assert_eq!(arrived[0].body["type"], "courier.test");
-    let recorded = wait_for_state(&app, &admin, &id, "DELIVERED", Duration::from_secs(10)).await;
-    assert_eq!(recorded["attempts"][0]["statusCode"], 200);
-
-    let unknown = app
-        .graphql(
-            &admin,
-            TEST_EVENT,
-            json!({ "id": Uuid::now_v7().to_string() }),
-        )
-        .await;
-    assert_eq!(gql_error_code(&unknown), Some("NOT_FOUND"), "{unknown}");
-    let outsider = outsider(&app, &admin).await;
-    let forbidden = app
-        .graphql(&outsider, TEST_EVENT, json!({ "id": endpoint }))
-        .await;
-    assert_eq!(gql_error_code(&forbidden), Some("FORBIDDEN"), "{forbidden}");
-    let partner = app
-        .token(Role::Partner, &[Uuid::parse_str(&endpoint).expect("uuid")])
-        .await;
-    let own = app
-        .graphql(&partner, TEST_EVENT, json!({ "id": endpoint }))
-        .await;
-    assert!(own["data"]["sendTestEvent"]["id"].is_string(), "{own}");
-    receiver.wait_for(2, Duration::from_secs(10)).await;
-}
-
 on_both_backends!(
     filters_and_the_window_choose_what_is_replayed,
     partners_replay_within_their_scope,
     a_bulk_replay_into_a_disabled_endpoint_parks,
     one_bulk_replay_takes_every_batch,
-    resend_sends_a_delivered_delivery_again,
-    a_test_event_is_signed_and_recorded,
 );
 
 crate::on_postgres!(bulk_and_single_replays_racing_replay_each_delivery_once,);

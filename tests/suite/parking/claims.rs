@@ -11,8 +11,8 @@ use crate::support::{Backend, TestDb};
 use crate::support::fixtures::delivery;
 use crate::support::fixtures::events_for;
 use crate::support::fixtures::record_result;
-use crate::support::fixtures::seed;
 use crate::support::fixtures::LONG_LEASE;
+use crate::support::seeding::seed;
 
 /// Parking holds at the edges: a claim given back after its endpoint was disabled is
 /// parked, not due; an expired lease of a disabled endpoint is parked by the next claim

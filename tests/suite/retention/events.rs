@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use crate::on_both_backends;
 use crate::support::{Backend, TestApp, TestDb};
 
-use crate::support::fixtures::endpoint_with_types;
+use crate::support::endpoints::endpoint_with_types;
 use crate::support::fixtures::publish;
 
 /// Retention takes events with their deliveries: an event whose deliveries were all pruned,

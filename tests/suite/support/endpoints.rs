@@ -37,3 +37,27 @@ pub async fn endpoint_with(
     receiver.set_secret(path, created["secret"].as_str().expect("a secret"));
     id.to_owned()
 }
+
+/// Creates an endpoint subscribed to `types` (`None`: the field omitted) and returns its id.
+pub async fn endpoint_with_types(
+    app: &TestApp,
+    admin: &str,
+    url: &str,
+    types: Option<Vec<&str>>,
+) -> String {
+    let mut input = json!({ "name": "typed", "url": url });
+    if let Some(types) = types {
+        input["eventTypes"] = json!(types);
+    }
+    let body = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id eventTypes } } }",
+            json!({ "input": input }),
+        )
+        .await;
+    body["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("created: {body}"))
+        .to_owned()
+}

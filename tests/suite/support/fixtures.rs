@@ -19,7 +19,6 @@ use sea_orm::{
 };
 use serde_json::{json, Value};
 
-use courier::auth::{self, Identity};
 use uuid::Uuid;
 
 use super::{Receiver, TestApp, TestDb};
@@ -352,52 +351,6 @@ pub async fn endpoint_count(app: &TestApp) -> u64 {
         .expect("count")
 }
 
-/// An API-only app with `count` pending deliveries to one endpoint; returns their ids.
-pub async fn seed(db: &TestDb, count: usize) -> (TestApp, Vec<Uuid>) {
-    seed_spread(db, 1, count).await
-}
-
-/// An API-only app with `per_endpoint` pending deliveries to each of `endpoints` endpoints,
-/// submitted round robin; returns their ids in submission order.
-pub async fn seed_spread(
-    db: &TestDb,
-    endpoints: usize,
-    per_endpoint: usize,
-) -> (TestApp, Vec<Uuid>) {
-    let app = TestApp::spawn(db).await;
-    let token = app.admin_token().await;
-    let caller: Identity = auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
-        .await
-        .expect("caller");
-    let mut targets = Vec::with_capacity(endpoints);
-    for _ in 0..endpoints {
-        let (endpoint, _) = app
-            .create_endpoint(&token, "https://example.com/hook")
-            .await;
-        targets.push(Uuid::parse_str(&endpoint).expect("uuid"));
-    }
-    let mut ids = Vec::new();
-    for n in 0..endpoints * per_endpoint {
-        let input = courier::service::submissions::NewSubmission {
-            endpoint_id: targets[n % endpoints],
-            payload: serde_json::json!({ "n": n }),
-            idempotency_key: None,
-            event_type: None,
-            ordering_key: None,
-        };
-        ids.push(
-            app.state
-                .submissions
-                .submit(&caller, input)
-                .await
-                .expect("submit")
-                .delivery
-                .id,
-        );
-    }
-    (app, ids)
-}
-
 pub const PUBLISH: &str = "mutation($input: PublishInput!) { publish(input: $input) { created event { id eventType idempotencyKey payload deliveries(first: 100) { edges { node { id state endpoint { id } submission { eventType event { id } } } } } } } }";
 
 pub async fn publish(
@@ -409,30 +362,6 @@ pub async fn publish(
 ) -> Value {
     let input = json!({ "eventType": event_type, "payload": payload, "idempotencyKey": key });
     app.graphql(token, PUBLISH, json!({ "input": input })).await
-}
-
-/// Creates an endpoint subscribed to `types` (`None`: the field omitted) and returns its id.
-pub async fn endpoint_with_types(
-    app: &TestApp,
-    admin: &str,
-    url: &str,
-    types: Option<Vec<&str>>,
-) -> String {
-    let mut input = json!({ "name": "typed", "url": url });
-    if let Some(types) = types {
-        input["eventTypes"] = json!(types);
-    }
-    let body = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id eventTypes } } }",
-            json!({ "input": input }),
-        )
-        .await;
-    body["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("created: {body}"))
-        .to_owned()
 }
 
 /// Moves every lease an hour into the past, as if it had run out long ago (a `processing`

@@ -14,6 +14,7 @@ pub mod partition;
 pub mod postgres_server;
 pub mod process;
 pub mod receiver;
+pub mod seeding;
 pub mod tenants;
 pub mod websocket;
 

@@ -13,7 +13,7 @@ use crate::support::fixtures::{endpoint_on, quick_worker};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 use super::*;
-use crate::support::fixtures::endpoint_with_types;
+use crate::support::endpoints::endpoint_with_types;
 use crate::support::fixtures::publish;
 use crate::support::fixtures::settle;
 

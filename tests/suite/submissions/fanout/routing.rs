@@ -9,7 +9,7 @@ use crate::on_both_backends;
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 use super::*;
-use crate::support::fixtures::endpoint_with_types;
+use crate::support::endpoints::endpoint_with_types;
 use crate::support::fixtures::publish;
 
 async fn publish_routes_by_type_state_and_scope(backend: Backend) {

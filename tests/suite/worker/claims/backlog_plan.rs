@@ -6,7 +6,8 @@
 use courier::worker::claim::claim_due;
 use sea_orm::ConnectionTrait;
 
-use crate::support::fixtures::{count, events_for, rows, seed, LONG_LEASE};
+use crate::support::fixtures::{count, events_for, rows, LONG_LEASE};
+use crate::support::seeding::seed;
 use crate::support::{Backend, TestDb};
 
 /// Settled history the statistics are taken over.

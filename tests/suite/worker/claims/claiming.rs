@@ -16,9 +16,9 @@ use crate::support::{Backend, TestDb};
 use crate::support::fixtures::delivery;
 use crate::support::fixtures::events_for;
 use crate::support::fixtures::expire_leases;
-use crate::support::fixtures::seed;
-use crate::support::fixtures::seed_spread;
 use crate::support::fixtures::LONG_LEASE;
+use crate::support::seeding::seed;
+use crate::support::seeding::seed_spread;
 
 /// Six sessions with their own pools claim at once, round after round, over the backlogs
 /// of six endpoints: every row goes to exactly one session. (Claims of one endpoint take

@@ -21,8 +21,8 @@ use crate::support::fixtures::events_for;
 use crate::support::fixtures::expire_leases;
 use crate::support::fixtures::outcome;
 use crate::support::fixtures::record_result;
-use crate::support::fixtures::seed;
 use crate::support::fixtures::LONG_LEASE;
+use crate::support::seeding::seed;
 
 /// Two independent connections holding two claims on one delivery: the first claim's lease
 /// ran out and the second retook it.

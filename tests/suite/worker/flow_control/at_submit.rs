@@ -2,7 +2,7 @@
 //! its own delivery in the transaction that stores it, under the same rules as any claim:
 //! the endpoint's cap (held across instances, racing the claiming loops), its rate limit,
 //! due order within the endpoint, and the lease and fence when the process dies or the
-//! request outlives its lease.
+//! request outlives its lease (a process killed after such a claim: [`super::at_submit_crash`]).
 
 use std::time::Duration;
 
@@ -12,7 +12,6 @@ use serde_json::json;
 use super::{each_once, endpoint_with, most_in_any_window, RATE_WINDOW};
 use crate::on_both_backends;
 use crate::support::fixtures::{attempts, delivery, delivery_id, quick_worker, settle, submit};
-use crate::support::process::{admin_token, Served};
 use crate::support::receiver::{answering_after, slow_first_attempt};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
@@ -422,66 +421,6 @@ async fn a_claim_made_at_submit_is_fenced_like_any_other() {
     );
     first.stop().await;
     second.stop().await;
-}
-
-/// The real binary, killed while the request of a delivery it claimed at submit is on its
-/// way: nothing is lost. Another process takes the delivery again when the lease runs out
-/// and delivers it, with the same webhook id.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_killed_after_claiming_at_submit_loses_nothing() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let receiver = Receiver::start(slow_first_attempt(Duration::from_secs(60))).await;
-    let settings = [
-        ("COURIER_LEASE_SECS", "2"),
-        ("COURIER_REQUEST_TIMEOUT_MS", "30000"),
-        ("COURIER_POLL_INTERVAL_MS", "100"),
-        ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true"),
-    ];
-    // As above: the first process's loop runs only when woken, and is idle again before
-    // the submission.
-    let mut quiet = settings;
-    quiet[2] = ("COURIER_POLL_INTERVAL_MS", "10000");
-    let first = Served::start(&db.url, &quiet);
-    let token = admin_token(&db).await;
-    let endpoint = first.create_endpoint(&token, &receiver, "crash", &[]).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let body = first
-        .graphql(
-            &token,
-            crate::support::fixtures::SUBMIT,
-            json!({ "input": { "endpointId": endpoint, "payload": { "n": 1 } } }),
-        )
-        .await;
-    assert!(body["errors"].is_null(), "{body}");
-    let id: uuid::Uuid = delivery_id(&body).parse().expect("a delivery id");
-    crate::support::fixtures::eventually(
-        "the request is on its way",
-        Duration::from_secs(10),
-        || async { receiver.in_flight("crash") == 1 },
-    )
-    .await;
-    let metrics = reqwest::get(format!("http://{}/metrics", first.addr))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    assert!(
-        metrics.contains("courier_delivery_claims_at_submit_total 1"),
-        "claimed at submit: {metrics}"
-    );
-    drop(first);
-    let second = Served::start(&db.url, &settings);
-    let pool = courier::db::Db::connect(&db.url, 2).await.expect("a pool");
-    crate::support::fixtures::eventually("delivered", Duration::from_secs(20), || async {
-        delivery(&pool, id).await.state == entity::webhook_delivery::DeliveryState::Delivered
-    })
-    .await;
-    let received = receiver.received();
-    assert_eq!(received.len(), 2, "sent again after the crash");
-    assert_eq!(received[0].webhook_id, received[1].webhook_id);
-    assert!(received.iter().all(|r| r.verified));
-    drop(second);
 }
 
 /// With `COURIER_CLAIM_AT_SUBMIT=false` every delivery waits for the claiming loop, and is

@@ -7,6 +7,7 @@
 
 mod across_instances;
 mod at_submit;
+mod at_submit_crash;
 mod at_submit_fence;
 mod claiming;
 mod neighbours;
