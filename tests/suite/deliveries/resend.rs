@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::on_both_backends;
 use crate::support::fixtures::{
-    delivery_id, endpoint_on, quick_worker, rows, submit, wait_for_state,
+    assert_not_replayable, delivery_id, endpoint_on, quick_worker, rows, submit, wait_for_state,
 };
 use crate::support::{gql_error_code, Backend, Receiver, TestApp, TestDb};
 
@@ -70,15 +70,10 @@ async fn resend_sends_a_delivered_delivery_again(backend: Backend) {
     )
     .await;
     let failed = app.graphql(&admin, RESEND, json!({ "id": id })).await;
-    assert_eq!(
-        gql_error_code(&failed),
-        Some("DELIVERY_NOT_REPLAYABLE"),
-        "{failed}"
-    );
-    assert_eq!(failed["errors"][0]["extensions"]["state"], "FAILED");
-    assert_eq!(
-        failed["errors"][0]["message"],
-        "delivery is failed, only delivered deliveries can be resent"
+    assert_not_replayable(
+        &failed,
+        "FAILED",
+        Some("delivery is failed, only delivered deliveries can be resent"),
     );
     let unknown = app
         .graphql(&admin, RESEND, json!({ "id": Uuid::now_v7().to_string() }))

@@ -429,3 +429,20 @@ pub async fn table_stat(db: &Db, table: &str, counted: &str) -> i64 {
         .try_get("", "n")
         .expect("a table statistic")
 }
+
+/// Asserts `answer` refused a replay or a resend with `DELIVERY_NOT_REPLAYABLE`, naming the
+/// delivery's `state` (as the API spells it) and, if given, saying `message`.
+pub fn assert_not_replayable(answer: &Value, state: &str, message: Option<&str>) {
+    assert_eq!(
+        super::gql_error_code(answer),
+        Some("DELIVERY_NOT_REPLAYABLE"),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["errors"][0]["extensions"]["state"], state,
+        "{answer}"
+    );
+    if let Some(message) = message {
+        assert_eq!(answer["errors"][0]["message"], message, "{answer}");
+    }
+}
