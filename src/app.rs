@@ -113,13 +113,38 @@ impl App {
         )
         .await?;
         tracing::info!("HTTP server stopped");
-        if let Some(worker) = worker {
-            let _ = worker.await;
-        }
-        let _ = pruner.await;
-        let _ = retention.await;
-        let _ = events_listener.await;
-        let _ = revocation_watcher.await;
+        let worker = async {
+            if let Some(worker) = worker {
+                let _ = worker.await;
+            }
+        };
+        let background = stop_background(
+            [pruner, retention, events_listener, revocation_watcher],
+            BACKGROUND_STOP_WITHIN,
+        );
+        tokio::join!(worker, background);
         Ok(())
+    }
+}
+
+/// How long the background tasks (pruning, retention, the event listener, the revocation
+/// watcher) get to stop on their own after a shutdown.
+const BACKGROUND_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits up to `within` for `tasks`, each of which stops at the shutdown signal when idle,
+/// then aborts those still waiting on the database: their work is one transaction or
+/// statement at a time, which the database rolls back, so a silent network never keeps
+/// the process from exiting.
+async fn stop_background<const N: usize>(
+    tasks: [tokio::task::JoinHandle<()>; N],
+    within: std::time::Duration,
+) {
+    let aborts: Vec<_> = tasks.iter().map(|task| task.abort_handle()).collect();
+    let joined = futures_util::future::join_all(tasks);
+    if tokio::time::timeout(within, joined).await.is_err() {
+        tracing::warn!("background database work still waiting at shutdown; abandoned");
+        for abort in aborts {
+            abort.abort();
+        }
     }
 }

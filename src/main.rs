@@ -30,7 +30,7 @@ async fn main() -> std::process::ExitCode {
             // What was logged before goes out first: the fatal line is the last word.
             telemetry::sink::flush();
             fatal::report(log_format, &err);
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(err.exit_code())
         }
     };
     telemetry.shutdown().await;

@@ -154,7 +154,9 @@ pub async fn watch(
         if in_use.is_empty() {
             continue;
         }
-        match auth::revoked_among(&db, &in_use).await {
+        // Within the work deadline, so a silent database neither stalls the checks for
+        // long nor holds up a shutdown.
+        match db.within_deadline(auth::revoked_among(&db, &in_use)).await {
             Ok(revoked) if revoked.is_empty() => {}
             Ok(revoked) => {
                 // Evict first: a session opened from a stale cache entry after this point

@@ -26,6 +26,9 @@ pub enum CommandError {
     /// Settings that make no sense together.
     #[error("invalid configuration: {0}")]
     Settings(String),
+    /// `DATABASE_URL` cannot be read (see [`db::check_url`]).
+    #[error("{0}")]
+    DatabaseUrl(String),
     /// The database could not be opened: the cause and what to change, in one line.
     #[error("{0}")]
     Connect(String),
@@ -46,6 +49,17 @@ pub enum CommandError {
     /// Serving or printing failed.
     #[error("I/O error")]
     Io(#[from] std::io::Error),
+}
+
+impl CommandError {
+    /// The process's exit code: 2 for a setting that cannot be read, as for a flag clap
+    /// cannot parse; 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CommandError::DatabaseUrl(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// Runs the command the command line names (`serve` when none).
@@ -112,6 +126,7 @@ async fn list_tenants(database: &DatabaseArgs) -> Result<(), CommandError> {
 /// Connects and applies pending migrations.
 async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
     let url = &database.database_url;
+    db::check_url(url).map_err(CommandError::DatabaseUrl)?;
     let db = match Db::connect_with(url, database.db_pool_size, database.timeouts()).await {
         Ok(db) => db,
         Err(err) => {
@@ -126,7 +141,7 @@ async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
 /// How long `serve` waits at the end for the database pools to close: a connection still
 /// out by then is held by work that will never give it back, and the process exits
 /// without it (the operating system closes its socket).
-const CLOSE_POOLS_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+const CLOSE_POOLS_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), CommandError> {
     config.check().map_err(CommandError::Settings)?;

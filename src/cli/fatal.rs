@@ -31,14 +31,17 @@ pub fn report(format: LogFormat, err: &(dyn std::error::Error + 'static)) {
 /// Reports a command line (or `COURIER_*` variable) that could not be parsed, on one line
 /// naming the variable, and returns the exit code. Help and version go out as clap prints them.
 pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCode {
-    if matches!(
-        err.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
-        let _ = err.print();
-        return std::process::ExitCode::SUCCESS;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            return std::process::ExitCode::SUCCESS;
+        }
+        // `courier tenant` with no subcommand: the help, on stderr, and a usage error.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            return std::process::ExitCode::from(2);
+        }
+        _ => {}
     }
     let rendered = err.to_string();
     // The message and its tips; the usage block and the pointer to --help are left out.
@@ -59,7 +62,8 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
         parts.remove(0);
     }
     for part in parts {
-        message.push_str("; ");
+        // A list introduced by a colon continues the sentence.
+        message.push_str(if message.ends_with(':') { " " } else { "; " });
         message.push_str(part);
     }
     let mut stderr = std::io::stderr().lock();

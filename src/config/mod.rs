@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::builder::BoolishValueParser;
+use clap::builder::{BoolishValueParser, RangedU64ValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::crypto::sealing::SecretKeys;
@@ -20,6 +20,10 @@ pub use self::commands::{
 
 /// Longest retry delay accepted: 30 days.
 pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;
+
+/// The largest request body, WebSocket message or payload a process may be set to accept:
+/// 1 GiB.
+pub const MAX_BODY_BYTES: u64 = 1 << 30;
 
 /// The largest database pool a process may ask for: far above what one process can use, and
 /// small enough that the pool's bookkeeping is allocated without fail.
@@ -182,8 +186,9 @@ impl DatabaseArgs {
 /// Settings of `courier serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address the HTTP API listens on.
-    #[arg(long, env = "COURIER_BIND", default_value = "127.0.0.1:8080")]
+    /// Address the HTTP API listens on: `IP:PORT`, or `HOST:PORT` with a name resolved at
+    /// start (its first IPv4 address, else its first).
+    #[arg(long, env = "COURIER_BIND", default_value = "127.0.0.1:8080", value_parser = parse_bind)]
     pub bind: SocketAddr,
 
     /// Where users reach this Courier (scheme, host, port, any path prefix), for the
@@ -231,8 +236,7 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_RETRY_BASE_MS", value_parser = clap::value_parser!(u64).range(1..=MAX_RETRY_DELAY_MS))]
     pub retry_base_ms: Option<u64>,
 
-    /// Longest doubling delay, and the longest wait a receiver's `Retry-After` may impose
-    /// (with a listed schedule, at least its longest delay), in milliseconds.
+    /// Longest doubling delay, in milliseconds.
     #[arg(long, env = "COURIER_RETRY_MAX_MS", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(1..=MAX_RETRY_DELAY_MS))]
     pub retry_max_ms: u64,
 
@@ -252,8 +256,8 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_RATE_LIMIT_WINDOW_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     pub rate_limit_window_secs: u64,
 
-    /// Largest accepted submission payload, in bytes.
-    #[arg(long, env = "COURIER_MAX_PAYLOAD_BYTES", default_value_t = 256 * 1024)]
+    /// Largest accepted submission payload, in bytes (at least 2, the size of `{}`).
+    #[arg(long, env = "COURIER_MAX_PAYLOAD_BYTES", default_value_t = 256 * 1024, value_parser = RangedU64ValueParser::<usize>::new().range(2..=MAX_BODY_BYTES))]
     pub max_payload_bytes: usize,
 
     /// Allow webhook URLs that resolve to loopback, private, link-local or other non-public
@@ -261,8 +265,8 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub allow_private_destinations: bool,
 
-    /// Largest accepted HTTP request body, and WebSocket message, in bytes.
-    #[arg(long, env = "COURIER_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    /// Largest accepted HTTP request body, and WebSocket message, in bytes (at least 64).
+    #[arg(long, env = "COURIER_MAX_BODY_BYTES", default_value_t = 1024 * 1024, value_parser = RangedU64ValueParser::<usize>::new().range(64..=MAX_BODY_BYTES))]
     pub max_body_bytes: usize,
 
     /// HTTP connections open at once, WebSockets included; one more is answered 503 and
@@ -403,6 +407,21 @@ fn parse_retry_schedule(value: &str) -> Result<RetrySchedule, String> {
 
 /// `COURIER_RATE_LIMIT`: a positive number. Zero would refuse every submission, which is
 /// never what an operator means; leaving the setting unset means unlimited.
+fn parse_bind(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(value)
+        .map_err(|err| format!("{err}; expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:8080"))?
+        .collect();
+    resolved
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| format!("{value} resolves to no address"))
+}
+
 fn parse_rate_limit(value: &str) -> Result<u32, String> {
     match value.trim().parse::<u32>() {
         Ok(0) => Err(

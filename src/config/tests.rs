@@ -83,3 +83,29 @@ fn the_base_above_the_cap_is_refused_only_when_doubling() {
     let listed = parse(&["--retry-base-ms", "7200000", "--retry-schedule", "1m"]).unwrap();
     assert_eq!(listed.check(), Ok(()));
 }
+
+#[test]
+fn body_and_payload_sizes_of_zero_or_beyond_a_gibibyte_are_refused() {
+    let sizes = parse(&["--max-body-bytes", "4096", "--max-payload-bytes", "2"]).unwrap();
+    assert_eq!((sizes.max_body_bytes, sizes.max_payload_bytes), (4096, 2));
+    for flag in ["--max-body-bytes", "--max-payload-bytes"] {
+        for refused in ["0", "1", "1073741825", "-1", "big"] {
+            assert!(parse(&[flag, refused]).is_err(), "{flag} {refused}");
+        }
+    }
+}
+
+#[test]
+fn the_bind_address_may_name_a_host() {
+    let bind = |value: &str| parse(&["--bind", value]).map(|args| args.bind);
+    assert_eq!(
+        bind("127.0.0.1:9000").ok(),
+        Some("127.0.0.1:9000".parse().unwrap())
+    );
+    assert_eq!(bind("[::1]:9000").ok(), Some("[::1]:9000".parse().unwrap()));
+    let named = bind("localhost:9000").expect("localhost resolves");
+    assert!(named.ip().is_loopback() && named.port() == 9000, "{named}");
+    for refused in ["localhost", "127.0.0.1:port", ":::"] {
+        assert!(bind(refused).is_err(), "{refused}");
+    }
+}

@@ -40,6 +40,24 @@ pub fn sqlite_path(url: &str) -> Option<PathBuf> {
     std::path::absolute(filename).ok()
 }
 
+/// Refuses a `DATABASE_URL` that cannot be read, before any connection is tried: an
+/// unknown scheme, or a PostgreSQL or SQLite URL that does not parse. The reason never
+/// repeats the URL, which may hold a password.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let parsed = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        PgConnectOptions::from_str(url).map(drop)
+    } else if url.starts_with("sqlite:") {
+        SqliteConnectOptions::from_str(url).map(drop)
+    } else {
+        return Err(
+            "DATABASE_URL must start with postgres://, postgresql:// or sqlite: \
+             (e.g. sqlite://courier.db?mode=rwc)"
+                .to_owned(),
+        );
+    };
+    parsed.map_err(|err| format!("DATABASE_URL cannot be read: {}", sqlx_message(&err)))
+}
+
 /// One line saying why `url` could not be opened and what to change. A PostgreSQL pool
 /// that timed out is asked once more, directly, so the real cause (connection refused,
 /// an unknown host, a wrong password) is told instead of "pool timed out".

@@ -33,7 +33,9 @@ pub use self::classify::{
 pub use self::clock::{fixed_window_start, Clock};
 use self::deadline::{check_on_release, ping_if_idle, MissedDeadlines};
 pub use self::deadline::{deadline_missed, Progress, Timeouts, PING_WHEN_IDLE_FOR};
-pub use self::diagnose::{describe, explain_connect_error, location, sqlite_path, sqlx_message};
+pub use self::diagnose::{
+    check_url, describe, explain_connect_error, location, sqlite_path, sqlx_message,
+};
 pub use self::transaction::{Txn, MAX_TRIES};
 
 /// Arbitrary constant naming the advisory lock that serialises migrations across processes.

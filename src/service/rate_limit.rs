@@ -136,7 +136,7 @@ impl RateLimiter {
                 () = shutdown.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            match self.prune().await {
+            match self.db.within_deadline(self.prune()).await {
                 Ok(0) => {}
                 Ok(removed) => {
                     tracing::debug!(removed, limiter = self.limiter, "pruned rate-limit windows")

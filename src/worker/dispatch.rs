@@ -285,11 +285,15 @@ fn classify(err: reqwest::Error) -> (OutcomeKind, String) {
     }
 }
 
-/// `Retry-After` as seconds or an HTTP date, relative to `now`.
+/// `Retry-After` as seconds or an HTTP date, relative to `now`. A number of seconds too
+/// large to hold is as long as can be (the caller caps it).
 pub fn parse_retry_after(value: &HeaderValue, now: std::time::SystemTime) -> Option<Duration> {
     let text = value.to_str().ok()?.trim();
-    if let Ok(seconds) = text.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
+    if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Some(
+            text.parse::<u64>()
+                .map_or(Duration::MAX, Duration::from_secs),
+        );
     }
     let at = httpdate::parse_http_date(text).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
@@ -435,6 +439,15 @@ mod tests {
         assert_eq!(parse_retry_after(&past, now), Some(Duration::ZERO));
         assert_eq!(
             parse_retry_after(&HeaderValue::from_static("soon"), now),
+            None
+        );
+        assert_eq!(
+            parse_retry_after(&HeaderValue::from_static("99999999999999999999999"), now),
+            Some(Duration::MAX),
+            "too many seconds to hold is as long as can be, not ignored"
+        );
+        assert_eq!(
+            parse_retry_after(&HeaderValue::from_static("-5"), now),
             None
         );
     }

@@ -56,6 +56,10 @@ const REVISIT_PAUSE: Duration = Duration::from_millis(2);
 /// wake-ups are written with the work itself).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// On shutdown, how long the outcomes of finished requests may take to be recorded, past
+/// the grace period if need be; a silent database gets no longer.
+const RECORD_LAST_OUTCOMES_WITHIN: Duration = Duration::from_secs(5);
+
 /// A delivery worker for one process.
 pub struct Worker {
     state: AppState,
@@ -160,7 +164,13 @@ impl Worker {
             let Ok(held) = this.slots.clone().try_acquire_many_owned(free as u32) else {
                 continue;
             };
-            match this.claim(free).await {
+            // A claim waiting on a silent database does not hold up a shutdown: what it
+            // took, if it committed, is reclaimed after its lease like anything unfinished.
+            let claimed = tokio::select! {
+                claimed = this.claim(free) => claimed,
+                () = shutdown.cancelled() => break,
+            };
+            match claimed {
                 Ok((mut claimed, targets)) => {
                     // A ready endpoint whose rows someone else holds is no backlog: wait for a hint.
                     backlog = claimed.claims.len() == free
@@ -402,8 +412,11 @@ impl Worker {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let flush = deadline.max(tokio::time::Instant::now() + Duration::from_secs(5));
-        if tokio::time::timeout_at(flush, recorder).await.is_err() {
+        let flush = deadline.max(tokio::time::Instant::now() + RECORD_LAST_OUTCOMES_WITHIN);
+        let mut recorder = recorder;
+        if tokio::time::timeout_at(flush, &mut recorder).await.is_err() {
+            // Stopped, so the connections it holds go back and the process can exit.
+            recorder.abort();
             tracing::warn!(
                 "recording the last outcomes took too long; they will be retried after their lease"
             );

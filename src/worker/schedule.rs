@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::service::flow::MAX_PAUSE;
+
 /// The default schedule: the delays after each failed attempt of a cycle. Quick at first,
 /// so a blip (a deploy, a restart) costs seconds, then hours apart, so a receiver that is
 /// down for an afternoon or a night loses nothing: ten attempts over about 32.6 hours, and
@@ -57,7 +59,7 @@ pub enum Delays {
 pub struct RetryPolicy {
     /// The delays themselves.
     pub delays: Delays,
-    /// The longest wait a `Retry-After` may impose; doubling delays stop growing here too.
+    /// The longest delay: doubling delays stop growing here.
     pub max: Duration,
 }
 
@@ -84,8 +86,7 @@ impl RetryPolicy {
         }
     }
 
-    /// The listed delays; a `Retry-After` may ask for up to `max` or the longest of them,
-    /// whichever is longer.
+    /// The listed delays; `max` is at least the longest of them.
     pub fn listed(delays: &[Duration], max: Duration) -> Self {
         let longest = delays.iter().copied().max().unwrap_or_default();
         RetryPolicy {
@@ -134,7 +135,8 @@ impl RetryPolicy {
     }
 
     /// The delay after failed attempt `attempt_in_cycle` (from 1), minus up to
-    /// [`JITTER_FRACTION`] of it, and at least any `Retry-After` up to `max`.
+    /// [`JITTER_FRACTION`] of it, and at least any `Retry-After` up to [`MAX_PAUSE`]: the
+    /// delivery that was answered waits as long as the endpoint's pause, no longer.
     pub fn delay(
         &self,
         attempt_in_cycle: u32,
@@ -156,7 +158,7 @@ impl RetryPolicy {
         };
         let jitter = jitter.clamp(0.0, 1.0);
         let jittered = planned.mul_f64(1.0 - JITTER_FRACTION * jitter);
-        jittered.max(retry_after.unwrap_or(Duration::ZERO).min(self.max))
+        jittered.max(retry_after.unwrap_or(Duration::ZERO).min(MAX_PAUSE))
     }
 }
 
@@ -252,14 +254,20 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_is_honoured_within_the_cap() {
+    fn retry_after_is_honoured_up_to_the_hour_an_endpoint_pause_lasts_at_most() {
         assert_eq!(
             doubling().delay(1, Some(Duration::from_secs(30)), 0.5),
             Duration::from_secs(30)
         );
         assert_eq!(
             doubling().delay(1, Some(Duration::from_secs(3600)), 0.0),
-            Duration::from_secs(60)
+            Duration::from_secs(3600),
+            "as long as the pause, though doubling delays stop at a minute"
+        );
+        assert_eq!(
+            doubling().delay(1, Some(Duration::from_secs(36_000)), 0.0),
+            MAX_PAUSE,
+            "ten hours asked, one hour kept"
         );
         assert_eq!(
             doubling().delay(4, Some(Duration::from_secs(1)), 0.0),
@@ -320,14 +328,15 @@ mod tests {
         assert_eq!(policy.next_step(false, 8, None, 0.0), NextStep::Failed);
         let jittered = policy.delay(2, None, 0.5);
         assert!(jittered < Duration::from_secs(300) && jittered >= Duration::from_secs(240));
-        // Retry-After is honoured up to the longest listed delay.
+        // Retry-After is honoured up to an hour, whatever the listed delays.
         assert_eq!(
             policy.delay(1, Some(Duration::from_secs(7_200)), 0.0),
-            Duration::from_secs(7_200)
+            MAX_PAUSE
         );
         assert_eq!(
-            policy.delay(1, Some(Duration::from_secs(90_000)), 0.0),
-            Duration::from_secs(36_000)
+            policy.delay(6, Some(Duration::from_secs(90_000)), 0.0),
+            Duration::from_secs(36_000),
+            "a longer listed delay stays"
         );
         assert_eq!(
             policy.span(),

@@ -8,7 +8,7 @@ use crate::support::fixtures::endpoint_on;
 use crate::support::fixtures::submit;
 use crate::support::process::{courier_command, spawn_serve, COURIER};
 use crate::support::receiver::slow_first_attempt;
-use crate::support::{Backend, Receiver, TestApp, TestDb};
+use crate::support::{Backend, PartitionProxy, Receiver, TestApp, TestDb};
 
 #[test]
 fn schema_command_prints_the_checked_in_sdl() {
@@ -300,4 +300,89 @@ async fn sigterm_with_deliveries_in_flight_loses_nothing() {
         SUBMISSIONS,
         "every delivery reached the receiver"
     );
+}
+
+/// SIGTERM while deliveries are in flight and the database has stopped answering (a real
+/// cut in the network: sockets open, nothing moves): the process still exits 0 within its
+/// grace period plus bounded flushes, rather than waiting for the network; once the database
+/// is back, another process delivers everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_the_database_unreachable_exits_within_its_deadline() {
+    const SUBMISSIONS: usize = 4;
+    let db = TestDb::new(Backend::Postgres).await;
+    let proxy = PartitionProxy::start(&db.url).await;
+    let receiver = Receiver::start(slow_first_attempt(Duration::from_millis(1500))).await;
+    let api = TestApp::spawn(&db).await;
+    let admin = api.admin_token().await;
+    let endpoint = endpoint_on(&api, &admin, &receiver, "cut").await;
+    let settings = [
+        ("COURIER_ALLOW_PRIVATE_DESTINATIONS", "true"),
+        ("COURIER_WORKER_CONCURRENCY", "4"),
+        ("COURIER_LEASE_SECS", "4"),
+        ("COURIER_SHUTDOWN_GRACE_SECS", "3"),
+        ("COURIER_POLL_INTERVAL_MS", "100"),
+        ("COURIER_RATE_LIMIT", "1000"),
+        ("COURIER_RATE_LIMIT_WINDOW_SECS", "1"),
+    ];
+    let (first, addr) = spawn_serve(&proxy.url_for(&db.url), &settings);
+    // Submitted through the process itself, so its key is in use there (and watched for
+    // revocation) when the database goes silent, and a rate limit's windows are kept.
+    for n in 0..SUBMISSIONS {
+        let body: serde_json::Value = crate::support::http_client()
+            .post(format!("http://{addr}/graphql"))
+            .bearer_auth(&admin)
+            .json(&serde_json::json!({
+                "query": crate::support::fixtures::SUBMIT,
+                "variables": { "input": { "endpointId": endpoint, "payload": { "n": n } } },
+            }))
+            .send()
+            .await
+            .expect("the process answers")
+            .json()
+            .await
+            .expect("a JSON body");
+        assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+    }
+    receiver
+        .wait_for(SUBMISSIONS, Duration::from_secs(20))
+        .await;
+
+    proxy.partition();
+    // Long enough for the periodic work (the revocation watcher's check of the keys in use)
+    // to be waiting on the silent database when the signal comes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = std::time::Instant::now();
+    assert_eq!(
+        terminate(first, Duration::from_secs(30)).await,
+        Some(0),
+        "SIGTERM exits 0 with the database unreachable"
+    );
+    // Three seconds of grace, at most five more to record the last outcomes and two to
+    // close connections, with room for a loaded machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(13),
+        "exited after {:?}",
+        started.elapsed()
+    );
+
+    proxy.heal();
+    let (second, _) = spawn_serve(&db.url, &settings);
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let delivered = crate::support::fixtures::count(
+            &api.state.db,
+            "SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
+            vec![],
+        )
+        .await;
+        if delivered == SUBMISSIONS as i64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {delivered} of {SUBMISSIONS} delivered after the database came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(terminate(second, Duration::from_secs(10)).await, Some(0));
 }

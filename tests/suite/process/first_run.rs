@@ -181,6 +181,49 @@ fn nonsensical_settings_are_refused_by_name() {
     );
 }
 
+/// What cannot be read at all is a usage error, exit code 2: a `DATABASE_URL` with an
+/// unknown scheme or a broken port (told without repeating the URL and its password), a
+/// command group without its subcommand, a subcommand without a required flag (told as one
+/// sentence).
+#[test]
+fn unreadable_urls_and_incomplete_commands_exit_2() {
+    for (url, told) in [
+        (
+            "mysql://root:hunter2@db/courier",
+            "must start with postgres://",
+        ),
+        ("postgres://root:hunter2@db:port/courier", "cannot be read"),
+    ] {
+        let output = run(courier(url));
+        assert_eq!(output.status.code(), Some(2), "{url}");
+        let line = fatal_line(&output);
+        assert!(line.contains(told), "{line}");
+        assert!(
+            !line.contains("hunter2"),
+            "the password is never told: {line}"
+        );
+    }
+    let dir = TempDir::new();
+    let url = format!("sqlite://{}?mode=rwc", dir.0.join("c.db").display());
+    for group in ["tenant", "api-key"] {
+        let mut command = courier(&url);
+        command.arg(group);
+        let output = run(command);
+        assert_eq!(output.status.code(), Some(2), "courier {group}");
+        let help = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            help.contains("create"),
+            "the help names the subcommands: {help}"
+        );
+    }
+    let mut command = courier(&url);
+    command.args(["tenant", "create"]);
+    let output = run(command);
+    assert_eq!(output.status.code(), Some(2));
+    let line = fatal_line(&output);
+    assert!(line.contains("not provided: --name"), "{line}");
+}
+
 /// A running `courier` child whose JSON log lines are collected as they arrive.
 struct Running {
     child: Child,

@@ -63,4 +63,59 @@ async fn deliveries_waiting_behind_a_429_wait_for_its_pause(backend: Backend) {
     each_once(&receiver, "held", 6);
 }
 
-on_both_backends!(deliveries_waiting_behind_a_429_wait_for_its_pause);
+/// `429` with `Retry-After: 36000` (ten hours): the endpoint pauses for an hour, the cap, and
+/// the delivery that was answered waits that hour too, not ten.
+async fn a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::start(|_| Reply {
+        headers: vec![("retry-after", "36000".to_owned())],
+        ..Reply::status(429)
+    })
+    .await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_with(&app, &admin, &receiver, "long", json!({})).await;
+    submit_many(&app, &admin, &endpoint, 1).await;
+    receiver.wait_for(1, Duration::from_secs(20)).await;
+    let query = "query($id: ID!) { endpoint(id: $id) { pausedUntil } \
+                 deliveries(filter: {endpointId: $id}) { edges { node { state cycleAttempts nextAttemptAt } } } }";
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let body = app.graphql(&admin, query, json!({ "id": endpoint })).await;
+        if body["data"]["deliveries"]["edges"][0]["node"]["cycleAttempts"] == 1 {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the 429 recorded: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ahead = |at: &serde_json::Value| {
+        let at: chrono::DateTime<chrono::Utc> = at
+            .as_str()
+            .unwrap_or_else(|| panic!("a time: {body}"))
+            .parse()
+            .expect("a time");
+        at - chrono::Utc::now()
+    };
+    let an_hour = chrono::Duration::hours(1);
+    let margin = chrono::Duration::minutes(1);
+    let paused = ahead(&body["data"]["endpoint"]["pausedUntil"]);
+    assert!(
+        paused > an_hour - margin && paused <= an_hour,
+        "paused for {paused}: {body}"
+    );
+    let node = &body["data"]["deliveries"]["edges"][0]["node"];
+    assert_eq!(node["state"], "PENDING", "{body}");
+    let waits = ahead(&node["nextAttemptAt"]);
+    assert!(
+        waits > an_hour - margin && waits <= an_hour,
+        "the answered delivery waits {waits}, not ten hours: {body}"
+    );
+}
+
+on_both_backends!(
+    deliveries_waiting_behind_a_429_wait_for_its_pause,
+    a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour,
+);
