@@ -58,7 +58,14 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
             state.clone(),
             record_request,
         ))
-        .layer(TraceLayer::new_for_http())
+        // A failed response is logged where it fails, once, at its own level (an internal
+        // error at ERROR, a silent database at WARN): tower_http's line for it is the
+        // access line's companion, at debug with it.
+        .layer(
+            TraceLayer::new_for_http().on_failure(
+                tower_http::trace::DefaultOnFailure::new().level(tracing::Level::DEBUG),
+            ),
+        )
         .layer(CatchPanicLayer::new())
         .with_state(state)
 }

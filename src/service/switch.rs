@@ -21,7 +21,7 @@ const DISABLE: &str = "UPDATE endpoints \
 /// Re-enables a disabled endpoint; its run of failures starts again from nothing.
 const ENABLE: &str = "UPDATE endpoints \
      SET disabled = FALSE, disabled_reason = NULL, disabled_at = NULL, consecutive_failures = 0, \
-         updated_at = {now} \
+         paused_until = NULL, updated_at = {now} \
      WHERE id = $1 AND disabled";
 
 /// Disabling an endpoint parks its pending deliveries: no due time, so they leave the
@@ -107,6 +107,10 @@ pub async fn enable(
         return Ok(None);
     }
     txn.execute_raw(clock.statement(UNPARK, [endpoint_id.into()]))
+        .await?;
+    // Re-enabling is an operator's "go": a `Retry-After` pause (lifted above) and any turn
+    // held back for it end too.
+    txn.execute_raw(clock.statement(flow::SETTINGS_CHANGED, [endpoint_id.into()]))
         .await?;
     flow::wake_endpoints(txn, backend, &[endpoint_id]).await?;
     let event = Operational::Enabled { endpoint_id };

@@ -1,6 +1,7 @@
 //! The OTLP trace pipeline: spans batched off the request path and posted as protobuf to
 //! the collector by Courier's own HTTP client, on the process's runtime.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,6 +21,9 @@ use super::spans::TARGET;
 /// Longest one export may take, connecting included: past it the batch is dropped, and
 /// the spans after it wait in the bounded queue (or are dropped when it is full).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A failing export is told at most this often.
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Longest the exit waits for queued spans to go out.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
@@ -60,7 +64,12 @@ impl Traces {
             .with_http()
             .with_endpoint(url)
             .with_timeout(EXPORT_TIMEOUT)
-            .with_http_client(OnRuntime { client, runtime })
+            .with_http_client(OnRuntime {
+                client,
+                runtime,
+                started: std::time::Instant::now(),
+                last_failure_logged: AtomicU64::new(0),
+            })
             .build()?;
         let resource = Resource::builder()
             .with_service_name(service_name.to_owned())
@@ -103,6 +112,10 @@ impl Traces {
 struct OnRuntime {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    /// When this client was made, the origin of `last_failure_logged`.
+    started: std::time::Instant,
+    /// Seconds from `started`, plus one, when a failed export was last told; 0 for never.
+    last_failure_logged: AtomicU64,
 }
 
 #[async_trait]
@@ -122,6 +135,33 @@ impl HttpClient for OnRuntime {
             let body = response.bytes().await?;
             Ok::<_, HttpError>(answer.body(body)?)
         });
-        sent.await?
+        let answer = sent.await?;
+        match &answer {
+            Ok(response) if response.status().is_success() => {}
+            Ok(response) => self.failed(&format!("the collector answered {}", response.status())),
+            Err(err) => self.failed(&crate::error::error_chain(&**err)),
+        }
+        answer
+    }
+}
+
+impl OnRuntime {
+    /// Tells that an export failed (its spans are dropped), at most once per
+    /// [`FAILURE_LOG_EVERY`], so an unreachable collector is noticed without a flood.
+    fn failed(&self, reason: &str) {
+        let now = self.started.elapsed().as_secs().saturating_add(1);
+        let last = self.last_failure_logged.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= FAILURE_LOG_EVERY.as_secs();
+        if due
+            && self
+                .last_failure_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                error = reason,
+                "exporting spans failed; they are dropped (told at most once a minute)"
+            );
+        }
     }
 }

@@ -47,8 +47,7 @@ impl Telemetry {
 /// URL that cannot be used is an error; one that is merely unreachable is not (spans are
 /// dropped, never waited for).
 pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, ExportError> {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let (filter, unreadable) = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     // The exported spans are not log lines, nor prefixes of them.
     let filter = match format!("{}=off", spans::TARGET).parse() {
         Ok(quiet) => filter.add_directive(quiet),
@@ -75,5 +74,46 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
     if traces.is_some() {
         context::enable();
     }
+    if let Some(err) = unreadable {
+        tracing::warn!(error = %err, default = DEFAULT_FILTER,
+            "RUST_LOG cannot be read; logging with the default filter");
+    }
     Ok(Telemetry { traces })
+}
+
+/// The log filter `RUST_LOG` asks for, or the default when it is unset or blank; one that
+/// cannot be read falls back to the default too, with the reason (to be logged once logging
+/// works).
+fn log_filter(rust_log: Option<&str>) -> (EnvFilter, Option<String>) {
+    match rust_log.map(str::trim).filter(|value| !value.is_empty()) {
+        None => (EnvFilter::new(DEFAULT_FILTER), None),
+        Some(value) => match EnvFilter::try_new(value) {
+            Ok(filter) => (filter, None),
+            Err(err) => (EnvFilter::new(DEFAULT_FILTER), Some(err.to_string())),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_rust_log_falls_back_to_the_default_and_says_why() {
+        let (filter, why) = log_filter(Some("info,tower_http=debug"));
+        assert!(why.is_none());
+        assert!(filter.to_string().contains("tower_http=debug"), "{filter}");
+        let (filter, why) = log_filter(Some("  "));
+        assert!(why.is_none());
+        assert_eq!(
+            filter.to_string(),
+            EnvFilter::new(DEFAULT_FILTER).to_string()
+        );
+        let (filter, why) = log_filter(Some("courier=loud"));
+        assert!(why.is_some(), "an unknown level is refused");
+        assert_eq!(
+            filter.to_string(),
+            EnvFilter::new(DEFAULT_FILTER).to_string()
+        );
+    }
 }

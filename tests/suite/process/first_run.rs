@@ -324,6 +324,56 @@ fn plain_courier_serves_with_flags_and_boolean_words() {
     }
 }
 
+/// A collector that refuses every export is told in the log (once, not per export), and a
+/// `RUST_LOG` that cannot be read is told and replaced by the default filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_collector_and_an_unreadable_rust_log_are_told() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let token = crate::support::process::admin_token(&db).await;
+    // A port nothing listens on: bound, then let go.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let collector = format!("http://{}", refused.local_addr().expect("addr"));
+    drop(refused);
+    let mut command = courier(&db.url);
+    command
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .env("RUST_LOG", "courier=loud")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .env("COURIER_WORKER_CONCURRENCY", "0");
+    let running = Running::start(command);
+    let told = running.wait_for(|line| {
+        line["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("RUST_LOG cannot be read"))
+    });
+    assert_eq!(told["level"], "WARN", "{told}");
+    let url = format!("http://{}/graphql", running.addr());
+    for _ in 0..5 {
+        let answer = crate::support::http_client()
+            .post(&url)
+            .bearer_auth(&token)
+            .json(&json!({ "query": "{ currentKey { role } }" }))
+            .send()
+            .await
+            .expect("answered");
+        assert!(answer.status().is_success());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let failed = running.wait_for(|line| {
+        line["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("exporting spans failed"))
+    });
+    assert_eq!(failed["level"], "WARN", "{failed}");
+    let times = running
+        .lines()
+        .iter()
+        .filter(|line| line["message"] == failed["message"])
+        .count();
+    assert_eq!(times, 1, "told once a minute, not per export");
+}
+
 /// `api-key create` says which database it wrote to, by absolute path, and plain-text logs
 /// written to a pipe carry no colour codes.
 #[test]

@@ -115,7 +115,81 @@ async fn a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour(backen
     );
 }
 
+/// An operator ends a pause by disabling and re-enabling the endpoint: `pausedUntil` is
+/// cleared and everything waiting, the delivery that was answered `429` included, goes out
+/// at once rather than in an hour.
+async fn re_enabling_an_endpoint_ends_its_pause(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let refused = Arc::new(AtomicBool::new(false));
+    let refuse_once = refused.clone();
+    let receiver = Receiver::start(move |_| {
+        if refuse_once.swap(true, Ordering::SeqCst) {
+            Reply::status(204)
+        } else {
+            Reply {
+                headers: vec![("retry-after", "3600".to_owned())],
+                ..Reply::status(429)
+            }
+        }
+    })
+    .await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let settings = json!({ "maxInFlight": 1 });
+    let endpoint = endpoint_with(&app, &admin, &receiver, "paused", settings).await;
+    submit_many(&app, &admin, &endpoint, 3).await;
+    receiver.wait_for(1, Duration::from_secs(20)).await;
+    let paused = "query($id: ID!) { endpoint(id: $id) { pausedUntil } }";
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while app.graphql(&admin, paused, json!({ "id": endpoint })).await["data"]["endpoint"]
+        ["pausedUntil"]
+        .is_null()
+    {
+        assert!(std::time::Instant::now() < deadline, "never paused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let switch = "mutation($id: ID!, $off: Boolean!) { updateEndpoint(id: $id, \
+                  input: {disabled: $off}) { endpoint { disabled pausedUntil } } }";
+    for off in [true, false] {
+        let body = app
+            .graphql(&admin, switch, json!({ "id": endpoint, "off": off }))
+            .await;
+        assert_eq!(
+            body["data"]["updateEndpoint"]["endpoint"]["disabled"], off,
+            "{body}"
+        );
+    }
+    let body = app.graphql(&admin, paused, json!({ "id": endpoint })).await;
+    assert!(body["data"]["endpoint"]["pausedUntil"].is_null(), "{body}");
+    // The refused one and the two behind it, each once more or for the first time.
+    let received = receiver.wait_for(4, Duration::from_secs(20)).await;
+    assert_eq!(received.len(), 4);
+    each_once_delivered(&app, &admin, &endpoint, 3).await;
+}
+
+/// Waits until `count` deliveries of `endpoint` are `DELIVERED`.
+async fn each_once_delivered(app: &TestApp, admin: &str, endpoint: &str, count: usize) {
+    let query = "query($id: ID!) { deliveries(filter: {endpointId: $id, state: DELIVERED}) \
+                 { edges { node { id } } } }";
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let body = app.graphql(admin, query, json!({ "id": endpoint })).await;
+        let delivered = body["data"]["deliveries"]["edges"]
+            .as_array()
+            .map_or(0, Vec::len);
+        if delivered == count {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{delivered} of {count} delivered: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 on_both_backends!(
     deliveries_waiting_behind_a_429_wait_for_its_pause,
     a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour,
+    re_enabling_an_endpoint_ends_its_pause,
 );
