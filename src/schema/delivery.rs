@@ -219,7 +219,8 @@ pub struct DeliveryQuery;
 /// Delivery queries.
 #[Object]
 impl DeliveryQuery {
-    /// One delivery by id; null when there is none.
+    /// One delivery by id; null when there is none (for a partner key, `FORBIDDEN`: the
+    /// answer for what is outside its scope).
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Delivery>> {
         let id = parse_id(&id, "id")?;
         let found = state(ctx)?.deliveries.get(caller(ctx)?, id).await?;

@@ -91,7 +91,8 @@ pub struct EventQuery;
 /// Event queries.
 #[Object]
 impl EventQuery {
-    /// One event by id; null when there is none.
+    /// One event by id; null when there is none (for a partner key, `FORBIDDEN`: the answer
+    /// for what is outside its scope).
     async fn event(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Event>> {
         let id = parse_id(&id, "id")?;
         let found = state(ctx)?.fanout.get(caller(ctx)?, id).await?;

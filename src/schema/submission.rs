@@ -108,7 +108,8 @@ pub struct SubmissionQuery;
 /// Submission queries.
 #[Object]
 impl SubmissionQuery {
-    /// One submission by id; null when there is none.
+    /// One submission by id; null when there is none (for a partner key, `FORBIDDEN`: the
+    /// answer for what is outside its scope).
     async fn submission(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Submission>> {
         let id = parse_id(&id, "id")?;
         let found = state(ctx)?.submissions.get(caller(ctx)?, id).await?;

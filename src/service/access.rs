@@ -86,6 +86,34 @@ impl Access {
         }
     }
 
+    /// A row looked up by id, shown only within the caller's scope (by `endpoint_of`, the
+    /// endpoint it belongs to): outside it `FORBIDDEN`, and for a key with a scope, nothing
+    /// found is `FORBIDDEN` too, so such a key cannot tell whether something outside its
+    /// scope exists. Admins get `None` for what does not exist.
+    pub async fn reveal<T>(
+        &self,
+        caller: &Identity,
+        found: Option<T>,
+        endpoint_of: impl FnOnce(&T) -> Uuid,
+    ) -> Result<Option<T>> {
+        match found {
+            Some(found) => {
+                self.require(caller, endpoint_of(&found)).await?;
+                Ok(Some(found))
+            }
+            None => Self::nothing_found(caller).map(|()| None),
+        }
+    }
+
+    /// Nothing has the id the caller asked for: fine for an admin (null, or `NOT_FOUND`),
+    /// `FORBIDDEN` for a key with a scope (the answer it gets for what is outside it).
+    pub fn nothing_found(caller: &Identity) -> Result<()> {
+        match caller.visible() {
+            Visible::Everything => Ok(()),
+            _ => Err(OUTSIDE),
+        }
+    }
+
     /// Refuses unless the caller may change the endpoint (its settings, secret, disabled
     /// state): admins, and the key of the endpoint's tenant.
     pub async fn require_manage(&self, caller: &Identity, endpoint_id: Uuid) -> Result<()> {

@@ -86,10 +86,9 @@ impl Deliveries {
         id: Uuid,
     ) -> Result<Option<webhook_delivery::Model>> {
         let found = self.load(id).await?;
-        if let Some(found) = &found {
-            self.access.require(caller, found.endpoint_id).await?;
-        }
-        Ok(found)
+        self.access
+            .reveal(caller, found, |found| found.endpoint_id)
+            .await
     }
 
     /// One delivery by id, with no scope check: for fields of rows already checked.

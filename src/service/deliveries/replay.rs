@@ -108,8 +108,10 @@ impl Deliveries {
     ) -> Result<webhook_delivery::Model> {
         if caller.visible() != Visible::Everything {
             // A delivery never changes endpoint, so its scope can be checked before the race.
-            let found = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
-            self.access.require(caller, found.endpoint_id).await?;
+            let found = self.load(id).await?;
+            self.access
+                .reveal(caller, found, |found| found.endpoint_id)
+                .await?;
         }
         let (db, bus) = (&self.db, &self.bus);
         let restarted = db

@@ -228,10 +228,9 @@ impl Submissions {
     /// One submission, if it exists; `FORBIDDEN` outside a partner's scope.
     pub async fn get(&self, caller: &Identity, id: Uuid) -> Result<Option<submission::Model>> {
         let found = self.load(id).await?;
-        if let Some(found) = &found {
-            self.access.require(caller, found.endpoint_id).await?;
-        }
-        Ok(found)
+        self.access
+            .reveal(caller, found, |found| found.endpoint_id)
+            .await
     }
 
     /// One submission by id, with no scope check: for fields of rows already checked.

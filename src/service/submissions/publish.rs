@@ -20,6 +20,9 @@ use crate::service::submissions::store::{prepare, NewRows, Prepared};
 use crate::service::{event_types, flow, lines, operational};
 use crate::telemetry;
 
+/// Refused: an event none of whose deliveries is in the key's scope, or no event at all.
+const EVENT_OUTSIDE: Error = Error::Forbidden("this event is outside the API key's scope");
+
 /// Race 3 for events: the unique index decides who created the event. A loser waits for
 /// the winner's commit and then inserts nothing, so losing is an outcome, not an error.
 const INSERT_EVENT: &str = "\
@@ -301,7 +304,9 @@ impl Fanout {
     /// partner the events it published and those delivered to an endpoint in its scope.
     pub async fn get(&self, caller: &Identity, id: Uuid) -> Result<Option<event::Model>> {
         let Some(found) = self.load(id).await? else {
-            return Ok(None);
+            return Access::nothing_found(caller)
+                .map(|()| None)
+                .map_err(|_| EVENT_OUTSIDE);
         };
         let Some(in_scope) = Access::endpoint_condition(caller, submission::Column::EndpointId)
         else {
@@ -317,9 +322,7 @@ impl Fanout {
             .await?;
         match reached {
             Some(_) => Ok(Some(found)),
-            None => Err(Error::Forbidden(
-                "this event is outside the API key's scope",
-            )),
+            None => Err(EVENT_OUTSIDE),
         }
     }
 

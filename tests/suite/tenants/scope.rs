@@ -252,6 +252,35 @@ async fn every_operation_is_refused_across_tenants(backend: Backend) {
         assert_forbidden(what, &other.graphql(token, query, variables).await);
     }
 
+    // An id that exists nowhere gets the very answer a foreign one gets, so a key cannot
+    // tell what exists outside its scope.
+    let nowhere = uuid::Uuid::now_v7().to_string();
+    let by_id = [
+        "query($id: ID!) { delivery(id: $id) { id } }",
+        "query($id: ID!) { submission(id: $id) { id } }",
+        "query($id: ID!) { event(id: $id) { id } }",
+        "mutation($id: ID!) { replayDelivery(id: $id) { id } }",
+        "mutation($id: ID!) { resendDelivery(id: $id) { id } }",
+    ];
+    for query in by_id {
+        let foreign_id = if query.contains("submission") {
+            &their_submission
+        } else if query.contains("event") {
+            &their_event
+        } else {
+            &their_delivery
+        };
+        let foreign = other
+            .graphql(token, query, json!({ "id": foreign_id }))
+            .await;
+        let unknown = other.graphql(token, query, json!({ "id": nowhere })).await;
+        assert_forbidden(query, &unknown);
+        assert_eq!(
+            unknown["errors"][0]["message"], foreign["errors"][0]["message"],
+            "{query}: {unknown} vs {foreign}"
+        );
+    }
+
     // A subscription to the other tenant's endpoint is refused.
     let mut socket = connect(&other, "graphql-transport-ws").await;
     send(&mut socket, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } })).await;
