@@ -1,6 +1,7 @@
-//! Holding back an endpoint that asked to wait (`429` or `503` with `Retry-After`) the
-//! moment its answer comes back, before the outcome is recorded: no claim on any process
-//! starts another request to it in between (see [`crate::service::flow::HOLD_TURN`]).
+//! Holding back an endpoint that asked to wait (`429` or `503` with `Retry-After`), or never
+//! to be called again (`410 Gone`), the moment its answer comes back, before the outcome is
+//! recorded: no claim on any process starts another request to it in between (see
+//! [`crate::service::flow::HOLD_TURN`]).
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use crate::error::error_chain;
 use crate::service::flow::{HOLD_TURN, MAX_PAUSE};
 
 /// Holds `endpoint_id`'s turn back for `wait` (at most [`MAX_PAUSE`]). If that fails, the
-/// recording of the outcome pauses the endpoint all the same, a moment later.
+/// recording of the outcome pauses (or disables) the endpoint all the same, a moment later.
 pub(super) async fn hold_turn(db: &Db, endpoint_id: Uuid, wait: Duration) {
     let clock = db.clock();
     let hold = clock.statement(

@@ -343,7 +343,12 @@ impl Worker {
     ) {
         let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
         let attempt = self.deliver(claim, target).await;
-        if let Some(wait) = attempt.outcome.retry_after.filter(|wait| !wait.is_zero()) {
+        if health::is_gone(&attempt.outcome) {
+            // Asked never to be called again: no claim anywhere starts another request to
+            // the endpoint before the recording disables it (and parks the rest) a moment
+            // later. Were that recording lost, the hold ends with the delivery's lease.
+            hold::hold_turn(&self.state.db, endpoint_id, self.state.config.lease()).await;
+        } else if let Some(wait) = attempt.outcome.retry_after.filter(|wait| !wait.is_zero()) {
             // Asked to wait: no claim anywhere starts another request to the endpoint,
             // from now rather than from when this outcome is recorded.
             hold::hold_turn(&self.state.db, endpoint_id, wait).await;

@@ -68,6 +68,48 @@ async fn gone_fails_at_once_and_disables_until_re_enabled(backend: Backend) {
     .await;
 }
 
+/// Five deliveries wait behind an endpoint's one slot when its first request is answered
+/// `410`: nothing more is sent (not even in the moment before the outcome is recorded),
+/// the endpoint is disabled `GONE`, and the other four are parked, not failed.
+async fn after_a_410_nothing_more_is_sent_and_the_rest_wait(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    // Slow enough that all five are submitted before the answer.
+    let receiver = Receiver::start(|_| Reply {
+        delay: Duration::from_millis(500),
+        ..Reply::status(410)
+    })
+    .await;
+    let settings = json!({ "maxInFlight": 1 });
+    let id =
+        crate::support::endpoints::endpoint_with(&app, &admin, &receiver, "gone", settings).await;
+    for n in 0..5 {
+        let body = submit(&app, &admin, &id, json!({ "n": n }), None).await;
+        assert!(body["errors"].is_null(), "{body}");
+    }
+    eventually("disabled", Duration::from_secs(10), || async {
+        endpoint(&app, &admin, &id).await["disabledReason"] == "GONE"
+    })
+    .await;
+    // Time for a request that slipped through to arrive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.received().len(), 1, "one request, then nothing");
+    let states = |state: &'static str| {
+        let (app, id) = (&app, id.clone());
+        async move {
+            count(
+                &app.state.db,
+                "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE endpoint_id = $1 AND state = $2",
+                vec![Uuid::parse_str(&id).expect("uuid").into(), state.into()],
+            )
+            .await
+        }
+    };
+    assert_eq!(states("failed").await, 1);
+    assert_eq!(states("pending").await, 4, "the rest wait, parked");
+}
+
 async fn a_run_of_failed_deliveries_disables_the_endpoint(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn_with(&db, |config| {
@@ -153,6 +195,7 @@ async fn disabling_parks_the_backlog_and_re_enabling_resumes_it(backend: Backend
 
 on_both_backends!(
     gone_fails_at_once_and_disables_until_re_enabled,
+    after_a_410_nothing_more_is_sent_and_the_rest_wait,
     a_run_of_failed_deliveries_disables_the_endpoint,
     disabling_parks_the_backlog_and_re_enabling_resumes_it,
 );
