@@ -26,7 +26,7 @@ FOR NO KEY UPDATE";
 
 /// The endpoints of a recording's outcomes: those it settles (delivered, failed) and those
 /// it certainly writes or share-locks (a retry's parking rule, a failure, a pause, a
-/// `410 Gone`).
+/// `410 Gone`, a keyed delivery's hand-on of its line).
 #[derive(Debug, Default)]
 pub(super) struct EndpointLocks {
     settled: BTreeSet<Uuid>,

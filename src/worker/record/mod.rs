@@ -223,12 +223,16 @@ async fn record_in(
     }
 
     // The endpoint rows this recording writes, locked in id order before any is touched.
+    // A keyed delivery that settles hands its line on, and the hand-on share-locks the
+    // line's endpoint (the parking rule): left out here, that lock would come after
+    // higher ids were locked, and two recorders could each hold what the other waits for.
     let mut endpoint_locks = EndpointLocks::default();
     for (index, _, state, _) in &fresh {
         let attempt = &attempts[*index];
         let written = *state != DeliveryState::Delivered
             || health::is_gone(&attempt.outcome)
-            || attempt.outcome.retry_after.is_some();
+            || attempt.outcome.retry_after.is_some()
+            || attempt.claim.ordering_key.is_some();
         endpoint_locks.note(attempt.claim.endpoint_id, written);
     }
     let locked = endpoint_locks.lock(txn, backend).await?;
