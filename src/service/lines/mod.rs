@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 
 mod rejoin;
 
-pub use self::rejoin::rejoin;
+pub use self::rejoin::{rejoin, yield_to_earlier};
 
 /// The longest ordering key, in characters.
 pub const MAX_ORDERING_KEY_CHARS: usize = 255;

@@ -103,6 +103,40 @@ pub async fn rejoin(
     let sql = fill(SEARCH_FROM_START, &[("ids", &list)]);
     txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
         .await?;
+    let promoted = rehead(txn, backend, ids).await?;
+    for id in promoted {
+        if let Some(place) = places.get_mut(&id) {
+            place.waiting = false;
+        }
+    }
+    Ok(places)
+}
+
+/// A keyed head whose attempt just ended in a retry (`retried`, recorded earlier in `txn`,
+/// which holds their rows) gives its line to a delivery submitted before it that waits in
+/// it (a replay or resend made while the head was in flight): that one becomes the head,
+/// due now, and the retried one waits behind it. Returns the deliveries promoted.
+pub async fn yield_to_earlier(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+    retried: &[Uuid],
+) -> std::result::Result<Vec<Uuid>, DbErr> {
+    if retried.is_empty() {
+        return Ok(Vec::new());
+    }
+    rehead(txn, backend, retried).await
+}
+
+/// In the lines of `ids`: where the head is only waiting for its next retry and a delivery
+/// submitted before it waits, that one becomes the head, due now (or parked), and the head
+/// waits. The head's demotion is conditional on its newest version, so of two statements
+/// racing to rehead one line, one promotes and the other finds no head to demote. Returns
+/// the deliveries promoted.
+async fn rehead(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+    ids: &[Uuid],
+) -> std::result::Result<Vec<Uuid>, DbErr> {
     let clock = Clock::new(backend);
     let mut promoted = Vec::new();
     if backend == DbBackend::Postgres {
@@ -152,10 +186,5 @@ pub async fn rejoin(
             promoted.push(earlier);
         }
     }
-    for id in promoted {
-        if let Some(place) = places.get_mut(&id) {
-            place.waiting = false;
-        }
-    }
-    Ok(places)
+    Ok(promoted)
 }

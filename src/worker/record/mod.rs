@@ -421,6 +421,19 @@ async fn record_in(
         })
         .collect();
     lines::hand_on(txn, backend, &lines_settled).await?;
+    // A head whose attempt ended in a retry gives its line to an earlier delivery replayed
+    // while it was in flight: the head finished its attempt, the replayed one goes next.
+    let retried_keyed: Vec<Uuid> = fresh
+        .iter()
+        .map(|(index, _, state, _)| (&attempts[*index].claim, *state))
+        .filter(|(claim, state)| {
+            *state == DeliveryState::Pending
+                && claim.ordering_key.is_some()
+                && holds(claim).is_some()
+        })
+        .map(|(claim, _)| claim.delivery_id)
+        .collect();
+    lines::yield_to_earlier(txn, backend, &retried_keyed).await?;
     // Delivered counts move with the deliveries, in this transaction.
     let mut tally = Tally::new();
     for done in &settled {
