@@ -199,6 +199,27 @@ async fn concurrent_migrations_from_several_processes_succeed() {
     }
 }
 
+/// Waits until `expected` deliveries in the database are `delivered`.
+async fn all_delivered(api: &TestApp, expected: usize, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let delivered = crate::support::fixtures::count(
+            &api.state.db,
+            "SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
+            vec![],
+        )
+        .await;
+        if delivered == expected as i64 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {delivered} of {expected} delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Sends SIGTERM and returns the exit code, if the process exited within `within`.
 async fn terminate(mut child: Child, within: Duration) -> Option<i32> {
     let killed = Command::new("kill")
@@ -272,23 +293,7 @@ async fn sigterm_with_deliveries_in_flight_loses_nothing() {
     );
 
     let (second, _) = spawn_serve(&db.url, &settings);
-    let deadline = std::time::Instant::now() + Duration::from_secs(40);
-    loop {
-        use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
-        let delivered = entity::webhook_delivery::Entity::find()
-            .filter(entity::webhook_delivery::Column::State.eq("delivered"))
-            .count(api.state.db.conn())
-            .await
-            .expect("count");
-        if delivered == SUBMISSIONS as u64 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {delivered} of {SUBMISSIONS} delivered after the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    all_delivered(&api, SUBMISSIONS, Duration::from_secs(40)).await;
     assert_eq!(terminate(second, Duration::from_secs(10)).await, Some(0));
     let ids: std::collections::HashSet<String> = receiver
         .received()
@@ -367,22 +372,6 @@ async fn sigterm_with_the_database_unreachable_exits_within_its_deadline() {
 
     proxy.heal();
     let (second, _) = spawn_serve(&db.url, &settings);
-    let deadline = std::time::Instant::now() + Duration::from_secs(40);
-    loop {
-        let delivered = crate::support::fixtures::count(
-            &api.state.db,
-            "SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
-            vec![],
-        )
-        .await;
-        if delivered == SUBMISSIONS as i64 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {delivered} of {SUBMISSIONS} delivered after the database came back"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    all_delivered(&api, SUBMISSIONS, Duration::from_secs(40)).await;
     assert_eq!(terminate(second, Duration::from_secs(10)).await, Some(0));
 }
