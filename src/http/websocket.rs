@@ -174,7 +174,7 @@ impl Session {
                 std::future::ready(admitted)
             })
             .take_until(deaf.clone().cancelled_owned())
-            .chain(futures_util::stream::pending());
+            .chain(after_input(deaf.clone()));
         let (to_client, mut from_session) = mpsc::channel(OUTGOING_BUFFER);
         let (init_settled, mut init) = oneshot::channel();
         let app = self.state.app.clone();
@@ -389,6 +389,23 @@ fn authorization_of(payload: &serde_json::Value) -> Option<String> {
             .iter()
             .find(|(key, _)| key.eq_ignore_ascii_case("authorization"))
             .and_then(|(_, value)| value.as_str().map(str::to_owned))
+    })
+}
+
+/// What the session reads once the client's messages stop: nothing more, ever, when they
+/// stopped because the key was revoked (the session only finishes sending); the end, when
+/// the client closed its side, so the session and its subscriptions end with it (a peer
+/// that left without a close frame is not kept, and counted, until an event happens to
+/// need its socket).
+fn after_input(
+    deaf: CancellationToken,
+) -> impl futures_util::Stream<Item = Result<Message, axum::Error>> {
+    futures_util::stream::poll_fn(move |_| {
+        if deaf.is_cancelled() {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(None)
+        }
     })
 }
 

@@ -404,3 +404,55 @@ async fn a_message_over_the_body_limit_closes_with_1009() {
     }
     initialised(&app, "graphql-transport-ws", &admin).await;
 }
+
+/// A client that leaves ends its subscriptions at once, on both protocols, whether it sends
+/// a close frame (and reads nothing more) or just shuts its side of the connection (as when
+/// its process exits): the server does not keep the socket, and count the subscription,
+/// until an event needs sending.
+#[tokio::test]
+async fn a_client_that_leaves_ends_its_subscriptions_at_once() {
+    use futures_util::SinkExt as _;
+    use tokio::io::AsyncWriteExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let subscription = "subscription { deliveryStateChanged { deliveryId state } }";
+    let protocols = [
+        ("graphql-transport-ws", "subscribe"),
+        ("graphql-ws", "start"),
+    ];
+    for ((protocol, kind), close_frame) in protocols
+        .into_iter()
+        .flat_map(|protocol| [(protocol, true), (protocol, false)])
+    {
+        let mut socket = initialised(&app, protocol, &admin).await;
+        send(
+            &mut socket,
+            json!({ "id": "s", "type": kind, "payload": { "query": subscription } }),
+        )
+        .await;
+        crate::support::fixtures::eventually(
+            "subscribed",
+            std::time::Duration::from_secs(5),
+            || async { app.state.metrics.active_subscriptions.get() == 1 },
+        )
+        .await;
+        if close_frame {
+            socket.send(Message::Close(None)).await.expect("close");
+        } else {
+            match socket.get_mut() {
+                tokio_tungstenite::MaybeTlsStream::Plain(tcp) => {
+                    tcp.shutdown().await.expect("shut")
+                }
+                _ => panic!("a plain connection"),
+            }
+        }
+        crate::support::fixtures::eventually(
+            &format!("{protocol}, close frame {close_frame}: the subscription ended"),
+            std::time::Duration::from_secs(2),
+            || async { app.state.metrics.active_subscriptions.get() == 0 },
+        )
+        .await;
+    }
+}
