@@ -36,6 +36,9 @@ const OUTGOING_BUFFER: usize = 16;
 /// legacy protocol too, after its `connection_error`).
 const FORBIDDEN: u16 = 4403;
 
+/// An operation started before `connection_init` was accepted.
+const UNAUTHORIZED: u16 = 4401;
+
 /// The close code `graphql-transport-ws` gives a socket that sent no accepted
 /// `connection_init` within the init timeout (used for the legacy protocol too).
 const INIT_TIMEOUT: u16 = 4408;
@@ -270,13 +273,22 @@ impl Session {
     }
 
     /// The session's own close frame in this session's protocol: async-graphql closes a
-    /// message it cannot read with 1002, which `graphql-transport-ws` spells 4400.
+    /// message it cannot read with 1002, which `graphql-transport-ws` spells 4400; and an
+    /// operation started before `connection_init` (which only the legacy protocol lets
+    /// reach it) with 1011, an internal error's code, where the client's mistake gets
+    /// 4401 Unauthorized, as on `graphql-transport-ws`.
     fn spoken(&self, frame: Option<CloseFrame>) -> Option<CloseFrame> {
         frame.map(|frame| match frame.code {
             close_code::PROTOCOL if !self.legacy => CloseFrame {
                 code: 4400,
                 reason: frame.reason,
             },
+            close_code::ERROR if frame.reason.starts_with("The handshake is not completed") => {
+                CloseFrame {
+                    code: UNAUTHORIZED,
+                    reason: "Unauthorized".into(),
+                }
+            }
             _ => frame,
         })
     }

@@ -92,6 +92,22 @@ async fn legacy_connection_terminate_closes_normally() {
     assert_eq!(close.map(|(code, _)| code), Some(1000));
 }
 
+/// A legacy `start` before `connection_init` is the client's mistake, closed with `4401
+/// Unauthorized` as on `graphql-transport-ws`, not with an internal error's 1011.
+#[tokio::test]
+async fn legacy_start_before_init_closes_with_4401() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let mut socket = connect(&app, "graphql-ws").await;
+    send(
+        &mut socket,
+        json!({ "id": "1", "type": "start", "payload": { "query": QUERY } }),
+    )
+    .await;
+    let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+    assert_eq!(close.map(|(code, _)| code), Some(4401));
+}
+
 /// A missing, wrong or revoked key closes the socket with `4403 Forbidden`, as
 /// `graphql-transport-ws` specifies; the legacy protocol says why in a `connection_error` first.
 #[tokio::test]
