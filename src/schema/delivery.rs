@@ -168,7 +168,8 @@ pub struct DeliveryFilter {
     created_after: Option<DateTime<Utc>>,
     /// Only deliveries created before this moment (in the years 1 to 9999).
     created_before: Option<DateTime<Utc>>,
-    /// Only deliveries to endpoints of this tenant.
+    /// Only deliveries to endpoints of this tenant (`FORBIDDEN` for a tenant the key may
+    /// not read).
     tenant_id: Option<ID>,
 }
 

@@ -233,6 +233,8 @@ impl Deliveries {
             query = query.filter(webhook_delivery::Column::EventType.eq(event_type));
         }
         if let Some(tenant) = filter.tenant_id {
+            // A tenant the caller may not read is refused like anything outside its scope.
+            self.access.require_tenant(caller, tenant)?;
             query = query.filter(access::in_tenant(
                 webhook_delivery::Column::EndpointId,
                 tenant,

@@ -172,6 +172,11 @@ async fn every_operation_is_refused_across_tenants(backend: Backend) {
             json!({ "id": globex_endpoint }),
         ),
         (
+            "deliveries of the tenant",
+            "query($id: ID!) { deliveries(filter: {tenantId: $id}) { edges { node { id } } } }",
+            json!({ "id": globex.id }),
+        ),
+        (
             "apiKeys",
             "{ apiKeys { edges { node { id } } } }",
             json!({}),
