@@ -11,6 +11,7 @@ use reqwest::redirect::Policy;
 use uuid::Uuid;
 
 use super::answer::ReceiverAnswer;
+use super::retry_after;
 use crate::destination;
 use crate::service::lines;
 use crate::telemetry::context::TRACEPARENT_HEADER;
@@ -165,7 +166,7 @@ impl Dispatcher {
             429 | 503 => response
                 .headers()
                 .get(RETRY_AFTER)
-                .and_then(|value| parse_retry_after(value, std::time::SystemTime::now())),
+                .and_then(|value| retry_after::parse(value, std::time::SystemTime::now())),
             _ => None,
         };
         let answer = Some(ReceiverAnswer::read(&mut response).await);
@@ -283,20 +284,6 @@ fn classify(err: reqwest::Error) -> (OutcomeKind, String) {
     } else {
         (OutcomeKind::Connection, format!("request failed: {chain}"))
     }
-}
-
-/// `Retry-After` as seconds or an HTTP date, relative to `now`. A number of seconds too
-/// large to hold is as long as can be (the caller caps it).
-pub fn parse_retry_after(value: &HeaderValue, now: std::time::SystemTime) -> Option<Duration> {
-    let text = value.to_str().ok()?.trim();
-    if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
-        return Some(
-            text.parse::<u64>()
-                .map_or(Duration::MAX, Duration::from_secs),
-        );
-    }
-    let at = httpdate::parse_http_date(text).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Resolves names with the system resolver and drops every address Courier may not
@@ -420,35 +407,6 @@ mod tests {
         assert!(
             refusal.contains("Shared Address Space (100.64.0.0/10)"),
             "{refusal}"
-        );
-    }
-
-    #[test]
-    fn retry_after_accepts_seconds_and_http_dates() {
-        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let seconds = HeaderValue::from_static("120");
-        assert_eq!(
-            parse_retry_after(&seconds, now),
-            Some(Duration::from_secs(120))
-        );
-        let date =
-            HeaderValue::from_str(&httpdate::fmt_http_date(now + Duration::from_secs(30))).unwrap();
-        assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(30)));
-        let past =
-            HeaderValue::from_str(&httpdate::fmt_http_date(now - Duration::from_secs(30))).unwrap();
-        assert_eq!(parse_retry_after(&past, now), Some(Duration::ZERO));
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_static("soon"), now),
-            None
-        );
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_static("99999999999999999999999"), now),
-            Some(Duration::MAX),
-            "too many seconds to hold is as long as can be, not ignored"
-        );
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_static("-5"), now),
-            None
         );
     }
 

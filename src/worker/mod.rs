@@ -21,6 +21,7 @@ mod hold;
 pub mod record;
 mod recorder;
 pub mod retention;
+pub mod retry_after;
 mod running;
 pub mod schedule;
 pub(crate) mod targets;
