@@ -9,7 +9,8 @@ use serde_json::json;
 use crate::on_both_backends;
 use crate::support::fixtures::{endpoint_on, quick_worker};
 use crate::support::ordering::{
-    all_settled, arrivals_by_key, id_of, obedient_receiver, read, replay, states, submit_keyed,
+    all_settled, arrivals_by_key, failed_keyed, id_of, obedient_receiver, read, replay, states,
+    submit_keyed,
 };
 use crate::support::{Backend, TestApp, TestDb};
 
@@ -25,24 +26,14 @@ async fn a_replay_during_the_heads_attempt_goes_next_when_that_attempt_fails(bac
     let admin = quick.admin_token().await;
     let endpoint = endpoint_on(&quick, &admin, &receiver, "in-flight").await;
     let key = Some("order-9");
-    let first = id_of(
-        &submit_keyed(
-            &quick,
-            &admin,
-            &endpoint,
-            json!({ "n": 0, "failFirst": 2 }),
-            key,
-        )
-        .await,
-    );
-    all_settled(
+    let first = failed_keyed(
         &quick,
         &admin,
-        std::slice::from_ref(&first),
-        Duration::from_secs(10),
+        &endpoint,
+        json!({ "n": 0, "failFirst": 2 }),
+        key,
     )
     .await;
-    assert_eq!(read(&quick, &admin, &first).await["state"], "FAILED");
     // The next head is slow to answer its first attempt, fails it, and would then wait
     // twenty seconds for its retry.
     let patient = TestApp::spawn_with(&db, |config| {

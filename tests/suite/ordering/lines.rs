@@ -10,8 +10,8 @@ use serde_json::json;
 use crate::on_both_backends;
 use crate::support::fixtures::{count, endpoint_on, quick_worker, row_counts, PUBLISH};
 use crate::support::ordering::{
-    all_settled, arrivals_by_key, id_of, obedient_receiver, patient_worker, read, replay,
-    single_attempt_worker, states, submit_keyed,
+    all_settled, arrivals_by_key, failed_keyed, id_of, obedient_receiver, patient_worker, read,
+    replay, single_attempt_worker, states, submit_keyed,
 };
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
@@ -152,24 +152,14 @@ async fn a_replayed_delivery_rejoins_its_line(backend: Backend) {
     let admin = app.admin_token().await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "rejoin").await;
     let key = Some("account-3");
-    let first = id_of(
-        &submit_keyed(
-            &app,
-            &admin,
-            &endpoint,
-            json!({ "n": 0, "failFirst": 1 }),
-            key,
-        )
-        .await,
-    );
-    all_settled(
+    let first = failed_keyed(
         &app,
         &admin,
-        std::slice::from_ref(&first),
-        Duration::from_secs(10),
+        &endpoint,
+        json!({ "n": 0, "failFirst": 1 }),
+        key,
     )
     .await;
-    assert_eq!(read(&app, &admin, &first).await["state"], "FAILED");
     let slow = id_of(
         &submit_keyed(
             &app,
@@ -217,27 +207,17 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
     let admin = app.admin_token().await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "takeover").await;
     let key = Some("order-8");
-    let first = id_of(
-        &submit_keyed(
-            &app,
-            &admin,
-            &endpoint,
-            // Slow to answer its replay, so the head it takes over from is still seen
-            // waiting behind it when read (an answer within a loaded machine's read
-            // let the line move on before it).
-            json!({ "n": 0, "failFirst": 2, "successDelayMs": 4_000 }),
-            key,
-        )
-        .await,
-    );
-    all_settled(
+    let first = failed_keyed(
         &app,
         &admin,
-        std::slice::from_ref(&first),
-        Duration::from_secs(10),
+        &endpoint,
+        // Slow to answer its replay, so the head it takes over from is still seen
+        // waiting behind it when read (an answer within a loaded machine's read
+        // let the line move on before it).
+        json!({ "n": 0, "failFirst": 2, "successDelayMs": 4_000 }),
+        key,
     )
     .await;
-    assert_eq!(read(&app, &admin, &first).await["state"], "FAILED");
     // The next one fails once and then waits a long while for its retry.
     let app_slow = TestApp::spawn_with(&db, |config| {
         quick_worker(config);

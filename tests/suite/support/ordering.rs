@@ -62,6 +62,27 @@ pub async fn submit_keyed(
     body["data"]["submit"].clone()
 }
 
+/// Submits `payload` (which makes the receiver fail every attempt of a cycle) to
+/// `endpoint` with ordering key `key`, waits for it to end `FAILED`, and returns its id.
+pub async fn failed_keyed(
+    app: &TestApp,
+    token: &str,
+    endpoint: &str,
+    payload: Value,
+    key: Option<&str>,
+) -> String {
+    let id = id_of(&submit_keyed(app, token, endpoint, payload, key).await);
+    all_settled(
+        app,
+        token,
+        std::slice::from_ref(&id),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(read(app, token, &id).await["state"], "FAILED");
+    id
+}
+
 /// The delivery id in a [`submit_keyed`] answer.
 pub fn id_of(submitted: &Value) -> String {
     submitted["delivery"]["id"]
