@@ -405,8 +405,8 @@ fn parse_retry_schedule(value: &str) -> Result<RetrySchedule, String> {
     parse_schedule(value, Duration::from_millis(MAX_RETRY_DELAY_MS)).map(RetrySchedule)
 }
 
-/// `COURIER_RATE_LIMIT`: a positive number. Zero would refuse every submission, which is
-/// never what an operator means; leaving the setting unset means unlimited.
+/// `COURIER_BIND`: `IP:PORT`, or `HOST:PORT` resolved now, taking its first IPv4 address
+/// (else its first).
 fn parse_bind(value: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = value.parse() {
         return Ok(addr);
@@ -422,6 +422,8 @@ fn parse_bind(value: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{value} resolves to no address"))
 }
 
+/// `COURIER_RATE_LIMIT`: a positive number. Zero would refuse every submission, which is
+/// never what an operator means; leaving the setting unset means unlimited.
 fn parse_rate_limit(value: &str) -> Result<u32, String> {
     match value.trim().parse::<u32>() {
         Ok(0) => Err(

@@ -103,7 +103,7 @@ pub async fn rejoin(
     let sql = fill(SEARCH_FROM_START, &[("ids", &list)]);
     txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
         .await?;
-    let promoted = rehead(txn, backend, ids).await?;
+    let promoted = yield_to_earlier(txn, backend, ids).await?;
     for id in promoted {
         if let Some(place) = places.get_mut(&id) {
             place.waiting = false;
@@ -112,31 +112,21 @@ pub async fn rejoin(
     Ok(places)
 }
 
-/// A keyed head whose attempt just ended in a retry (`retried`, recorded earlier in `txn`,
-/// which holds their rows) gives its line to a delivery submitted before it that waits in
-/// it (a replay or resend made while the head was in flight): that one becomes the head,
-/// due now, and the retried one waits behind it. Returns the deliveries promoted.
-pub async fn yield_to_earlier(
-    txn: &impl ConnectionTrait,
-    backend: DbBackend,
-    retried: &[Uuid],
-) -> std::result::Result<Vec<Uuid>, DbErr> {
-    if retried.is_empty() {
-        return Ok(Vec::new());
-    }
-    rehead(txn, backend, retried).await
-}
-
 /// In the lines of `ids`: where the head is only waiting for its next retry and a delivery
 /// submitted before it waits, that one becomes the head, due now (or parked), and the head
-/// waits. The head's demotion is conditional on its newest version, so of two statements
-/// racing to rehead one line, one promotes and the other finds no head to demote. Returns
-/// the deliveries promoted.
-async fn rehead(
+/// waits behind it. Run for replayed deliveries as they rejoin, and for keyed heads whose
+/// attempt just ended in a retry (recorded earlier in `txn`, which holds their rows), which
+/// so give their line to one replayed while they were in flight. The head's demotion is
+/// conditional on its newest version, so of two statements racing to rehead one line, one
+/// promotes and the other finds no head to demote. Returns the deliveries promoted.
+pub async fn yield_to_earlier(
     txn: &impl ConnectionTrait,
     backend: DbBackend,
     ids: &[Uuid],
 ) -> std::result::Result<Vec<Uuid>, DbErr> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let clock = Clock::new(backend);
     let mut promoted = Vec::new();
     if backend == DbBackend::Postgres {

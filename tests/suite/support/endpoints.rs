@@ -1,4 +1,5 @@
-//! Endpoints with flow-control settings, created through the API for a counting receiver.
+//! Endpoints through the API: created with flow-control settings for a counting receiver,
+//! read, and disabled or re-enabled.
 
 use serde_json::{json, Value};
 
@@ -60,4 +61,26 @@ pub async fn endpoint_with_types(
         .as_str()
         .unwrap_or_else(|| panic!("created: {body}"))
         .to_owned()
+}
+
+/// Endpoint fields the lifecycle and pause tests read.
+pub const ENDPOINT_FIELDS: &str =
+    "id disabled disabledReason disabledAt consecutiveFailures previousSecretExpiresAt pausedUntil";
+
+/// One endpoint's lifecycle fields.
+pub async fn endpoint(app: &TestApp, admin: &str, id: &str) -> Value {
+    let query = format!("query($id: ID!) {{ endpoint(id: $id) {{ {ENDPOINT_FIELDS} }} }}");
+    let body = app.graphql(admin, &query, json!({ "id": id })).await;
+    body["data"]["endpoint"].clone()
+}
+
+/// Sets `disabled` on an endpoint through `updateEndpoint` and returns the endpoint.
+pub async fn set_disabled(app: &TestApp, admin: &str, id: &str, disabled: bool) -> Value {
+    let query = format!(
+        "mutation($id: ID!, $disabled: Boolean) {{ updateEndpoint(id: $id, input: {{disabled: $disabled}}) {{ endpoint {{ {ENDPOINT_FIELDS} }} }} }}"
+    );
+    let body = app
+        .graphql(admin, &query, json!({ "id": id, "disabled": disabled }))
+        .await;
+    body["data"]["updateEndpoint"]["endpoint"].clone()
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{endpoint, set_disabled};
 use crate::on_both_backends;
+use crate::support::endpoints::{endpoint, set_disabled};
 use crate::support::fixtures::delivery_id;
 use crate::support::fixtures::worker_looks;
 use crate::support::fixtures::{count, eventually};

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::{each_once, endpoint_with, submit_many};
 use crate::on_both_backends;
+use crate::support::endpoints::{endpoint, set_disabled};
 use crate::support::fixtures::quick_worker;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -136,39 +137,28 @@ async fn re_enabling_an_endpoint_ends_its_pause(backend: Backend) {
     let app = TestApp::spawn_with(&db, quick_worker).await;
     let admin = app.admin_token().await;
     let settings = json!({ "maxInFlight": 1 });
-    let endpoint = endpoint_with(&app, &admin, &receiver, "paused", settings).await;
-    submit_many(&app, &admin, &endpoint, 3).await;
+    let id = endpoint_with(&app, &admin, &receiver, "paused", settings).await;
+    submit_many(&app, &admin, &id, 3).await;
     receiver.wait_for(1, Duration::from_secs(20)).await;
-    let paused = "query($id: ID!) { endpoint(id: $id) { pausedUntil } }";
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while app.graphql(&admin, paused, json!({ "id": endpoint })).await["data"]["endpoint"]
-        ["pausedUntil"]
-        .is_null()
-    {
+    while endpoint(&app, &admin, &id).await["pausedUntil"].is_null() {
         assert!(std::time::Instant::now() < deadline, "never paused");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let switch = "mutation($id: ID!, $off: Boolean!) { updateEndpoint(id: $id, \
-                  input: {disabled: $off}) { endpoint { disabled pausedUntil } } }";
     for off in [true, false] {
-        let body = app
-            .graphql(&admin, switch, json!({ "id": endpoint, "off": off }))
-            .await;
-        assert_eq!(
-            body["data"]["updateEndpoint"]["endpoint"]["disabled"], off,
-            "{body}"
-        );
+        let switched = set_disabled(&app, &admin, &id, off).await;
+        assert_eq!(switched["disabled"], off, "{switched}");
     }
-    let body = app.graphql(&admin, paused, json!({ "id": endpoint })).await;
-    assert!(body["data"]["endpoint"]["pausedUntil"].is_null(), "{body}");
+    let resumed = endpoint(&app, &admin, &id).await;
+    assert!(resumed["pausedUntil"].is_null(), "{resumed}");
     // The refused one and the two behind it, each once more or for the first time.
     let received = receiver.wait_for(4, Duration::from_secs(20)).await;
     assert_eq!(received.len(), 4);
-    each_once_delivered(&app, &admin, &endpoint, 3).await;
+    wait_delivered(&app, &admin, &id, 3).await;
 }
 
 /// Waits until `count` deliveries of `endpoint` are `DELIVERED`.
-async fn each_once_delivered(app: &TestApp, admin: &str, endpoint: &str, count: usize) {
+async fn wait_delivered(app: &TestApp, admin: &str, endpoint: &str, count: usize) {
     let query = "query($id: ID!) { deliveries(filter: {endpointId: $id, state: DELIVERED}) \
                  { edges { node { id } } } }";
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
