@@ -177,7 +177,7 @@ pub struct DeliveryFilter {
 /// means every failed delivery the caller may see.
 #[derive(InputObject, Default)]
 pub struct ReplayFilter {
-    /// Only this endpoint's deliveries.
+    /// Only this endpoint's deliveries (`NOT_FOUND` when there is no such endpoint).
     endpoint_id: Option<ID>,
     /// Only deliveries of submissions with this event type.
     event_type: Option<String>,

@@ -86,6 +86,18 @@ impl Access {
         }
     }
 
+    /// [`Access::require`], and for an admin, `NOT_FOUND` unless the endpoint exists (for a
+    /// key with a scope, one that does not exist is outside it, as in `require`).
+    pub async fn require_existing(&self, caller: &Identity, endpoint_id: Uuid) -> Result<()> {
+        match caller.visible() {
+            Visible::Everything => match self.tenant_of(endpoint_id).await? {
+                Some(_) => Ok(()),
+                None => Err(Error::NotFound("endpoint")),
+            },
+            _ => self.require(caller, endpoint_id).await,
+        }
+    }
+
     /// A row looked up by id, shown only within the caller's scope (by `endpoint_of`, the
     /// endpoint it belongs to): outside it `FORBIDDEN`, and for a key with a scope, nothing
     /// found is `FORBIDDEN` too, so such a key cannot tell whether something outside its

@@ -174,7 +174,7 @@ impl Deliveries {
         }
         let scope = match (filter.endpoint_id, caller.visible()) {
             (Some(endpoint), _) => {
-                self.access.require(caller, endpoint).await?;
+                self.access.require_existing(caller, endpoint).await?;
                 Visible::Everything
             }
             (None, Visible::Endpoints([])) => return Ok(0),

@@ -194,6 +194,16 @@ async fn filters_and_the_window_choose_what_is_replayed(backend: Backend) {
         "{backwards}"
     );
 
+    // An endpoint that does not exist is named, as it is for a single replay.
+    let unknown = app
+        .graphql(
+            &admin,
+            REPLAY_ALL,
+            json!({ "filter": { "endpointId": Uuid::now_v7().to_string() } }),
+        )
+        .await;
+    assert_eq!(gql_error_code(&unknown), Some("NOT_FOUND"), "{unknown}");
+
     let window = json!({ "since": noon, "until": noon + hour * 2 });
     let mut first_only = window.clone();
     first_only["endpointId"] = json!(first_endpoint.to_string());
