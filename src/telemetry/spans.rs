@@ -73,7 +73,7 @@ pub fn attempt(about: AttemptSpan<'_>) -> (Span, Option<String>) {
         "server.address" = url.as_ref().and_then(url::Url::host_str),
         "courier.delivery.id" = %about.delivery_id,
         "courier.endpoint.id" = %about.endpoint_id,
-        "courier.attempt" = about.attempt,
+        "courier.attempt" = i64::from(about.attempt),
     );
     if let Some(submitted) = about.submitted_in.and_then(context::parse) {
         let _ = span.set_parent(Context::new().with_remote_span_context(submitted.clone()));

@@ -147,8 +147,9 @@ async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
         );
         assert_eq!(span.attributes["courier.delivery.id"], delivery_id);
         assert_eq!(
-            span.attributes["courier.attempt"],
-            (attempt + 1).to_string()
+            span.int_attributes.get("courier.attempt"),
+            Some(&(attempt as i64 + 1)),
+            "the attempt's number, as an integer"
         );
         assert_eq!(span.attributes["server.address"], "127.0.0.1");
         let traceparent = webhook
@@ -160,9 +161,15 @@ async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
             (CALLER_TRACE.to_owned(), span.span_id.clone())
         );
     }
-    assert_eq!(attempts[0].attributes["http.response.status_code"], "500");
+    assert_eq!(
+        attempts[0].int_attributes.get("http.response.status_code"),
+        Some(&500)
+    );
     assert_eq!(attempts[0].status_code, STATUS_ERROR);
-    assert_eq!(attempts[1].attributes["http.response.status_code"], "200");
+    assert_eq!(
+        attempts[1].int_attributes.get("http.response.status_code"),
+        Some(&200)
+    );
     assert_ne!(attempts[1].status_code, STATUS_ERROR);
 
     assert_eq!(

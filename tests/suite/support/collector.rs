@@ -38,6 +38,8 @@ pub struct CollectedSpan {
     pub parent_span_id: String,
     /// Attribute values as text.
     pub attributes: HashMap<String, String>,
+    /// The attributes whose values are integers.
+    pub int_attributes: HashMap<String, i64>,
     /// Each link as `(trace id, span id)`.
     pub links: Vec<(String, String)>,
     /// `Status.code` (0 unset, 1 ok, 2 error).
@@ -161,6 +163,7 @@ async fn export(
                     span_id: hex::encode(&span.span_id),
                     parent_span_id: hex::encode(&span.parent_span_id),
                     attributes: attributes(&span.attributes),
+                    int_attributes: int_attributes(&span.attributes),
                     links: span
                         .links
                         .iter()
@@ -189,6 +192,16 @@ fn attributes(list: &[KeyValue]) -> HashMap<String, String> {
                 None => String::new(),
             };
             (kv.key.clone(), value)
+        })
+        .collect()
+}
+
+/// The integer-valued attributes (a number sent as text is not among them).
+fn int_attributes(list: &[KeyValue]) -> HashMap<String, i64> {
+    list.iter()
+        .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            any_value::Value::IntValue(n) => Some((kv.key.clone(), *n)),
+            _ => None,
         })
         .collect()
 }

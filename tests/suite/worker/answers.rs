@@ -71,6 +71,24 @@ async fn no_response_keeps_nothing(backend: Backend) {
     assert!(attempt["responseHeaders"].is_null(), "{attempt}");
 }
 
+/// An answer without a body (a `204`, or a `200` with `content-length: 0`) is an empty
+/// body, not a missing one: null is only for an attempt that got no answer.
+async fn an_empty_answer_is_an_empty_body(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::start(|n| Reply::status(if n == 1 { 204 } else { 200 })).await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "empty").await;
+    for _ in 0..2 {
+        let id = delivery_id(&submit(&app, &admin, &endpoint, json!({}), None).await);
+        let delivery =
+            wait_for_state(&app, &admin, &id, "DELIVERED", Duration::from_secs(10)).await;
+        let attempt = &delivery["attempts"][0];
+        assert_eq!(attempt["responseBody"], "", "{attempt}");
+        assert!(attempt["responseHeaders"].is_object(), "{attempt}");
+    }
+}
+
 /// A receiver streaming an endless body: the attempt keeps 4 KiB and is recorded at once,
 /// well inside the request timeout, instead of reading until the timeout or memory ends.
 async fn an_endless_body_is_cut_off(backend: Backend) {
@@ -103,5 +121,6 @@ async fn an_endless_body_is_cut_off(backend: Backend) {
 on_both_backends!(
     the_body_and_headers_are_kept,
     no_response_keeps_nothing,
+    an_empty_answer_is_an_empty_body,
     an_endless_body_is_cut_off,
 );
