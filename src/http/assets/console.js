@@ -94,6 +94,16 @@ const page = {
   detailId: null,
   detailTimer: 0,
   endpointTimer: 0,
+  /** How many rows the feed keeps: FEED_CAP, and more once older ones are asked for. */
+  cap: FEED_CAP,
+  /** Whether the feed holds the oldest delivery its filter matches (nothing older to show). */
+  complete: false,
+  /** Endpoint reads: the newest one started (an older answer is dropped). */
+  endpointGeneration: 0,
+  quietTimer: 0,
+  busyTimer: 0,
+  pauseTimer: 0,
+  rereadTimer: 0,
 };
 
 // ---------- GraphQL over HTTP
@@ -220,6 +230,22 @@ function signOut(message = "") {
   if (page.live) page.live.stop();
   page.live = null;
   clearInterval(page.endpointTimer);
+  for (const timer of ["quietTimer", "busyTimer", "pauseTimer", "rereadTimer", "detailTimer"]) {
+    clearTimeout(page[timer]);
+    page[timer] = 0;
+  }
+  // Nothing the key could see stays on the page: open dialogs close, lists empty.
+  for (const dialog of document.querySelectorAll("dialog[open]")) dialog.close();
+  $("detail-body").replaceChildren();
+  page.endpointGeneration += 1;
+  page.readGeneration += 1;
+  page.endpoints = new Map();
+  page.rows = new Map();
+  page.order = [];
+  page.queued = [];
+  $("feed").replaceChildren();
+  $("endpoints").tBodies[0].replaceChildren();
+  document.title = "Courier console";
   showStatus("stopped");
   showSignIn(message);
 }
@@ -231,7 +257,9 @@ async function signIn(token) {
     await readIdentity();
   } catch (err) {
     const refused = err.code === "UNAUTHENTICATED" || err.code === "FORBIDDEN";
-    signOut(refused ? "Courier refused that token." : `Courier could not be reached: ${err.message}`);
+    signOut(refused
+      ? "Courier refused that token: it is wrong or revoked, or its portal link has expired."
+      : `Courier could not be reached: ${err.message}`);
     return;
   }
   sessionStorage.setItem(TOKEN_KEY, token);
@@ -252,8 +280,9 @@ async function signIn(token) {
   });
   page.live.start();
   await reread();
-  // A backstop for counts that change without an event (retention pruning).
-  page.endpointTimer = setInterval(() => readEndpoints().catch(() => undefined), 60000);
+  // A backstop for what changes without a delivery event: retention pruning, settings
+  // another user changed.
+  page.endpointTimer = setInterval(refreshEndpoints, 15000);
 }
 
 /** Which optional Endpoint fields this Courier has (introspection; also checks the key). */
@@ -323,13 +352,51 @@ function endpointsQuery() {
   }`;
 }
 
+/** Reads the endpoints afresh; an answer overtaken by a later read is dropped. */
 async function readEndpoints() {
+  const generation = ++page.endpointGeneration;
   const data = await gql(endpointsQuery(), { first: ENDPOINT_PAGE });
+  if (generation !== page.endpointGeneration) return;
   const connection = data.endpoints;
   page.endpoints = new Map(connection.edges.map(({ node }) => [node.id, node]));
   $("endpoints-note").textContent = connection.pageInfo.hasNextPage
     ? `(the first ${ENDPOINT_PAGE})` : `(${page.endpoints.size})`;
   renderEndpoints();
+  for (const row of page.rows.values()) paintRow(row);
+  wakeWhenPauseEnds();
+}
+
+/**
+ * Counts follow events between reads, but an event can also be in the read it follows (it
+ * committed before the read and arrived after it): so endpoints are read again soon after
+ * activity, 1.5 s after the last event and at least every 5 s while events keep coming,
+ * which also brings health, pauses and disables up to date.
+ */
+function endpointsChanged() {
+  clearTimeout(page.quietTimer);
+  page.quietTimer = setTimeout(refreshEndpoints, 1500);
+  if (!page.busyTimer) page.busyTimer = setTimeout(refreshEndpoints, 5000);
+}
+
+function refreshEndpoints() {
+  clearTimeout(page.quietTimer);
+  clearTimeout(page.busyTimer);
+  page.quietTimer = 0;
+  page.busyTimer = 0;
+  if (page.token) readEndpoints().catch(() => undefined);
+}
+
+/** Reads the endpoints again when the first pause shown ends. */
+function wakeWhenPauseEnds() {
+  clearTimeout(page.pauseTimer);
+  page.pauseTimer = 0;
+  const now = Date.now();
+  const ends = [...page.endpoints.values()]
+    .map((endpoint) => (endpoint.pausedUntil ? Date.parse(endpoint.pausedUntil) : NaN))
+    .filter((at) => at > now);
+  if (!ends.length) return;
+  const wait = Math.min(Math.min(...ends) - now + 500, 3600000);
+  page.pauseTimer = setTimeout(refreshEndpoints, wait);
 }
 
 function renderEndpoints() {
@@ -373,7 +440,7 @@ function renderEndpoints() {
           title: "It answered 429 or 503 with Retry-After: nothing is sent until then",
         }) : null) : null,
       ...STATES.map((state) => el("td", {
-        class: "num", "data-count": state, text: String(counts[state.toLowerCase()]),
+        class: "num", "data-count": state, text: countText(counts, state),
       }))));
   }
   if (!rows.length) {
@@ -397,12 +464,16 @@ function renderCounts() {
     if (!endpoint || !row) continue;
     for (const state of STATES) {
       const cell = row.querySelector(`[data-count="${state}"]`);
-      if (cell) cell.textContent = String(endpoint.deliveryCounts[state.toLowerCase()]);
+      if (cell) cell.textContent = countText(endpoint.deliveryCounts, state);
     }
-
   }
   page.countsDirty.clear();
   renderEndpointActions();
+}
+
+/** A count as shown: never below zero while an event counted twice waits for the next read. */
+function countText(counts, state) {
+  return String(Math.max(0, counts[state.toLowerCase()]));
 }
 
 /** The chosen endpoint's actions (shown while the feed is filtered to one endpoint). */
@@ -456,14 +527,41 @@ function inChosenTenant(endpoint) {
   return !chosen || Boolean(endpoint.tenant && endpoint.tenant.id === chosen);
 }
 
-/** Reads endpoints and the newest deliveries; events that arrive meanwhile win over the read. */
-async function reread() {
-  const generation = ++page.readGeneration;
-  page.touched = new Set();
+/** The deliveries filter the feed shows. */
+function feedFilter() {
   const filter = {};
   if (page.filter.endpointId) filter.endpointId = page.filter.endpointId;
   if (page.filter.state) filter.state = page.filter.state;
   if (page.filter.tenantId) filter.tenantId = page.filter.tenantId;
+  return filter;
+}
+
+/** A feed row for a delivery read from the API. */
+function readRow(node) {
+  return { id: node.id, endpointId: node.endpoint.id, state: node.state, since: node.createdAt };
+}
+
+/**
+ * When a delivery was created, read off its id: a UUIDv7 starts with the Unix milliseconds
+ * it was minted at, which Courier does as it creates the delivery. Null for other ids.
+ */
+function createdAtOf(id) {
+  if (typeof id !== "string" || id.length !== 36 || id[14] !== "7") return null;
+  const ms = Number.parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
+  return Number.isFinite(ms) ? new Date(ms).toISOString() : null;
+}
+
+/** A row's creation time in milliseconds, for ordering the feed newest first. */
+function timeOf(row) {
+  return Date.parse(row.since) || 0;
+}
+
+/** Reads endpoints and the newest deliveries; events that arrive meanwhile win over the read. */
+async function reread() {
+  const generation = ++page.readGeneration;
+  page.touched = new Set();
+  page.cap = FEED_CAP;
+  const filter = feedFilter();
   try {
     const [, data] = await Promise.all([
       readEndpoints(),
@@ -475,20 +573,23 @@ async function reread() {
     const rows = new Map();
     for (const { node } of data.deliveries.edges) {
       const kept = touched.has(node.id) ? page.rows.get(node.id) : null;
-      rows.set(node.id, kept || {
-        id: node.id, endpointId: node.endpoint.id, state: node.state, since: node.createdAt,
-      });
+      rows.set(node.id, kept || readRow(node));
     }
+    const edges = data.deliveries.edges;
+    const complete = edges.length < READ_PAGE;
+    const bottom = edges.length ? Date.parse(edges[edges.length - 1].node.createdAt) : 0;
     for (const id of touched) {
+      // Changed meanwhile: kept, unless older than the page read (the feed has no gaps).
       const row = page.rows.get(id);
-      if (row && !rows.has(id) && matchesFilter(row)) rows.set(id, row);
+      if (row && !rows.has(id) && matchesFilter(row) && (complete || timeOf(row) >= bottom)) {
+        rows.set(id, row);
+      }
     }
-    const order = [...rows.values()]
-      .sort((a, b) => (a.since < b.since ? 1 : a.since > b.since ? -1 : 0))
-      .slice(0, FEED_CAP);
+    const order = [...rows.values()].sort((a, b) => timeOf(b) - timeOf(a)).slice(0, FEED_CAP);
     page.rows = new Map(order.map((row) => [row.id, row]));
     page.order = order.map((row) => row.id);
     $("feed").replaceChildren(...order.map((row) => rowElement(row)));
+    setComplete(complete);
     updateFeedCount();
   } catch (err) {
     if (err.code === "UNAUTHENTICATED") signOut("Courier refused the key: sign in again.");
@@ -519,6 +620,7 @@ function paintRow(row) {
   node.dataset.state = row.state;
   node.querySelector(".badge").textContent = row.state;
   const endpoint = page.endpoints.get(row.endpointId);
+  node.querySelector(".endpoint").textContent = endpoint ? endpoint.name : shortId(row.endpointId);
   node.querySelector(".open").setAttribute("aria-label",
     `Delivery ${row.id}, ${row.state}, endpoint ${endpoint ? endpoint.name : row.endpointId}: show detail`);
   const act = node.querySelector(".act");
@@ -549,6 +651,14 @@ function receive(change) {
     else counts.total += 1;
     counts[change.state.toLowerCase()] += 1;
     page.countsDirty.add(change.endpointId);
+    endpointsChanged();
+  } else if (!page.rereadTimer) {
+    // An endpoint created since the last read (by someone else): read it, with the feed
+    // (a tenant filter could not place its deliveries without it).
+    page.rereadTimer = setTimeout(() => {
+      page.rereadTimer = 0;
+      reread();
+    }, 500);
   }
   if (page.touched) page.touched.add(change.deliveryId);
   page.queued.push(change);
@@ -565,7 +675,6 @@ function flush() {
   page.frame = 0;
   const changes = page.queued;
   page.queued = [];
-  const fresh = [];
   const repaint = new Set();
   for (const change of changes) {
     let row = page.rows.get(change.deliveryId);
@@ -574,12 +683,13 @@ function flush() {
       repaint.add(row);
       continue;
     }
-    row = { id: change.deliveryId, endpointId: change.endpointId, state: change.state, since: change.at };
-    if (!matchesFilter(row)) continue;
-    page.rows.set(row.id, row);
-    fresh.push(row);
+    // A delivery the feed does not hold: new, or one it never held or let go of. Either
+    // way it goes where its creation puts it, and not at all when that is older than
+    // every row a full feed keeps.
+    const since = change.previousState ? createdAtOf(change.deliveryId) || change.at : change.at;
+    row = { id: change.deliveryId, endpointId: change.endpointId, state: change.state, since };
+    if (!matchesFilter(row) || !place(row)) continue;
   }
-  const feed = $("feed");
   for (const row of repaint) {
     if (!matchesFilter(row)) {
       removeRow(row);
@@ -587,19 +697,76 @@ function flush() {
       paintRow(row);
     }
   }
-  if (fresh.length) {
-    const fragment = document.createDocumentFragment();
-    for (const row of fresh.reverse()) fragment.append(rowElement(row));
-    feed.prepend(fragment);
-    page.order = fresh.map((row) => row.id).concat(page.order);
-    while (page.order.length > FEED_CAP) {
-      const row = page.rows.get(page.order[page.order.length - 1]);
-      if (row) removeRow(row);
-      else page.order.pop();
-    }
+  while (page.order.length > page.cap) {
+    const row = page.rows.get(page.order[page.order.length - 1]);
+    if (row) removeRow(row);
+    else page.order.pop();
+    setComplete(false);
   }
   renderCounts();
   updateFeedCount();
+}
+
+/**
+ * Puts a row into the feed in creation order, newest first. The feed is always the newest
+ * deliveries its filter matches, without gaps: a row older than its oldest goes below it
+ * only when nothing older exists; otherwise it is left for "Show older" (false).
+ */
+function place(row) {
+  const time = timeOf(row);
+  const at = page.order.findIndex((id) => {
+    const other = page.rows.get(id);
+    return other && timeOf(other) < time;
+  });
+  if (at === -1 && (!page.complete || page.order.length >= page.cap)) return false;
+  page.rows.set(row.id, row);
+  const node = rowElement(row);
+  if (at === -1) {
+    $("feed").append(node);
+    page.order.push(row.id);
+  } else {
+    page.rows.get(page.order[at]).el.before(node);
+    page.order.splice(at, 0, row.id);
+  }
+  return true;
+}
+
+/** Records whether anything older than the feed's oldest row exists, and offers it if so. */
+function setComplete(complete) {
+  page.complete = complete;
+  $("feed-older").hidden = complete;
+}
+
+/** Adds the next page of older deliveries below the feed's oldest row. */
+async function showOlder(button) {
+  const oldest = page.rows.get(page.order[page.order.length - 1]);
+  const filter = feedFilter();
+  // Just past the oldest row's moment, so a row created in the same millisecond is not
+  // skipped; the ones shown already are left out below.
+  if (oldest) filter.createdBefore = new Date(timeOf(oldest) + 1).toISOString();
+  const generation = page.readGeneration;
+  button.disabled = true;
+  try {
+    const data = await gql(DELIVERIES, { filter, first: READ_PAGE });
+    if (generation !== page.readGeneration) return;
+    flush();
+    const feed = $("feed");
+    for (const { node } of data.deliveries.edges) {
+      if (page.rows.has(node.id)) continue;
+      const row = readRow(node);
+      page.rows.set(row.id, row);
+      page.order.push(row.id);
+      feed.append(rowElement(row));
+      page.cap += 1;
+    }
+    page.cap = Math.max(page.cap, page.order.length);
+    setComplete(data.deliveries.edges.length < READ_PAGE);
+    updateFeedCount();
+  } catch (err) {
+    notify(`Could not read older deliveries: ${err.message}`, "error");
+  } finally {
+    button.disabled = false;
+  }
 }
 
 function removeRow(row) {
@@ -692,6 +859,16 @@ function openEditor(endpoint) {
   $("editor-types").value = endpoint && endpoint.eventTypes ? endpoint.eventTypes.join(", ") : "";
   $("editor-in-flight").value = endpoint && endpoint.maxInFlight != null ? String(endpoint.maxInFlight) : "";
   $("editor-rate").value = endpoint && endpoint.rateLimit != null ? String(endpoint.rateLimit) : "";
+  // An admin creating an endpoint chooses its tenant (it never changes, and the tenant's
+  // portal sees the endpoint); the tenant filter only suggests one.
+  const tenantChoice = !endpoint && page.identity.role === "ADMIN" && page.tenants.size > 0;
+  $("editor-tenant-label").hidden = !tenantChoice;
+  const tenant = $("editor-tenant");
+  tenant.hidden = !tenantChoice;
+  tenant.replaceChildren(
+    el("option", { value: "", text: "No tenant" }),
+    ...[...page.tenants.values()].map((t) => el("option", { value: t.id, text: t.name })));
+  tenant.value = tenantChoice && page.tenants.has(page.filter.tenantId) ? page.filter.tenantId : "";
   $("editor-error").textContent = "";
   $("endpoint-editor").showModal();
   $("editor-name").focus();
@@ -721,7 +898,8 @@ async function saveEditor() {
       notify(`Saved ${result.endpoint.name}.`);
     } else {
       const input = { ...fields };
-      if (page.identity.role === "ADMIN" && page.filter.tenantId) input.tenantId = page.filter.tenantId;
+      const tenant = $("editor-tenant");
+      if (!tenant.hidden && tenant.value) input.tenantId = tenant.value;
       result = (await gql(CREATE_ENDPOINT, { input })).createEndpoint;
       notify(`Created ${result.endpoint.name}.`);
     }
@@ -842,7 +1020,7 @@ function detailContent(d) {
     : el("p", { class: "note", text: "No attempts yet." });
   const payload = el("pre", { class: "payload", tabIndex: 0, "aria-label": "Payload" },
     JSON.stringify(d.submission.payload, null, 2));
-  return [facts, actions, attempts, el("h3", { text: "Payload" }), payload];
+  return [facts, actions, attempts, el("h3", { text: "Payload" }), payload].filter(Boolean);
 }
 
 /** What the receiver answered an attempt: the start of its body and its headers. */
@@ -890,6 +1068,7 @@ function wire() {
   $("secret-close").addEventListener("click", () => $("secret-shown").close());
   // The secret leaves the page with its dialog, however it is closed.
   $("secret-shown").addEventListener("close", () => { $("secret-value").textContent = ""; });
+  $("feed-older").addEventListener("click", (event) => showOlder(event.currentTarget));
   $("filter-state").addEventListener("change", (event) => {
     page.filter.state = event.target.value;
     reread();

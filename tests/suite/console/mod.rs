@@ -4,6 +4,7 @@
 
 mod flow_column;
 mod lines;
+mod live_views;
 mod portal;
 mod recovery;
 

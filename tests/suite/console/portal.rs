@@ -245,5 +245,15 @@ async fn an_expired_portal_link_signs_the_portal_out() {
         .eval("sessionStorage.getItem('courier.token') !== null")
         .await;
     assert!(!kept, "the tab forgot the expired token");
+
+    // Opening the expired link again says what may be wrong with it.
+    page.navigate(&app.url(&format!("/?again#token={token}")))
+        .await;
+    page.wait_for(
+        "document.getElementById('sign-in-error').textContent.includes('portal link has expired')",
+        "the sign-in form, naming an expired link",
+        WAIT,
+    )
+    .await;
     browser.close().await;
 }
