@@ -22,7 +22,7 @@ use super::ws_gate::Gate;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
 use crate::error::Error;
-use crate::schema::{ApiError, CodedExecutor};
+use crate::schema::{ApiError, CodedExecutor, SubscriptionSlots};
 use crate::state::AppState;
 
 /// Once the key is found revoked, how long the session may take to send the errors that end
@@ -357,6 +357,7 @@ async fn connection_init(
             let _ = settled.send(Init::Accepted(app.revocations.register(identity.key_id)));
             let mut data = Data::default();
             data.insert(identity);
+            data.insert(SubscriptionSlots::per_connection());
             Ok(data)
         }
         Err(err) => {

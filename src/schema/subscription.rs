@@ -6,6 +6,7 @@ use async_graphql::{Context, Object, Subscription, ID};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 use super::context::{caller, missing, parse_id, state};
@@ -20,6 +21,32 @@ use crate::service::access::Access;
 
 /// How long a new subscription waits for this process to be listening for changes.
 const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Most subscriptions one WebSocket connection may run at once. Each one is answered on
+/// every change its caller may see: a connection with thousands would make every change
+/// cost thousands of answers (and their reads), for everyone else to wait on.
+pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 100;
+
+/// The subscriptions a WebSocket connection may still start, in its connection data (see
+/// [`MAX_SUBSCRIPTIONS_PER_CONNECTION`]); a slot comes back when its subscription ends.
+#[derive(Clone, Debug)]
+pub struct SubscriptionSlots(Arc<Semaphore>);
+
+impl SubscriptionSlots {
+    /// The slots of one new connection.
+    pub fn per_connection() -> Self {
+        SubscriptionSlots(Arc::new(Semaphore::new(MAX_SUBSCRIPTIONS_PER_CONNECTION)))
+    }
+
+    /// A slot for one more subscription, or `BAD_USER_INPUT` when all are taken.
+    fn take(&self) -> Result<OwnedSemaphorePermit, Error> {
+        self.0.clone().try_acquire_owned().map_err(|_| {
+            Error::BadInput(format!(
+                "at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions may run on one connection; complete one first"
+            ))
+        })
+    }
+}
 
 /// One committed change of a delivery's state.
 pub struct DeliveryStateChange(Arc<StateChange>);
@@ -47,9 +74,10 @@ impl DeliveryStateChange {
     async fn at(&self) -> DateTime<Utc> {
         self.0.at
     }
-    /// The delivery as it is now (it may have moved on since this change).
+    /// The delivery as it is now (it may have moved on since this change; read once for
+    /// every subscriber of the change).
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
-        let found = state(ctx)?.deliveries.load(self.0.delivery_id).await?;
+        let found = state(ctx)?.deliveries.load_after(&self.0).await?;
         Ok(Delivery(found.ok_or_else(|| missing("delivery"))?))
     }
 }
@@ -66,13 +94,18 @@ impl DeliverySubscription {
     /// `PENDING`), claimed (`PROCESSING`), `DELIVERED`, retry scheduled (`PENDING`),
     /// `FAILED`, replayed (`PENDING`). A subscriber that falls behind gets one
     /// `SUBSCRIPTION_LAGGED` error and the subscription ends: resubscribe and refetch.
-    /// When the caller's API key is revoked, one `UNAUTHENTICATED` error ends it.
+    /// When the caller's API key is revoked, one `UNAUTHENTICATED` error ends it. One
+    /// connection runs at most 100 subscriptions at once (`BAD_USER_INPUT` past that).
     async fn delivery_state_changed(
         &self,
         ctx: &Context<'_>,
         endpoint_id: Option<ID>,
     ) -> Result<impl Stream<Item = Result<DeliveryStateChange, ApiError>> + use<>, ApiError> {
         let caller = caller(ctx)?.clone();
+        let slot = ctx
+            .data_opt::<SubscriptionSlots>()
+            .map(SubscriptionSlots::take)
+            .transpose()?;
         let endpoint = endpoint_id
             .as_ref()
             .map(|id| parse_id(id, "endpointId"))
@@ -97,6 +130,7 @@ impl DeliverySubscription {
             metrics: app.metrics.clone(),
             finished: false,
             _open: OpenSubscription::new(app.metrics.clone()),
+            _slot: slot,
         };
         Ok(futures_util::stream::unfold(watch, Watch::next))
     }
@@ -113,6 +147,8 @@ struct Watch {
     metrics: Arc<Metrics>,
     finished: bool,
     _open: OpenSubscription,
+    /// Its connection's slot, given back when the subscription ends.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Watch {

@@ -1,9 +1,11 @@
 //! Deliveries: reading them and their attempts, listing for dashboards, and counts; replay
 //! and resend live in [`replay`].
 
+mod change_reads;
 mod replay;
 pub mod tally;
 
+pub use self::change_reads::ChangeReads;
 pub use self::replay::{ReplayFilter, REPLAY_BATCH};
 pub use self::tally::StateCounts;
 
@@ -23,8 +25,8 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::auth::Identity;
-use crate::bus::ChangeBus;
 use crate::bus::Wakeup;
+use crate::bus::{ChangeBus, StateChange};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -59,6 +61,7 @@ pub struct Deliveries {
     bus: ChangeBus,
     wakeup: Wakeup,
     metrics: Arc<Metrics>,
+    change_reads: ChangeReads,
 }
 
 impl Deliveries {
@@ -76,7 +79,22 @@ impl Deliveries {
             bus,
             wakeup,
             metrics,
+            change_reads: ChangeReads::default(),
         }
+    }
+
+    /// The delivery a state change was of, as it is now, read once for every subscriber
+    /// of that change that asks (see [`ChangeReads`]); no scope check (subscribers only
+    /// hear of changes in their scope).
+    pub async fn load_after(
+        &self,
+        change: &StateChange,
+    ) -> Result<Option<webhook_delivery::Model>> {
+        let read = self.change_reads.read_of(change);
+        Ok(read
+            .get_or_try_init(|| self.load(change.delivery_id))
+            .await?
+            .clone())
     }
 
     /// One delivery, if it exists; `FORBIDDEN` outside a partner's scope.

@@ -1,6 +1,7 @@
 //! The HTTP surface: connection limits and timeouts, hardening against slow or hostile clients, hostile GraphQL documents,
 //! control characters in arguments,
-//! documents served from the parse cache, GraphQL over WebSocket, and the GraphiQL page.
+//! documents served from the parse cache, GraphQL over WebSocket (and what one connection's
+//! subscriptions may cost), and the GraphiQL page.
 
 mod connections;
 mod control_characters;
@@ -8,4 +9,5 @@ mod graphiql;
 mod hostile_documents;
 mod http_hardening;
 mod known_documents;
+mod subscription_limits;
 mod websocket;
