@@ -158,7 +158,7 @@ impl Session {
         // After a revocation the client is heard no more; the session only finishes sending.
         let deaf = CancellationToken::new();
         // The `graphql-transport-ws` rules the session does not enforce (see `ws_gate`).
-        let (gate, mut violation) = Gate::new();
+        let (gate, mut violation) = Gate::new(self.legacy);
         let rules = (!self.legacy).then(|| gate.clone());
         let transport = gate.clone();
         let incoming = incoming
@@ -239,8 +239,7 @@ impl Session {
                         break Ending::Drop("closed by the session");
                     }
                     (Some(message), _) => {
-                        let message = if self.legacy { Some(message) } else { gate.relay(message) };
-                        let Some(message) = message else { continue };
+                        let Some(message) = gate.relay(message) else { continue };
                         if outgoing.send(message).await.is_err() {
                             break Ending::Drop("the client went away");
                         }

@@ -6,7 +6,8 @@
 //! reusing the id of a subscription still running with 4409. An operation refused before
 //! it ran (a document that does not parse or validate, variables that do not fit) is
 //! answered with the protocol's `error` message rather than async-graphql's `next` and
-//! `complete`. The legacy `graphql-ws` protocol has no such rules and passes untouched.
+//! `complete`; on the legacy `graphql-ws` protocol too (its `data` and `complete` become
+//! its `error`), which has none of the other rules.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,15 +39,24 @@ struct Seen {
 /// [`Gate::sent`] notes what the session sends.
 #[derive(Debug, Clone)]
 pub struct Gate {
+    /// How an operation's result message starts: `next` (`graphql-transport-ws`) or the
+    /// legacy protocol's `data`.
+    result_head: &'static str,
     seen: Arc<Mutex<Seen>>,
     violation: Arc<Mutex<Option<oneshot::Sender<CloseFrame>>>>,
 }
 
 impl Gate {
-    /// A gate, and where the close frame of the first broken rule arrives.
-    pub fn new() -> (Gate, oneshot::Receiver<CloseFrame>) {
+    /// A gate for a session in `graphql-transport-ws` (or, if `legacy`, `graphql-ws`), and
+    /// where the close frame of the first broken rule arrives.
+    pub fn new(legacy: bool) -> (Gate, oneshot::Receiver<CloseFrame>) {
         let (tell, told) = oneshot::channel();
         let gate = Gate {
+            result_head: if legacy {
+                r#"{"type":"data","id":"#
+            } else {
+                r#"{"type":"next","id":"#
+            },
             seen: Arc::default(),
             violation: Arc::new(Mutex::new(Some(tell))),
         };
@@ -82,9 +92,10 @@ impl Gate {
     }
 
     /// What of `message`, from the session, goes to the client, noting what it says: an
-    /// operation's first `next` carrying only errors without a path (raised before
-    /// execution) becomes an `error` message, and that operation's `complete` is held back,
-    /// as `graphql-transport-ws` says; a `complete` or `error` ends the operation.
+    /// operation's first `next` (legacy: `data`) carrying only errors without a path
+    /// (raised before execution) becomes an `error` message, and that operation's
+    /// `complete` is held back, as `graphql-transport-ws` says; a `complete` or `error`
+    /// ends the operation.
     pub fn relay(&self, message: Message) -> Option<Message> {
         let Message::Text(text) = &message else {
             return Some(message);
@@ -92,8 +103,10 @@ impl Gate {
         // Every server message starts with its type (async-graphql serialises the tag
         // first), so a `next` past an operation's first costs a prefix check and a lookup.
         let text = text.as_str();
-        if text.starts_with(r#"{"type":"next""#) {
-            if next_id(text).is_some_and(|id| self.seen().answered.contains(&id)) {
+        if text.starts_with(self.result_head) {
+            if result_id(text, self.result_head)
+                .is_some_and(|id| self.seen().answered.contains(&id))
+            {
                 return Some(message);
             }
             let Ok(next) = serde_json::from_str::<Next>(text) else {
@@ -184,14 +197,14 @@ impl Gate {
     }
 }
 
-/// The id of a `next` message as async-graphql writes it (`{"type":"next","id":"…",…`),
-/// read without reading its payload.
-fn next_id(text: &str) -> Option<String> {
-    let rest = text.strip_prefix(r#"{"type":"next","id":"#)?;
+/// The id of a result message as async-graphql writes it (`{"type":"next","id":"…",…`,
+/// `head` being all before the id's value), read without reading its payload.
+fn result_id(text: &str, head: &str) -> Option<String> {
+    let rest = text.strip_prefix(head)?;
     serde::Deserialize::deserialize(&mut serde_json::Deserializer::from_str(rest)).ok()
 }
 
-/// A `next` message, as far as [`Gate::relay`] reads it.
+/// A `next` (or `data`) message, as far as [`Gate::relay`] reads it.
 #[derive(serde::Deserialize)]
 struct Next {
     id: String,
@@ -244,19 +257,19 @@ mod tests {
 
     #[test]
     fn each_rule_closes_with_its_code() {
-        let (gate, mut told) = Gate::new();
+        let (gate, mut told) = Gate::new(false);
         assert!(!gate.admit(&subscribe("1")), "before connection_init");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4401));
 
         // Sent right behind connection_init, before its ack: it waits for the init.
-        let (gate, mut told) = Gate::new();
+        let (gate, mut told) = Gate::new(false);
         assert!(gate.admit(&init()));
         assert!(gate.admit(&subscribe("1")));
         assert!(!gate.admit(&subscribe("1")), "the same id while it runs");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4409));
 
         for garbage in ["{", "[]", r#"{"type":"launch"}"#, r#"{"type":"subscribe"}"#] {
-            let (gate, mut told) = Gate::new();
+            let (gate, mut told) = Gate::new(false);
             assert!(!gate.admit(&Message::Text(garbage.into())), "{garbage}");
             assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
         }
@@ -264,7 +277,7 @@ mod tests {
 
     #[test]
     fn an_id_is_free_again_once_its_subscription_ended() {
-        let (gate, mut told) = Gate::new();
+        let (gate, mut told) = Gate::new(false);
         assert!(gate.admit(&init()));
         assert!(gate.admit(&subscribe("a")));
         // As async-graphql writes them: the type first.
@@ -290,13 +303,14 @@ mod tests {
     #[test]
     fn a_next_messages_id_is_read_from_its_head() {
         let text = r#"{"type":"next","id":"a\"b","payload":{"data":{"x":[1,2]}}}"#;
-        assert_eq!(next_id(text).as_deref(), Some("a\"b"));
-        assert_eq!(next_id(r#"{"type":"complete","id":"a"}"#), None);
+        let head = r#"{"type":"next","id":"#;
+        assert_eq!(result_id(text, head).as_deref(), Some("a\"b"));
+        assert_eq!(result_id(r#"{"type":"complete","id":"a"}"#, head), None);
     }
 
     #[test]
     fn a_refusal_before_execution_is_an_error_message() {
-        let (gate, _told) = Gate::new();
+        let (gate, _told) = Gate::new(false);
         assert!(gate.admit(&init()));
         assert!(gate.admit(&subscribe("v")));
         let refused = relayed(
@@ -315,12 +329,25 @@ mod tests {
         );
         assert!(gate.admit(&subscribe("v")), "the id is free again");
 
+        // The legacy protocol's `data` and `complete` become its `error` too.
+        let (gate, _told) = Gate::new(true);
+        let refused = relayed(
+            &gate,
+            r#"{"type":"data","id":"v","payload":{"errors":[{"message":"Unknown field"}]}}"#,
+        );
+        assert_eq!(
+            refused,
+            Some(serde_json::json!({ "type": "error", "id": "v",
+                "payload": [{ "message": "Unknown field" }] }))
+        );
+        assert_eq!(relayed(&gate, r#"{"type":"complete","id":"v"}"#), None);
+
         // Errors raised while running (with a path), and data, stay `next` messages.
         for answer in [
             r#"{"type":"next","id":"v","payload":{"data":null,"errors":[{"message":"boom","path":["x"]}]}}"#,
             r#"{"type":"next","id":"v","payload":{"data":{"x":1}}}"#,
         ] {
-            let (gate, _told) = Gate::new();
+            let (gate, _told) = Gate::new(false);
             assert!(gate.admit(&init()));
             assert!(gate.admit(&subscribe("v")));
             assert_eq!(
