@@ -52,11 +52,11 @@ pub enum CommandError {
 }
 
 impl CommandError {
-    /// The process's exit code: 2 for a setting that cannot be read, as for a flag clap
-    /// cannot parse; 1 for everything else.
+    /// The process's exit code: 2 for a setting that cannot be read, or settings that
+    /// contradict each other, as for a flag clap cannot parse; 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CommandError::DatabaseUrl(_) => 2,
+            CommandError::DatabaseUrl(_) | CommandError::Settings(_) => 2,
             _ => 1,
         }
     }

@@ -110,17 +110,22 @@ fn explain_sqlite(url: &str, err: &DbErr, cause: Option<&sqlx::Error>) -> String
     let cannot_open = matches!(cause, Some(sqlx::Error::Database(db))
         if db.code().and_then(|code| code.parse::<i32>().ok()).map(|code| code & 0xff) == Some(SQLITE_CANTOPEN));
     let query = url.split_once('?').map_or("", |(_, query)| query);
+    let parent = std::path::Path::new(&path)
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty());
+    let directory = parent.map_or_else(|| ".".to_owned(), |dir| dir.display().to_string());
     let hint = if !cannot_open {
         "check DATABASE_URL".to_owned()
+    } else if parent.is_some_and(|dir| !dir.is_dir()) {
+        format!("the directory {directory} does not exist: create it (Courier creates the database file, not its directory)")
     } else if !query.split('&').any(|pair| pair.starts_with("mode=")) {
         "to create the file when it does not exist, add ?mode=rwc to DATABASE_URL \
          (e.g. sqlite://courier.db?mode=rwc)"
             .to_owned()
     } else {
-        let directory = std::path::Path::new(&path)
-            .parent()
-            .map_or_else(|| ".".to_owned(), |dir| dir.display().to_string());
-        format!("check that the directory {directory} exists and is writable, and that DATABASE_URL has ?mode=rwc")
+        format!(
+            "check that the directory {directory} is writable, and that DATABASE_URL has ?mode=rwc"
+        )
     };
     format!("cannot open the SQLite database {path}: {reason}; {hint}")
 }

@@ -138,14 +138,19 @@ fn an_sqlite_file_that_cannot_be_opened_suggests_mode_rwc() {
     assert!(line.contains("?mode=rwc"), "{line}");
     assert!(line.contains(&path.display().to_string()), "{line}");
 
+    // A missing directory is named, with or without ?mode=rwc (which cannot help there).
     let nowhere = dir.0.join("no-such-directory").join("c.db");
-    let mut command = courier(&format!("sqlite://{}?mode=rwc", nowhere.display()));
-    command.arg("migrate");
-    let line = fatal_line(&run(command));
-    assert!(
-        line.contains(&nowhere.parent().expect("parent").display().to_string()),
-        "{line}"
-    );
+    for query in ["?mode=rwc", ""] {
+        let mut command = courier(&format!("sqlite://{}{query}", nowhere.display()));
+        command.arg("migrate");
+        let line = fatal_line(&run(command));
+        let directory = nowhere.parent().expect("parent").display().to_string();
+        assert!(
+            line.contains(&format!("the directory {directory} does not exist")),
+            "{line}"
+        );
+        assert!(!line.contains("add ?mode=rwc"), "{line}");
+    }
 }
 
 #[test]
@@ -184,7 +189,7 @@ fn nonsensical_settings_are_refused_by_name() {
 /// What cannot be read at all is a usage error, exit code 2: a `DATABASE_URL` with an
 /// unknown scheme or a broken port (told without repeating the URL and its password), a
 /// command group without its subcommand, a subcommand without a required flag (told as one
-/// sentence).
+/// sentence), settings that contradict each other.
 #[test]
 fn unreadable_urls_and_incomplete_commands_exit_2() {
     for (url, told) in [
@@ -222,6 +227,16 @@ fn unreadable_urls_and_incomplete_commands_exit_2() {
     assert_eq!(output.status.code(), Some(2));
     let line = fatal_line(&output);
     assert!(line.contains("not provided: --name"), "{line}");
+
+    // Settings each readable but contradicting each other are a usage error too.
+    let mut command = courier(&url);
+    command
+        .env("COURIER_RETRY_BASE_MS", "5000")
+        .env("COURIER_RETRY_MAX_MS", "1000");
+    let output = run(command);
+    assert_eq!(output.status.code(), Some(2));
+    let line = fatal_line(&output);
+    assert!(line.contains("COURIER_RETRY_BASE_MS (5000)"), "{line}");
 }
 
 /// A running `courier` child whose JSON log lines are collected as they arrive.
