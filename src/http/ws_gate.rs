@@ -6,7 +6,7 @@
 //! reusing the id of a subscription still running with 4409. An operation refused before
 //! it ran (a document that does not parse or validate, variables that do not fit) is
 //! answered with the protocol's `error` message rather than async-graphql's `next` and
-//! `complete`; on the legacy `graphql-ws` protocol too (its `data` and `complete` become
+//! `complete`, and an operation the client completed gets no `complete` back; on the legacy `graphql-ws` protocol too (its `data` and `complete` become
 //! its `error`), which has none of the other rules.
 
 use std::collections::HashSet;
@@ -33,6 +33,10 @@ struct Seen {
     answered: HashSet<String>,
     /// The ids of the operations answered with `error`, whose `complete` is not sent.
     refused: HashSet<String>,
+    /// The ids of the operations the client completed while they ran: the session echoes
+    /// a `complete`, which is not sent ("no further events relevant to the original
+    /// subscription"; a client reusing the id would take it for its new operation's end).
+    stopped: HashSet<String>,
 }
 
 /// The rules of one session: [`Gate::admit`] checks what the client sends,
@@ -135,6 +139,9 @@ impl Gate {
             if seen.refused.remove(&id) {
                 return None;
             }
+            if text.starts_with(r#"{"type":"complete""#) && seen.stopped.remove(&id) {
+                return None;
+            }
         }
         Some(message)
     }
@@ -189,7 +196,10 @@ impl Gate {
             }
             "complete" => {
                 let id = id()?;
-                self.seen().running.remove(id);
+                let mut seen = self.seen();
+                if seen.running.remove(id) {
+                    seen.stopped.insert(id.to_owned());
+                }
                 Ok(())
             }
             _ => Err(invalid("unknown type")),
@@ -290,6 +300,37 @@ mod tests {
         assert!(gate.relay(error).is_some());
         assert!(gate.admit(&subscribe("a")), "ended in an error");
         assert!(told.try_recv().is_err(), "no rule was broken");
+    }
+
+    #[test]
+    fn an_operation_the_client_completed_gets_no_complete_back() {
+        let (gate, _told) = Gate::new(false);
+        assert!(gate.admit(&init()));
+        assert!(gate.admit(&subscribe("s")));
+        assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
+        // The id is reused at once; the session's echo for the old one is not sent.
+        assert!(gate.admit(&subscribe("s")));
+        assert_eq!(relayed(&gate, r#"{"type":"complete","id":"s"}"#), None);
+        assert_eq!(
+            relayed(
+                &gate,
+                r#"{"type":"next","id":"s","payload":{"data":{"x":1}}}"#
+            )
+            .map(|m| m["type"].clone()),
+            Some("next".into())
+        );
+        // The new one's own end is sent.
+        assert_eq!(
+            relayed(&gate, r#"{"type":"complete","id":"s"}"#).map(|m| m["type"].clone()),
+            Some("complete".into())
+        );
+        // A complete for what already ended is no echo to hold back.
+        assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
+        assert!(gate.admit(&subscribe("s")));
+        assert_eq!(
+            relayed(&gate, r#"{"type":"complete","id":"s"}"#).map(|m| m["type"].clone()),
+            Some("complete".into())
+        );
     }
 
     fn relayed(gate: &Gate, message: &str) -> Option<serde_json::Value> {

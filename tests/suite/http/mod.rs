@@ -11,3 +11,4 @@ mod http_hardening;
 mod known_documents;
 mod subscription_limits;
 mod websocket;
+mod websocket_operations;

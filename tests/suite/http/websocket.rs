@@ -354,59 +354,6 @@ async fn close_frames_fit_a_control_frame_whatever_the_client_sent() {
     }
 }
 
-/// Both protocols: an operation refused before it runs (it does not parse or validate,
-/// its variables do not fit, a subscription selects two root fields) is answered with one
-/// `error` message and no `complete`, and its id is free again; an operation that runs
-/// answers with `next` (legacy: `data`) as ever.
-#[tokio::test]
-async fn an_operation_refused_before_it_runs_gets_an_error_message() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&db).await;
-    let admin = app.admin_token().await;
-    for (protocol, start, result) in [
-        ("graphql-transport-ws", "subscribe", "next"),
-        ("graphql-ws", "start", "data"),
-    ] {
-        let mut socket = initialised(&app, protocol, &admin).await;
-        for refused in [
-            json!({ "query": "subscription { nope }" }),
-            json!({ "query": "subscription($e: ID) { deliveryStateChanged(endpointId: $e) { state } }",
-                    "variables": { "e": { "not": "an id" } } }),
-            json!({ "query": "{ endpoints(" }),
-            // A subscription selects one root field.
-            json!({ "query": "subscription { a: deliveryStateChanged { state } b: deliveryStateChanged { deliveryId } }" }),
-        ] {
-            send(
-                &mut socket,
-                json!({ "id": "r", "type": start, "payload": refused }),
-            )
-            .await;
-            let answer = next(&mut socket).await.expect("an answer");
-            assert_eq!(answer["type"], "error", "{protocol}, {refused}: {answer}");
-            assert_eq!(answer["id"], "r");
-            let errors = answer["payload"].as_array().expect("a list of errors");
-            assert!(!errors.is_empty(), "{answer}");
-            assert!(errors[0]["message"].is_string(), "{answer}");
-        }
-        // No `complete` followed the errors: the next message is this query's answer.
-        send(
-            &mut socket,
-            json!({ "id": "r", "type": start, "payload": { "query": QUERY } }),
-        )
-        .await;
-        let answer = next(&mut socket).await.expect("an answer");
-        assert_eq!(answer["type"], result, "{protocol}: {answer}");
-        assert!(
-            answer["payload"]["data"]["endpoints"].is_object(),
-            "{answer}"
-        );
-        assert_eq!(
-            next(&mut socket).await.expect("complete")["type"],
-            "complete"
-        );
-    }
-}
-
 /// A message larger than a request body may be (`COURIER_MAX_BODY_BYTES`) closes the socket
 /// with 1009 on both protocols, and the process serves the next client.
 #[tokio::test]

@@ -1,0 +1,120 @@
+//! How an operation on a GraphQL WebSocket ends, on both protocols: refused before it runs,
+//! with one `error` message and no `complete`; completed by the client, with nothing more
+//! sent for it, so its id can be reused at once.
+
+use serde_json::json;
+
+use crate::support::websocket::{initialised, next, send};
+use crate::support::{Backend, TestApp, TestDb};
+
+const QUERY: &str = "{ endpoints { edges { node { id } } } }";
+
+/// Both protocols: an operation refused before it runs (it does not parse or validate,
+/// its variables do not fit, a subscription selects two root fields) is answered with one
+/// `error` message and no `complete`, and its id is free again; an operation that runs
+/// answers with `next` (legacy: `data`) as ever.
+#[tokio::test]
+async fn an_operation_refused_before_it_runs_gets_an_error_message() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    for (protocol, start, result) in [
+        ("graphql-transport-ws", "subscribe", "next"),
+        ("graphql-ws", "start", "data"),
+    ] {
+        let mut socket = initialised(&app, protocol, &admin).await;
+        for refused in [
+            json!({ "query": "subscription { nope }" }),
+            json!({ "query": "subscription($e: ID) { deliveryStateChanged(endpointId: $e) { state } }",
+                    "variables": { "e": { "not": "an id" } } }),
+            json!({ "query": "{ endpoints(" }),
+            // A subscription selects one root field.
+            json!({ "query": "subscription { a: deliveryStateChanged { state } b: deliveryStateChanged { deliveryId } }" }),
+        ] {
+            send(
+                &mut socket,
+                json!({ "id": "r", "type": start, "payload": refused }),
+            )
+            .await;
+            let answer = next(&mut socket).await.expect("an answer");
+            assert_eq!(answer["type"], "error", "{protocol}, {refused}: {answer}");
+            assert_eq!(answer["id"], "r");
+            let errors = answer["payload"].as_array().expect("a list of errors");
+            assert!(!errors.is_empty(), "{answer}");
+            assert!(errors[0]["message"].is_string(), "{answer}");
+        }
+        // No `complete` followed the errors: the next message is this query's answer.
+        send(
+            &mut socket,
+            json!({ "id": "r", "type": start, "payload": { "query": QUERY } }),
+        )
+        .await;
+        let answer = next(&mut socket).await.expect("an answer");
+        assert_eq!(answer["type"], result, "{protocol}: {answer}");
+        assert!(
+            answer["payload"]["data"]["endpoints"].is_object(),
+            "{answer}"
+        );
+        assert_eq!(
+            next(&mut socket).await.expect("complete")["type"],
+            "complete"
+        );
+    }
+}
+
+/// `graphql-transport-ws`: after the client's `complete`, nothing more comes for that
+/// operation, not even a `complete` echoed back; a new operation reusing the id at once
+/// gets its own answer and its own `complete`.
+#[tokio::test]
+async fn an_operation_the_client_completed_gets_nothing_more() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
+    let subscription = "subscription { deliveryStateChanged { deliveryId } }";
+    send(
+        &mut socket,
+        json!({ "id": "s", "type": "subscribe", "payload": { "query": subscription } }),
+    )
+    .await;
+    crate::support::fixtures::eventually(
+        "subscribed",
+        std::time::Duration::from_secs(5),
+        || async { app.state.metrics.active_subscriptions.get() == 1 },
+    )
+    .await;
+    send(&mut socket, json!({ "id": "s", "type": "complete" })).await;
+    send(
+        &mut socket,
+        json!({ "id": "s", "type": "subscribe", "payload": { "query": QUERY } }),
+    )
+    .await;
+    let answer = next(&mut socket).await.expect("an answer");
+    assert_eq!(answer["type"], "next", "no complete came first: {answer}");
+    assert!(
+        answer["payload"]["data"]["endpoints"].is_object(),
+        "{answer}"
+    );
+    assert_eq!(
+        next(&mut socket).await.expect("complete")["type"],
+        "complete"
+    );
+    // And nothing after it: the next message answers a ping.
+    send(&mut socket, json!({ "type": "ping" })).await;
+    let pong = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        use futures_util::StreamExt as _;
+        loop {
+            match socket.next().await {
+                Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) => {
+                    break serde_json::from_str::<serde_json::Value>(&text).expect("JSON");
+                }
+                Some(Ok(_)) => continue,
+                other => panic!("the socket ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("an answer to the ping");
+    assert_eq!(pong["type"], "pong", "{pong}");
+    assert_eq!(app.state.metrics.active_subscriptions.get(), 0);
+}
