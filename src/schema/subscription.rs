@@ -22,10 +22,11 @@ use crate::service::access::Access;
 /// How long a new subscription waits for this process to be listening for changes.
 const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Most subscriptions one WebSocket connection may run at once. Each one is answered on
-/// every change its caller may see: a connection with thousands would make every change
-/// cost thousands of answers (and their reads), for everyone else to wait on.
-pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 100;
+/// Most subscriptions one WebSocket connection may run at once: room for a dashboard that
+/// watches each of hundreds of endpoints on its own, while a client opening thousands more
+/// (each answered on every change its caller may see) is refused before every change costs
+/// thousands of answers for everyone else to wait on.
+pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 1_000;
 
 /// The subscriptions a WebSocket connection may still start, in its connection data (see
 /// [`MAX_SUBSCRIPTIONS_PER_CONNECTION`]); a slot comes back when its subscription ends.
@@ -95,7 +96,7 @@ impl DeliverySubscription {
     /// `FAILED`, replayed (`PENDING`). A subscriber that falls behind gets one
     /// `SUBSCRIPTION_LAGGED` error and the subscription ends: resubscribe and refetch.
     /// When the caller's API key is revoked, one `UNAUTHENTICATED` error ends it. One
-    /// connection runs at most 100 subscriptions at once (`BAD_USER_INPUT` past that).
+    /// connection runs at most 1,000 subscriptions at once (`BAD_USER_INPUT` past that).
     async fn delivery_state_changed(
         &self,
         ctx: &Context<'_>,

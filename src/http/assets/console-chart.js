@@ -29,6 +29,12 @@ export class ThroughputChart {
     this[kind][slot] += 1;
   }
 
+  /** Forgets every count (a new key's chart starts empty). */
+  reset() {
+    this.stamp.fill(-1);
+    this.draw();
+  }
+
   resize() {
     const ratio = window.devicePixelRatio || 1;
     const width = Math.max(1, Math.round(this.canvas.clientWidth * ratio));
@@ -106,7 +112,7 @@ export class ThroughputChart {
     line(delivered, COLORS.delivered, []);
     line(failed, COLORS.failed, [5, 3]);
     const lastMinute = (values) => values.slice(-60).reduce((a, b) => a + b, 0);
-    const text = `Last minute: ${lastMinute(delivered)} delivered, ${lastMinute(failed)} failed attempts.`;
+    const text = `Seen live in the last minute: ${lastMinute(delivered)} delivered, ${lastMinute(failed)} failed attempts.`;
     if (this.summary.textContent !== text) this.summary.textContent = text;
   }
 }

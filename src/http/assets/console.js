@@ -13,16 +13,20 @@ const TOKEN_KEY = "courier.token";
 const FEED_CAP = 200;
 /** Deliveries read when the feed is (re)loaded. */
 const READ_PAGE = 50;
-/** Endpoints read (the first ones, oldest first). */
+/** Endpoints read per request; pages are read until all are, up to ENDPOINT_PAGES. */
 const ENDPOINT_PAGE = 100;
+const ENDPOINT_PAGES = 20;
 const STATES = ["PENDING", "PROCESSING", "DELIVERED", "FAILED"];
 
 const SUBSCRIPTION = `subscription Feed {
   deliveryStateChanged { deliveryId endpointId previousState state at }
 }`;
 const DELIVERY_ROW = "id state createdAt endpoint { id }";
-const DELIVERIES = `query Feed($filter: DeliveryFilter, $first: Int) {
-  deliveries(filter: $filter, first: $first) { edges { node { ${DELIVERY_ROW} } } }
+const DELIVERIES = `query Feed($filter: DeliveryFilter, $first: Int, $after: String) {
+  deliveries(filter: $filter, first: $first, after: $after) {
+    edges { cursor node { ${DELIVERY_ROW} } }
+    pageInfo { hasNextPage }
+  }
 }`;
 const DETAIL = `query Detail($id: ID!) {
   delivery(id: $id) {
@@ -98,6 +102,10 @@ const page = {
   cap: FEED_CAP,
   /** Whether the feed holds the oldest delivery its filter matches (nothing older to show). */
   complete: false,
+  /** While older deliveries are being read: the states events gave meanwhile, by id. */
+  olderTouched: null,
+  /** Endpoints heard of in events but not yet read, already asked for. */
+  unknownEndpoints: new Set(),
   /** Endpoint reads: the newest one started (an older answer is dropped). */
   endpointGeneration: 0,
   quietTimer: 0,
@@ -243,8 +251,15 @@ function signOut(message = "") {
   page.rows = new Map();
   page.order = [];
   page.queued = [];
+  page.unknownEndpoints = new Set();
   $("feed").replaceChildren();
   $("endpoints").tBodies[0].replaceChildren();
+  // The next key starts afresh: no filter, chart or half-typed form of this one's.
+  page.filter = { endpointId: "", state: "", tenantId: "" };
+  $("filter-state").value = "";
+  $("filter-endpoint").replaceChildren();
+  $("editor-form").reset();
+  if (page.chart) page.chart.reset();
   document.title = "Courier console";
   showStatus("stopped");
   showSignIn(message);
@@ -300,12 +315,18 @@ async function discoverOptionalFields() {
 /** Reads the key's role and tenant; an admin's tenants too, for the tenant column and filter. */
 async function readIdentity() {
   page.identity = (await gql(WHO)).currentKey;
-  page.tenants = new Map();
-  if (page.identity.role === "ADMIN") {
-    const data = await gql(TENANTS, { first: TENANT_PAGE });
-    for (const { node } of data.tenants.edges) page.tenants.set(node.id, node);
-  }
+  page.tenants = await readTenants();
   renderIdentity();
+}
+
+/** An admin's tenants (none for other keys), id -> { id, name }. */
+async function readTenants() {
+  const tenants = new Map();
+  if (page.identity && page.identity.role === "ADMIN") {
+    const data = await gql(TENANTS, { first: TENANT_PAGE });
+    for (const { node } of data.tenants.edges) tenants.set(node.id, node);
+  }
+  return tenants;
 }
 
 /** Whether this key may create and change endpoints: admins and tenants' keys. */
@@ -343,24 +364,43 @@ function renderIdentity() {
 
 function endpointsQuery() {
   const optional = [...page.optional].map((name) => OPTIONAL_SELECTION[name] || name).join(" ");
-  return `query Endpoints($first: Int) {
-    endpoints(first: $first) {
+  return `query Endpoints($first: Int, $after: String) {
+    endpoints(first: $first, after: $after) {
       edges { node { id name url disabled ${optional}
         deliveryCounts { pending processing delivered failed total } } }
-      pageInfo { hasNextPage }
+      pageInfo { hasNextPage endCursor }
     }
   }`;
 }
 
-/** Reads the endpoints afresh; an answer overtaken by a later read is dropped. */
+/**
+ * Reads every endpoint afresh (page by page, up to ENDPOINT_PAGES of them), and an admin's
+ * tenants with them; an answer overtaken by a later read is dropped.
+ */
 async function readEndpoints() {
   const generation = ++page.endpointGeneration;
-  const data = await gql(endpointsQuery(), { first: ENDPOINT_PAGE });
+  const tenantsRead = readTenants();
+  const endpoints = new Map();
+  let after = null;
+  let more = true;
+  for (let n = 0; more && n < ENDPOINT_PAGES; n++) {
+    const data = await gql(endpointsQuery(), { first: ENDPOINT_PAGE, after });
+    if (generation !== page.endpointGeneration) return;
+    for (const { node } of data.endpoints.edges) endpoints.set(node.id, node);
+    more = data.endpoints.pageInfo.hasNextPage;
+    after = data.endpoints.pageInfo.endCursor;
+  }
+  const tenants = await tenantsRead;
   if (generation !== page.endpointGeneration) return;
-  const connection = data.endpoints;
-  page.endpoints = new Map(connection.edges.map(({ node }) => [node.id, node]));
-  $("endpoints-note").textContent = connection.pageInfo.hasNextPage
-    ? `(the first ${ENDPOINT_PAGE})` : `(${page.endpoints.size})`;
+  page.endpoints = endpoints;
+  for (const id of endpoints.keys()) page.unknownEndpoints.delete(id);
+  $("endpoints-note").textContent = more ? `(the first ${endpoints.size})` : `(${endpoints.size})`;
+  const tenantsChanged = tenants.size !== page.tenants.size
+    || [...tenants.values()].some((t) => page.tenants.get(t.id)?.name !== t.name);
+  if (tenantsChanged) {
+    page.tenants = tenants;
+    renderIdentity();
+  }
   renderEndpoints();
   for (const row of page.rows.values()) paintRow(row);
   wakeWhenPauseEnds();
@@ -536,9 +576,18 @@ function feedFilter() {
   return filter;
 }
 
-/** A feed row for a delivery read from the API. */
-function readRow(node) {
-  return { id: node.id, endpointId: node.endpoint.id, state: node.state, since: node.createdAt };
+/** A feed row for a delivery read from the API (an edge: its cursor continues the listing). */
+function readRow({ cursor, node }) {
+  return { id: node.id, endpointId: node.endpoint.id, state: node.state, since: node.createdAt, cursor };
+}
+
+/**
+ * Whether delivery `a` comes before `b` in the feed, newest first: by id, the API's own
+ * order (ids are UUIDv7, minted as deliveries are created, so this is creation order up to
+ * clocks and moments apart, and one order however many processes wrote them).
+ */
+function newer(a, b) {
+  return a.id > b.id;
 }
 
 /**
@@ -549,11 +598,6 @@ function createdAtOf(id) {
   if (typeof id !== "string" || id.length !== 36 || id[14] !== "7") return null;
   const ms = Number.parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
   return Number.isFinite(ms) ? new Date(ms).toISOString() : null;
-}
-
-/** A row's creation time in milliseconds, for ordering the feed newest first. */
-function timeOf(row) {
-  return Date.parse(row.since) || 0;
 }
 
 /** Reads endpoints and the newest deliveries; events that arrive meanwhile win over the read. */
@@ -571,21 +615,22 @@ async function reread() {
     flush();
     const touched = page.touched;
     const rows = new Map();
-    for (const { node } of data.deliveries.edges) {
-      const kept = touched.has(node.id) ? page.rows.get(node.id) : null;
-      rows.set(node.id, kept || readRow(node));
+    for (const edge of data.deliveries.edges) {
+      const kept = touched.has(edge.node.id) ? page.rows.get(edge.node.id) : null;
+      if (kept) kept.cursor = edge.cursor;
+      rows.set(edge.node.id, kept || readRow(edge));
     }
     const edges = data.deliveries.edges;
-    const complete = edges.length < READ_PAGE;
-    const bottom = edges.length ? Date.parse(edges[edges.length - 1].node.createdAt) : 0;
+    const complete = !data.deliveries.pageInfo.hasNextPage;
+    const bottom = edges.length ? edges[edges.length - 1].node : null;
     for (const id of touched) {
       // Changed meanwhile: kept, unless older than the page read (the feed has no gaps).
       const row = page.rows.get(id);
-      if (row && !rows.has(id) && matchesFilter(row) && (complete || timeOf(row) >= bottom)) {
+      if (row && !rows.has(id) && matchesFilter(row) && (complete || !bottom || newer(row, bottom))) {
         rows.set(id, row);
       }
     }
-    const order = [...rows.values()].sort((a, b) => timeOf(b) - timeOf(a)).slice(0, FEED_CAP);
+    const order = [...rows.values()].sort((a, b) => (newer(a, b) ? -1 : 1)).slice(0, FEED_CAP);
     page.rows = new Map(order.map((row) => [row.id, row]));
     page.order = order.map((row) => row.id);
     $("feed").replaceChildren(...order.map((row) => rowElement(row)));
@@ -652,15 +697,19 @@ function receive(change) {
     counts[change.state.toLowerCase()] += 1;
     page.countsDirty.add(change.endpointId);
     endpointsChanged();
-  } else if (!page.rereadTimer) {
-    // An endpoint created since the last read (by someone else): read it, with the feed
-    // (a tenant filter could not place its deliveries without it).
+  } else if (!page.unknownEndpoints.has(change.endpointId)) {
+    // An endpoint created since the last read (by someone else): read it, once; with the
+    // feed under a tenant filter, which cannot place its deliveries without it.
+    page.unknownEndpoints.add(change.endpointId);
+    clearTimeout(page.rereadTimer);
     page.rereadTimer = setTimeout(() => {
       page.rereadTimer = 0;
-      reread();
+      if (page.filter.tenantId) reread();
+      else refreshEndpoints();
     }, 500);
   }
   if (page.touched) page.touched.add(change.deliveryId);
+  if (page.olderTouched) page.olderTouched.set(change.deliveryId, change.state);
   page.queued.push(change);
   if (!page.frame) page.frame = requestAnimationFrame(flush);
   if (page.detailId === change.deliveryId) {
@@ -708,15 +757,14 @@ function flush() {
 }
 
 /**
- * Puts a row into the feed in creation order, newest first. The feed is always the newest
+ * Puts a row into the feed in the API's order, newest first. The feed is always the newest
  * deliveries its filter matches, without gaps: a row older than its oldest goes below it
  * only when nothing older exists; otherwise it is left for "Show older" (false).
  */
 function place(row) {
-  const time = timeOf(row);
   const at = page.order.findIndex((id) => {
     const other = page.rows.get(id);
-    return other && timeOf(other) < time;
+    return other && newer(row, other);
   });
   if (at === -1 && (!page.complete || page.order.length >= page.cap)) return false;
   page.rows.set(row.id, row);
@@ -737,34 +785,60 @@ function setComplete(complete) {
   $("feed-older").hidden = complete;
 }
 
-/** Adds the next page of older deliveries below the feed's oldest row. */
+/**
+ * Adds the next page of older deliveries below the feed's oldest row. The listing goes on
+ * from the lowest row read from the API (rows that arrived live have no cursor; those
+ * below it come again and are skipped), so nothing between is passed over. Events that
+ * arrive meanwhile win over the read, as in [reread].
+ */
 async function showOlder(button) {
-  const oldest = page.rows.get(page.order[page.order.length - 1]);
-  const filter = feedFilter();
-  // Just past the oldest row's moment, so a row created in the same millisecond is not
-  // skipped; the ones shown already are left out below.
-  if (oldest) filter.createdBefore = new Date(timeOf(oldest) + 1).toISOString();
   const generation = page.readGeneration;
-  button.disabled = true;
-  try {
-    const data = await gql(DELIVERIES, { filter, first: READ_PAGE });
-    if (generation !== page.readGeneration) return;
-    flush();
-    const feed = $("feed");
-    for (const { node } of data.deliveries.edges) {
-      if (page.rows.has(node.id)) continue;
-      const row = readRow(node);
-      page.rows.set(row.id, row);
-      page.order.push(row.id);
-      feed.append(rowElement(row));
-      page.cap += 1;
+  const filter = feedFilter();
+  let after = null;
+  for (let i = page.order.length - 1; i >= 0; i--) {
+    const row = page.rows.get(page.order[i]);
+    if (row && row.cursor) {
+      after = row.cursor;
+      break;
     }
-    page.cap = Math.max(page.cap, page.order.length);
-    setComplete(data.deliveries.edges.length < READ_PAGE);
+  }
+  button.disabled = true;
+  page.olderTouched = new Map();
+  try {
+    let added = 0;
+    let more = true;
+    // Pages that hold only rows shown already (after a stretch of live rows) are passed.
+    for (let pages = 0; more && added === 0 && pages < 10; pages++) {
+      const data = await gql(DELIVERIES, { filter, first: READ_PAGE, after });
+      if (generation !== page.readGeneration) return;
+      flush();
+      const feed = $("feed");
+      for (const edge of data.deliveries.edges) {
+        const shown = page.rows.get(edge.node.id);
+        if (shown) {
+          shown.cursor = edge.cursor;
+          continue;
+        }
+        const row = readRow(edge);
+        const state = page.olderTouched.get(row.id);
+        if (state) row.state = state;
+        if (!matchesFilter(row)) continue;
+        page.rows.set(row.id, row);
+        page.order.push(row.id);
+        feed.append(rowElement(row));
+        added += 1;
+      }
+      more = data.deliveries.pageInfo.hasNextPage;
+      const last = data.deliveries.edges[data.deliveries.edges.length - 1];
+      after = last ? last.cursor : after;
+    }
+    page.cap = Math.max(page.cap + added, page.order.length);
+    setComplete(!more);
     updateFeedCount();
   } catch (err) {
     notify(`Could not read older deliveries: ${err.message}`, "error");
   } finally {
+    page.olderTouched = null;
     button.disabled = false;
   }
 }

@@ -9,8 +9,8 @@ use courier::auth::{self, Role};
 use courier::config::ServeArgs;
 use serde_json::json;
 
-use crate::support::console::{open_console, row, row_in_state, WAIT};
-use crate::support::endpoints::set_disabled;
+use crate::support::console::{open_console, row, row_in_state, wait_live, WAIT};
+use crate::support::endpoints::{endpoint_with, set_disabled};
 use crate::support::fixtures::{delivery_id, endpoint_on, quick_worker, submit, wait_for_state};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
@@ -273,7 +273,8 @@ async fn an_admin_chooses_a_new_endpoints_tenant() {
 }
 
 /// A key revoked while a delivery's detail is open: the dialog closes with the sign-out,
-/// and nothing the key could see stays on the page.
+/// nothing the key could see stays on the page (nor its filters, nor its chart), and the
+/// next key signed in in the same tab starts afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signing_out_closes_the_detail_and_empties_the_page() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -283,10 +284,26 @@ async fn signing_out_closes_the_detail_and_empties_the_page() {
         .expect("a key");
     let receiver = Receiver::accepting().await;
     let endpoint = endpoint_on(&app, &key.token, &receiver, "seen").await;
+    let other = endpoint_on(&app, &key.token, &receiver, "other").await;
     let id = delivery_id(&submit(&app, &key.token, &endpoint, json!({ "secret": 1 }), None).await);
+    let theirs = delivery_id(&submit(&app, &key.token, &other, json!({ "n": 2 }), None).await);
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &key.token, "").await;
-    page.wait_for(&row(&id), "the delivery's row", WAIT).await;
+    page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
+        .await;
+    let live = delivery_id(&submit(&app, &key.token, &endpoint, json!({ "n": 3 }), None).await);
+    page.wait_for(
+        &row_in_state(&live, "DELIVERED"),
+        "a delivery seen live",
+        WAIT,
+    )
+    .await;
+    page.wait_for(
+        "document.getElementById('chart-summary').textContent.includes(' 1 delivered')",
+        "the chart counting it",
+        WAIT,
+    )
+    .await;
     page.click(&format!(
         "[data-delivery-id=\"{id}\"] [data-action=\"open\"]"
     ))
@@ -307,22 +324,73 @@ async fn signing_out_closes_the_detail_and_empties_the_page() {
         WAIT,
     )
     .await;
-    let left: (usize, usize, String, String) = page
+    let left: (usize, usize, String, String, bool) = page
         .eval(
             "[document.querySelectorAll('dialog[open]').length, \
               document.querySelectorAll('#feed li, #endpoints tbody tr').length, \
-              document.getElementById('detail-body').textContent, document.title]",
+              document.getElementById('detail-body').textContent, document.title, \
+              document.getElementById('chart-summary').textContent.includes(' 0 delivered')]",
         )
         .await;
     assert_eq!(
         left,
-        (0, 0, String::new(), "Courier console".to_owned()),
+        (0, 0, String::new(), "Courier console".to_owned(), true),
         "what the key could see stayed on the page"
     );
+
+    // A key limited to the other endpoint, in the same tab: no filter of the last key's
+    // keeps it from its own deliveries.
+    let limits = auth::KeyLimits {
+        endpoints: &[uuid::Uuid::parse_str(&other).expect("an id")],
+        tenant: None,
+        expires_in: None,
+    };
+    let partner = auth::create_api_key(&app.state.db, "partner", Role::Partner, limits)
+        .await
+        .expect("a key");
     page.click("#token").await;
-    let focused: bool = page
-        .eval("document.activeElement === document.getElementById('token')")
+    page.type_text(&partner.token).await;
+    page.press_enter().await;
+    wait_live(&page).await;
+    page.wait_for(&row(&theirs), "the next key's own delivery", WAIT)
         .await;
-    assert!(focused, "the sign-in form takes input");
+    let notice: String = page
+        .eval("document.getElementById('notice').hidden ? '' : document.getElementById('notice').textContent")
+        .await;
+    assert!(notice.is_empty(), "an error on signing in: {notice}");
+    browser.close().await;
+}
+
+/// More endpoints than one page of them (100): every one is in the table, and a delivery
+/// to the newest is shown under its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_is_read_past_the_first_hundred() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let mut newest = String::new();
+    for n in 0..105 {
+        newest = endpoint_with(&app, &admin, &receiver, &format!("many-{n}"), json!({})).await;
+    }
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &admin, "").await;
+    page.wait_for(
+        "document.querySelectorAll('#endpoints tr[data-endpoint-id]').length === 105 && \
+         document.getElementById('endpoints-note').textContent === '(105)'",
+        "all 105 endpoints",
+        WAIT,
+    )
+    .await;
+    let id = delivery_id(&submit(&app, &admin, &newest, json!({}), None).await);
+    page.wait_for(
+        &format!(
+            "{}?.querySelector('.endpoint').textContent === 'many-104'",
+            row(&id)
+        ),
+        "the delivery under its endpoint's name",
+        WAIT,
+    )
+    .await;
     browser.close().await;
 }

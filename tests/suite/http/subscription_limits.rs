@@ -1,5 +1,5 @@
-//! What one client's subscriptions may cost everyone else: a connection runs at most 100 at
-//! once (on both protocols), and a change's `delivery` is read once, however many
+//! What one client's subscriptions may cost everyone else: a connection runs at most 1,000
+//! at once (on both protocols), and a change's `delivery` is read once, however many
 //! subscriptions select it.
 
 use courier::config::ServeArgs;
@@ -32,10 +32,10 @@ async fn message(socket: &mut Socket) -> Value {
     next(socket).await.expect("a message, not the close")
 }
 
-/// The 101st subscription on a connection is refused with `BAD_USER_INPUT` (the others
-/// keep running); once one completes, another may start.
+/// A subscription past the 1,000 running on a connection is refused with `BAD_USER_INPUT`
+/// (the others keep running); once one completes, another may start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_runs_at_most_a_hundred_subscriptions() {
+async fn a_connection_runs_at_most_a_thousand_subscriptions() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
@@ -66,7 +66,7 @@ async fn a_connection_runs_at_most_a_hundred_subscriptions() {
         assert!(
             errors[0]["message"]
                 .as_str()
-                .is_some_and(|m| m.contains("at most 100 subscriptions")),
+                .is_some_and(|m| m.contains("at most 1000 subscriptions")),
             "{protocol}: {refused}"
         );
         assert_eq!(message(&mut socket).await["type"], "complete");
