@@ -6,8 +6,9 @@
 //! reusing the id of a subscription still running with 4409. An operation refused before
 //! it ran (a document that does not parse or validate, variables that do not fit) is
 //! answered with the protocol's `error` message rather than async-graphql's `next` and
-//! `complete`, and an operation the client completed gets no `complete` back; on the legacy `graphql-ws` protocol too (its `data` and `complete` become
-//! its `error`), which has none of the other rules.
+//! `complete`, on the legacy `graphql-ws` protocol too (its `data` and `complete` become
+//! its `error`); and an operation the client completed gets no `complete` back. The legacy
+//! protocol has none of the other rules.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -40,7 +41,7 @@ struct Seen {
 }
 
 /// The rules of one session: [`Gate::admit`] checks what the client sends,
-/// [`Gate::sent`] notes what the session sends.
+/// [`Gate::relay`] notes what the session sends.
 #[derive(Debug, Clone)]
 pub struct Gate {
     /// How an operation's result message starts: `next` (`graphql-transport-ws`) or the
