@@ -44,7 +44,9 @@ const REPLAY_FAILED = `mutation ReplayFailed($endpointId: ID!) {
 const RESEND = `mutation Resend($id: ID!) { resendDelivery(id: $id) { id state } }`;
 const TEST_EVENT = `mutation TestEvent($endpointId: ID!) { sendTestEvent(endpointId: $endpointId) { id state } }`;
 const WHO = `query Who { currentKey { role tenant { id name } expiresAt } }`;
-const TENANTS = `query Tenants($first: Int) { tenants(first: $first) { edges { node { id name } } } }`;
+const TENANTS = `query Tenants($first: Int, $after: String) {
+  tenants(first: $first, after: $after) { edges { node { id name } } pageInfo { hasNextPage endCursor } }
+}`;
 const CREATE_ENDPOINT = `mutation CreateEndpoint($input: CreateEndpointInput!) {
   createEndpoint(input: $input) { endpoint { id name } secret }
 }`;
@@ -89,7 +91,7 @@ const page = {
   filter: { endpointId: "", state: "", tenantId: "" },
   /** The endpoint the editor is changing; null while it creates one. */
   editing: null,
-  /** Ids changed by events while a re-read is in flight: the read must not overwrite them. */
+  /** While the feed is read: the last change events gave meanwhile, by delivery id (they win over the read). */
   touched: null,
   readGeneration: 0,
   queued: [],
@@ -247,6 +249,9 @@ function signOut(message = "") {
   $("detail-body").replaceChildren();
   page.endpointGeneration += 1;
   page.readGeneration += 1;
+  clearTimeout(notify.timer);
+  $("notice").hidden = true;
+  for (const note of ["endpoints-note", "feed-count", "endpoint-health"]) $(note).textContent = "";
   page.endpoints = new Map();
   page.rows = new Map();
   page.order = [];
@@ -271,12 +276,15 @@ async function signIn(token) {
     await discoverOptionalFields();
     await readIdentity();
   } catch (err) {
+    if (page.token !== token) return;
     const refused = err.code === "UNAUTHENTICATED" || err.code === "FORBIDDEN";
     signOut(refused
       ? "Courier refused that token: it is wrong or revoked, or its portal link has expired."
       : `Courier could not be reached: ${err.message}`);
     return;
   }
+  // Signed out (or in with another key) while these were read: that sign-in is over.
+  if (page.token !== token) return;
   sessionStorage.setItem(TOKEN_KEY, token);
   $("sign-in").hidden = true;
   $("dashboard").hidden = false;
@@ -294,10 +302,11 @@ async function signIn(token) {
     onFatal: (message, keyRefused) => (keyRefused ? signOut(message) : notify(message, "error")),
   });
   page.live.start();
-  await reread();
   // A backstop for what changes without a delivery event: retention pruning, settings
   // another user changed.
+  clearInterval(page.endpointTimer);
   page.endpointTimer = setInterval(refreshEndpoints, 15000);
+  await reread();
 }
 
 /** Which optional Endpoint fields this Courier has (introspection; also checks the key). */
@@ -319,12 +328,17 @@ async function readIdentity() {
   renderIdentity();
 }
 
-/** An admin's tenants (none for other keys), id -> { id, name }. */
+/** An admin's tenants (none for other keys), id -> { id, name }, page by page (up to ENDPOINT_PAGES). */
 async function readTenants() {
   const tenants = new Map();
-  if (page.identity && page.identity.role === "ADMIN") {
-    const data = await gql(TENANTS, { first: TENANT_PAGE });
+  if (!page.identity || page.identity.role !== "ADMIN") return tenants;
+  let after = null;
+  let more = true;
+  for (let n = 0; more && n < ENDPOINT_PAGES; n++) {
+    const data = await gql(TENANTS, { first: TENANT_PAGE, after });
     for (const { node } of data.tenants.edges) tenants.set(node.id, node);
+    more = data.tenants.pageInfo.hasNextPage;
+    after = data.tenants.pageInfo.endCursor;
   }
   return tenants;
 }
@@ -603,7 +617,7 @@ function createdAtOf(id) {
 /** Reads endpoints and the newest deliveries; events that arrive meanwhile win over the read. */
 async function reread() {
   const generation = ++page.readGeneration;
-  page.touched = new Set();
+  page.touched = new Map();
   page.cap = FEED_CAP;
   const filter = feedFilter();
   try {
@@ -615,20 +629,24 @@ async function reread() {
     flush();
     const touched = page.touched;
     const rows = new Map();
-    for (const edge of data.deliveries.edges) {
-      const kept = touched.has(edge.node.id) ? page.rows.get(edge.node.id) : null;
-      if (kept) kept.cursor = edge.cursor;
-      rows.set(edge.node.id, kept || readRow(edge));
-    }
     const edges = data.deliveries.edges;
+    for (const edge of edges) {
+      const row = readRow(edge);
+      const change = touched.get(row.id);
+      if (change) row.state = change.state;
+      if (matchesFilter(row)) rows.set(row.id, row);
+    }
     const complete = !data.deliveries.pageInfo.hasNextPage;
     const bottom = edges.length ? edges[edges.length - 1].node : null;
-    for (const id of touched) {
-      // Changed meanwhile: kept, unless older than the page read (the feed has no gaps).
-      const row = page.rows.get(id);
-      if (row && !rows.has(id) && matchesFilter(row) && (complete || !bottom || newer(row, bottom))) {
-        rows.set(id, row);
-      }
+    for (const [id, change] of touched) {
+      // Changed meanwhile and not in the read (created during it, or the page moved on):
+      // shown unless older than the page read (the feed has no gaps).
+      if (rows.has(id)) continue;
+      const row = {
+        id, endpointId: change.endpointId, state: change.state,
+        since: (page.rows.get(id) || {}).since || createdAtOf(id) || change.at,
+      };
+      if (matchesFilter(row) && (complete || !bottom || newer(row, bottom))) rows.set(id, row);
     }
     const order = [...rows.values()].sort((a, b) => (newer(a, b) ? -1 : 1)).slice(0, FEED_CAP);
     page.rows = new Map(order.map((row) => [row.id, row]));
@@ -708,7 +726,7 @@ function receive(change) {
       else refreshEndpoints();
     }, 500);
   }
-  if (page.touched) page.touched.add(change.deliveryId);
+  if (page.touched) page.touched.set(change.deliveryId, change);
   if (page.olderTouched) page.olderTouched.set(change.deliveryId, change.state);
   page.queued.push(change);
   if (!page.frame) page.frame = requestAnimationFrame(flush);

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::support::console::{open_console, row, row_in_state, wait_live, WAIT};
 use crate::support::endpoints::{endpoint_with, set_disabled};
 use crate::support::fixtures::{delivery_id, endpoint_on, quick_worker, submit, wait_for_state};
-use crate::support::tenants::tenant_with_endpoints;
+use crate::support::tenants::{create_tenant, tenant_with_endpoints};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
 
 /// The counts an endpoint's row shows, `PENDING` to `FAILED`, as a JavaScript expression.
@@ -361,10 +361,10 @@ async fn signing_out_closes_the_detail_and_empties_the_page() {
     browser.close().await;
 }
 
-/// More endpoints than one page of them (100): every one is in the table, and a delivery
-/// to the newest is shown under its name.
+/// More endpoints, and tenants, than one page of them (100): every one is in the table and
+/// the tenant filter, and a delivery to the newest endpoint is shown under its name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_endpoint_is_read_past_the_first_hundred() {
+async fn every_endpoint_and_tenant_is_read_past_the_first_hundred() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn_with(&db, quick_worker).await;
     let admin = app.admin_token().await;
@@ -373,12 +373,21 @@ async fn every_endpoint_is_read_past_the_first_hundred() {
     for n in 0..105 {
         newest = endpoint_with(&app, &admin, &receiver, &format!("many-{n}"), json!({})).await;
     }
+    for n in 0..102 {
+        create_tenant(&app, &admin, &format!("tenant-{n}")).await;
+    }
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &admin, "").await;
     page.wait_for(
         "document.querySelectorAll('#endpoints tr[data-endpoint-id]').length === 105 && \
          document.getElementById('endpoints-note').textContent === '(105)'",
         "all 105 endpoints",
+        WAIT,
+    )
+    .await;
+    page.wait_for(
+        "document.querySelectorAll('#filter-tenant option').length === 103",
+        "every tenant, and 'All tenants', in the tenant filter",
         WAIT,
     )
     .await;

@@ -6,6 +6,7 @@ mod flow_column;
 mod lines;
 mod live_views;
 mod portal;
+mod reads;
 mod recovery;
 
 use std::sync::atomic::Ordering;
