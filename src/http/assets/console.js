@@ -652,7 +652,7 @@ async function reread() {
     page.rows = new Map(order.map((row) => [row.id, row]));
     page.order = order.map((row) => row.id);
     $("feed").replaceChildren(...order.map((row) => rowElement(row)));
-    setComplete(complete);
+    setComplete(complete && rows.size <= FEED_CAP);
     updateFeedCount();
   } catch (err) {
     if (err.code === "UNAUTHENTICATED") signOut("Courier refused the key: sign in again.");
