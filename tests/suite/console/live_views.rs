@@ -6,12 +6,13 @@
 use std::sync::atomic::Ordering;
 
 use courier::auth::{self, Role};
-use courier::config::ServeArgs;
 use serde_json::json;
 
 use crate::support::console::{open_console, row, row_in_state, wait_live, WAIT};
 use crate::support::endpoints::{endpoint_with, set_disabled};
-use crate::support::fixtures::{delivery_id, endpoint_on, quick_worker, submit, wait_for_state};
+use crate::support::fixtures::{
+    delivery_id, endpoint_on, failing_at_once, quick_worker, submit, wait_for_state,
+};
 use crate::support::tenants::{create_tenant, tenant_with_endpoints};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
 
@@ -30,7 +31,7 @@ fn shown_counts(endpoint: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_settle_on_the_servers_after_a_burst() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn_with(&db, failing_once).await;
+    let app = TestApp::spawn_with(&db, failing_at_once).await;
     let admin = app.admin_token().await;
     let (receiver, healthy) = Receiver::switchable(500, || Reply::status(200)).await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "burst").await;
@@ -97,14 +98,6 @@ async fn counts_settle_on_the_servers_after_a_burst() {
     browser.close().await;
 }
 
-/// Worker settings under which a delivery fails at its first refused attempt, and the
-/// endpoint stays enabled however many fail.
-fn failing_once(config: &mut ServeArgs) {
-    quick_worker(config);
-    config.max_attempts = Some(1);
-    config.disable_after_failures = 0;
-}
-
 /// Submits `n` deliveries to `endpoint` and waits until each has failed; their ids, oldest
 /// first.
 async fn failed_deliveries(app: &TestApp, admin: &str, endpoint: &str, n: usize) -> Vec<String> {
@@ -127,7 +120,7 @@ async fn failed_deliveries(app: &TestApp, admin: &str, endpoint: &str, n: usize)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_feed_keeps_creation_order_and_pages_to_older_ones() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn_with(&db, failing_once).await;
+    let app = TestApp::spawn_with(&db, failing_at_once).await;
     let admin = app.admin_token().await;
     let receiver = Receiver::start(|_| Reply::status(500)).await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "refusing").await;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::console::{assert_only_courier, open_console, row, row_in_state, WAIT};
-use crate::support::fixtures::{delivery_id, quick_worker, submit, wait_for_state};
+use crate::support::fixtures::{delivery_id, failing_at_once, submit, wait_for_state};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
 
@@ -50,12 +50,7 @@ async fn portal_token(app: &TestApp, admin: &str, tenant: &str, ttl: i64) -> Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_manages_its_endpoints_in_its_portal() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-        config.disable_after_failures = 0;
-    })
-    .await;
+    let app = TestApp::spawn_with(&db, failing_at_once).await;
     let admin = app.admin_token().await;
     let (receiver, healthy) = Receiver::switchable(503, || Reply::status(204)).await;
     let (acme, acme_endpoint) = tenant_with_endpoint(&app, &admin, "Acme", &receiver, "acme").await;

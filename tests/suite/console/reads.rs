@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use crate::support::console::{row_in_state, WAIT};
-use crate::support::fixtures::{delivery_id, endpoint_on, quick_worker, submit, wait_for_state};
+use crate::support::fixtures::{delivery_id, endpoint_on, failing_at_once, submit, wait_for_state};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
 
 /// Holds every answer to the feed's read (`query Feed`) until `window.__releaseFeed()`:
@@ -33,12 +33,7 @@ window.__releaseFeed = () => {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_during_the_feeds_read_win_over_its_answer() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-        config.disable_after_failures = 0;
-    })
-    .await;
+    let app = TestApp::spawn_with(&db, failing_at_once).await;
     let admin = app.admin_token().await;
     let (receiver, healthy) = Receiver::switchable(500, || Reply::status(200)).await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "raced").await;

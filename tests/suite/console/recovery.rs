@@ -7,18 +7,13 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use crate::support::console::{assert_only_courier, open_console, row_in_state, WAIT};
-use crate::support::fixtures::{delivery_id, endpoint_on, quick_worker, submit, wait_for_state};
+use crate::support::fixtures::{delivery_id, endpoint_on, failing_at_once, submit, wait_for_state};
 use crate::support::{Backend, Receiver, Reply, ReplyBody, TestApp, TestBrowser, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_from_the_console() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-        config.disable_after_failures = 0;
-    })
-    .await;
+    let app = TestApp::spawn_with(&db, failing_at_once).await;
     let admin = app.admin_token().await;
     let (receiver, healthy) = Receiver::switchable(503, || Reply {
         headers: vec![("x-receiver", "yes".to_owned())],

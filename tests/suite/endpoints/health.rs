@@ -8,19 +8,14 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::on_both_backends;
-use crate::support::fixtures::{count, endpoint_on, eventually, quick_worker, rows, submit};
+use crate::support::fixtures::{count, endpoint_on, eventually, failing_at_once, rows, submit};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 const HEALTH: &str = "query($id: ID!) { endpoint(id: $id) { health { windowSeconds attempts succeeded successRate latencyP50Ms latencyP90Ms latencyP99Ms } } }";
 
 async fn health_shows_the_last_hour(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-        config.disable_after_failures = 0;
-    })
-    .await;
+    let app = TestApp::spawn_with(&db, failing_at_once).await;
     let admin = app.admin_token().await;
     // Every fourth request fails; the second of every four takes 300 ms.
     let calls = AtomicUsize::new(0);

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::on_both_backends;
-use crate::support::fixtures::{count, endpoint_on, eventually, quick_worker, submit};
+use crate::support::fixtures::{
+    count, endpoint_on, eventually, failing_at_once, quick_worker, submit,
+};
 use crate::support::operational::{ops_endpoint, update_endpoint, ALL_TYPES};
 use crate::support::tenants::create_tenant;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
@@ -87,12 +89,7 @@ async fn events_reach_their_tenant_and_never_their_subject(backend: Backend) {
 /// both, their failed deliveries of that event are told to nobody, and it stops there.
 async fn failing_operations_endpoints_make_no_storm(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-        config.disable_after_failures = 0;
-    })
-    .await;
+    let app = TestApp::spawn_with(&db, failing_at_once).await;
     let admin = app.admin_token().await;
     let failing = Receiver::start(|_| Reply::status(500)).await;
     for path in ["ops-a", "ops-b"] {

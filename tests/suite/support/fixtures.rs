@@ -37,6 +37,14 @@ pub async fn submit(
     app.graphql(token, SUBMIT, json!({ "input": input })).await
 }
 
+/// [`quick_worker`], with a delivery failing at its first refused attempt and the endpoint
+/// staying enabled however many fail.
+pub fn failing_at_once(config: &mut ServeArgs) {
+    quick_worker(config);
+    config.max_attempts = Some(1);
+    config.disable_after_failures = 0;
+}
+
 /// Worker settings that make tests quick: fast polling, short backoff, three attempts.
 pub fn quick_worker(config: &mut ServeArgs) {
     config.worker_concurrency = 8;
