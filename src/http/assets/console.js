@@ -764,7 +764,9 @@ function flush() {
       paintRow(row);
     }
   }
-  while (page.order.length > page.cap) {
+  // Rows leave the bottom past the cap, but not while older ones are being read to go
+  // below it: the read goes on from there.
+  while (!page.olderTouched && page.order.length > page.cap) {
     const row = page.rows.get(page.order[page.order.length - 1]);
     if (row) removeRow(row);
     else page.order.pop();
@@ -837,6 +839,9 @@ async function showOlder(button) {
           shown.cursor = edge.cursor;
           continue;
         }
+        // Only what is older than the feed's bottom goes below it (newer rows are shown).
+        const bottom = page.rows.get(page.order[page.order.length - 1]);
+        if (bottom && !newer(bottom, edge.node)) continue;
         const row = readRow(edge);
         const state = page.olderTouched.get(row.id);
         if (state) row.state = state;
