@@ -10,6 +10,7 @@ use crate::support::websocket::connect;
 use crate::support::websocket::initialised;
 use crate::support::websocket::next;
 use crate::support::websocket::send;
+use crate::support::websocket::subscribed;
 use crate::support::websocket::until_closed;
 use crate::support::{Backend, TestApp, TestDb};
 
@@ -396,17 +397,7 @@ async fn a_client_that_leaves_ends_its_subscriptions_at_once() {
         .flat_map(|protocol| [(protocol, true), (protocol, false)])
     {
         let mut socket = initialised(&app, protocol, &admin).await;
-        send(
-            &mut socket,
-            json!({ "id": "s", "type": kind, "payload": { "query": subscription } }),
-        )
-        .await;
-        crate::support::fixtures::eventually(
-            "subscribed",
-            std::time::Duration::from_secs(5),
-            || async { app.state.metrics.active_subscriptions.get() == 1 },
-        )
-        .await;
+        subscribed(&app, &mut socket, kind, "s", subscription, 1).await;
         if close_frame {
             socket.send(Message::Close(None)).await.expect("close");
         } else {

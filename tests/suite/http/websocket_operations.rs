@@ -4,10 +4,22 @@
 
 use serde_json::json;
 
-use crate::support::websocket::{initialised, next, send};
+use crate::support::websocket::{initialised, next, send, subscribed, Socket};
 use crate::support::{Backend, TestApp, TestDb};
 
 const QUERY: &str = "{ endpoints { edges { node { id } } } }";
+
+/// The next messages are [`QUERY`]'s answer, in a message of type `result` (`next`, or the
+/// legacy `data`), and its `complete`.
+async fn answers_the_query(socket: &mut Socket, result: &str) {
+    let answer = next(socket).await.expect("an answer");
+    assert_eq!(answer["type"], result, "{answer}");
+    assert!(
+        answer["payload"]["data"]["endpoints"].is_object(),
+        "{answer}"
+    );
+    assert_eq!(next(socket).await.expect("complete")["type"], "complete");
+}
 
 /// Both protocols: an operation refused before it runs (it does not parse or validate,
 /// its variables do not fit, a subscription selects two root fields) is answered with one
@@ -49,16 +61,7 @@ async fn an_operation_refused_before_it_runs_gets_an_error_message() {
             json!({ "id": "r", "type": start, "payload": { "query": QUERY } }),
         )
         .await;
-        let answer = next(&mut socket).await.expect("an answer");
-        assert_eq!(answer["type"], result, "{protocol}: {answer}");
-        assert!(
-            answer["payload"]["data"]["endpoints"].is_object(),
-            "{answer}"
-        );
-        assert_eq!(
-            next(&mut socket).await.expect("complete")["type"],
-            "complete"
-        );
+        answers_the_query(&mut socket, result).await;
     }
 }
 
@@ -72,33 +75,15 @@ async fn an_operation_the_client_completed_gets_nothing_more() {
     let admin = app.admin_token().await;
     let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
     let subscription = "subscription { deliveryStateChanged { deliveryId } }";
-    send(
-        &mut socket,
-        json!({ "id": "s", "type": "subscribe", "payload": { "query": subscription } }),
-    )
-    .await;
-    crate::support::fixtures::eventually(
-        "subscribed",
-        std::time::Duration::from_secs(5),
-        || async { app.state.metrics.active_subscriptions.get() == 1 },
-    )
-    .await;
+    subscribed(&app, &mut socket, "subscribe", "s", subscription, 1).await;
     send(&mut socket, json!({ "id": "s", "type": "complete" })).await;
     send(
         &mut socket,
         json!({ "id": "s", "type": "subscribe", "payload": { "query": QUERY } }),
     )
     .await;
-    let answer = next(&mut socket).await.expect("an answer");
-    assert_eq!(answer["type"], "next", "no complete came first: {answer}");
-    assert!(
-        answer["payload"]["data"]["endpoints"].is_object(),
-        "{answer}"
-    );
-    assert_eq!(
-        next(&mut socket).await.expect("complete")["type"],
-        "complete"
-    );
+    // No `complete` comes first.
+    answers_the_query(&mut socket, "next").await;
     // And nothing after it: the next message answers a ping.
     send(&mut socket, json!({ "type": "ping" })).await;
     let pong = tokio::time::timeout(std::time::Duration::from_secs(5), async {

@@ -50,6 +50,27 @@ pub async fn send(socket: &mut Socket, message: Value) {
         .expect("send");
 }
 
+/// Starts operation `id` running `query` with a message of `kind` (`subscribe`, or the
+/// legacy `start`), and waits until `app` counts `running` subscriptions.
+pub async fn subscribed(
+    app: &TestApp,
+    socket: &mut Socket,
+    kind: &str,
+    id: &str,
+    query: &str,
+    running: i64,
+) {
+    send(
+        socket,
+        serde_json::json!({ "id": id, "type": kind, "payload": { "query": query } }),
+    )
+    .await;
+    super::fixtures::eventually("subscribed", std::time::Duration::from_secs(5), || async {
+        app.state.metrics.active_subscriptions.get() == running
+    })
+    .await;
+}
+
 /// The next protocol message, skipping keep-alives; `None` when the server closed.
 pub async fn next(socket: &mut Socket) -> Option<Value> {
     loop {
