@@ -10,6 +10,7 @@ mod event;
 pub mod json;
 pub mod limits;
 pub mod loaders;
+mod nulls;
 pub mod observed;
 mod single_root;
 mod submission;
@@ -74,7 +75,8 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     .extension(limits::DocumentLimits::default())
     .extension(observed::ObservedOperations(
         state.as_ref().map(|state| state.metrics.clone()),
-    ));
+    ))
+    .extension(nulls::FieldErrorNulls);
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);
     }

@@ -1,6 +1,7 @@
-//! The GraphQL schema: the checked-in SDL, subscriptions over both protocols, and numbers
-//! kept exact end to end.
+//! The GraphQL schema: the checked-in SDL, subscriptions over both protocols, numbers
+//! kept exact end to end, and where a field error leaves its `null`.
 
 mod exact_numbers;
+mod field_errors;
 mod schema_drift;
 mod subscriptions;

@@ -1,0 +1,114 @@
+//! Where a field error leaves its `null` (GraphQL spec 6.4.4): at the failed field when it
+//! is nullable, else at its nearest nullable parent, else the whole `data`; the fields
+//! beside it keep their values.
+
+use serde_json::{json, Value};
+
+use crate::support::{Backend, TestApp, TestDb};
+
+/// The one error of `body`, checked to carry `code` and `path`.
+fn only_error<'a>(body: &'a Value, code: &str, path: Value) -> &'a Value {
+    let errors = body["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{body}");
+    assert_eq!(errors[0]["extensions"]["code"], code, "{body}");
+    assert_eq!(errors[0]["path"], path, "{body}");
+    &errors[0]
+}
+
+#[tokio::test]
+async fn a_failed_nullable_field_is_null_beside_its_siblings() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+
+    // Alone: `data` holds the field, null, rather than being null itself.
+    let body = app
+        .graphql(&admin, r#"{ delivery(id: "nope") { id } }"#, json!({}))
+        .await;
+    only_error(&body, "BAD_USER_INPUT", json!(["delivery"]));
+    assert_eq!(body["data"], json!({ "delivery": null }), "{body}");
+
+    // Beside another root field, under an alias.
+    let body = app
+        .graphql(
+            &admin,
+            r#"{ a: delivery(id: "nope") { id } b: __typename }"#,
+            json!({}),
+        )
+        .await;
+    only_error(&body, "BAD_USER_INPUT", json!(["a"]));
+    assert_eq!(body["data"], json!({ "a": null, "b": "Query" }), "{body}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_non_null_field_nulls_its_nearest_nullable_parent() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let published = app
+        .graphql(
+            &admin,
+            r#"mutation { publish(input: {eventType: "order.paid", payload: {}}) { event { id } } }"#,
+            json!({}),
+        )
+        .await;
+    let event = published["data"]["publish"]["event"]["id"]
+        .as_str()
+        .expect("an event")
+        .to_owned();
+
+    // `Event.deliveries` is non-null, `Query.event` nullable: the event is null.
+    let read =
+        "query($id: ID!) { event(id: $id) { id deliveries(first: 101) { edges { cursor } } } \
+                b: __typename }";
+    let body = app.graphql(&admin, read, json!({ "id": event })).await;
+    only_error(&body, "BAD_USER_INPUT", json!(["event", "deliveries"]));
+    assert_eq!(
+        body["data"],
+        json!({ "event": null, "b": "Query" }),
+        "{body}"
+    );
+
+    // Through a list: every tenant key's `tenant` (nullable) is null, keys stay listed.
+    let tenant = app
+        .graphql(
+            &admin,
+            r#"mutation { createTenant(input: {name: "Acme"}) { id } }"#,
+            json!({}),
+        )
+        .await["data"]["createTenant"]["id"]
+        .clone();
+    let key = "mutation($tenant: ID!) { createApiKey(input: {name: \"acme\", role: PARTNER, \
+               tenantId: $tenant}) { apiKey { id } } }";
+    let created = app.graphql(&admin, key, json!({ "tenant": tenant })).await;
+    assert!(created["errors"].is_null(), "{created}");
+    let keys = "{ apiKeys(first: 10) { edges { node { name tenant { id endpoints(first: 101) \
+                { edges { cursor } } } } } } }";
+    let body = app.graphql(&admin, keys, json!({})).await;
+    let edges = body["data"]["apiKeys"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the keys are listed: {body}"));
+    let acme = edges
+        .iter()
+        .position(|edge| edge["node"]["name"] == "acme")
+        .unwrap_or_else(|| panic!("the tenant's key is listed: {body}"));
+    assert_eq!(edges[acme]["node"]["tenant"], Value::Null, "{body}");
+    only_error(
+        &body,
+        "BAD_USER_INPUT",
+        json!(["apiKeys", "edges", acme, "node", "tenant", "endpoints"]),
+    );
+
+    // A non-null root field's failure nulls `data`: here `publish` through its event.
+    let publish = "mutation { publish(input: {eventType: \"order.paid\", payload: {}}) \
+                   { event { id deliveries(first: 101) { edges { cursor } } } } }";
+    let body = app.graphql(&admin, publish, json!({})).await;
+    only_error(
+        &body,
+        "BAD_USER_INPUT",
+        json!(["publish", "event", "deliveries"]),
+    );
+    assert_eq!(body["data"], Value::Null, "{body}");
+    app.stop().await;
+}
