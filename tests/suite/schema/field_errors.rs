@@ -4,7 +4,9 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{Backend, TestApp, TestDb};
+use crate::support::fixtures::{endpoint_on, publish};
+use crate::support::websocket::{initialised, next, subscribed};
+use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 /// The one error of `body`, checked to carry `code` and `path`.
 fn only_error<'a>(body: &'a Value, code: &str, path: Value) -> &'a Value {
@@ -110,5 +112,44 @@ async fn a_failed_non_null_field_nulls_its_nearest_nullable_parent() {
         json!(["publish", "event", "deliveries"]),
     );
     assert_eq!(body["data"], Value::Null, "{body}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_subscription_events_failed_field_is_null_in_that_event() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    endpoint_on(&app, &admin, &receiver, "/hook").await;
+    let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
+    let subscription = "subscription { deliveryStateChanged { state delivery { submission { \
+                        event { id deliveries(first: 101) { edges { cursor } } } } } } }";
+    subscribed(&app, &mut socket, "subscribe", "s", subscription, 1).await;
+
+    let published = publish(&app, &admin, "order.paid", json!({}), None).await;
+    assert!(published["errors"].is_null(), "{published}");
+    let message = next(&mut socket).await.expect("an event");
+    assert_eq!(message["type"], "next", "{message}");
+    let payload = &message["payload"];
+    only_error(
+        payload,
+        "BAD_USER_INPUT",
+        json!([
+            "deliveryStateChanged",
+            "delivery",
+            "submission",
+            "event",
+            "deliveries"
+        ]),
+    );
+    // The event itself is kept: only the failed field's nearest nullable parent is null.
+    let change = &payload["data"]["deliveryStateChanged"];
+    assert!(change["state"].is_string(), "{payload}");
+    assert_eq!(
+        change["delivery"],
+        json!({ "submission": { "event": null } }),
+        "{payload}"
+    );
     app.stop().await;
 }
