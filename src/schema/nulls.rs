@@ -1,6 +1,7 @@
 //! Where a field error leaves its `null` (GraphQL spec 6.4.4, "Handling Field Errors"):
 //! at the failed field if it is nullable, otherwise at its nearest nullable parent, or
 //! the whole `data`. async-graphql instead leaves a failed field out of its object.
+//! Once `data` is null, the mutations after the one that failed are not run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -85,6 +86,14 @@ impl Extension for Nulls {
         next: NextResolve<'_>,
     ) -> ServerResult<Option<Value>> {
         let path = info.path_node;
+        if path.parent.is_none()
+            && info.parent_type == "Mutation"
+            && self.root_failed.load(Ordering::Relaxed)
+        {
+            // `data` is null already: the mutations after the one that failed are not run,
+            // as their results could not be told (what graphql-js does too).
+            return Ok(Some(Value::Null));
+        }
         let nullable = !info.return_type.ends_with('!');
         let result = next.run(ctx, info).await;
         // Checked whatever the result, so that what a failed child recorded is forgotten.

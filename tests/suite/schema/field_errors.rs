@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::fixtures::{endpoint_on, publish};
+use crate::support::fixtures::{endpoint_on, publish, row_counts};
 use crate::support::websocket::{initialised, next, subscribed};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
@@ -151,5 +151,33 @@ async fn a_subscription_events_failed_field_is_null_in_that_event() {
         json!({ "submission": { "event": null } }),
         "{payload}"
     );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn mutations_after_a_failed_one_are_not_run() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let before = row_counts(&app).await;
+
+    // `a` fails and nulls `data`: `b`, whose answer could not be told, is not run.
+    let both = "mutation($id: ID!) { a: submit(input: {endpointId: \"nope\", payload: {}}) \
+                { created } b: submit(input: {endpointId: $id, payload: {}}) { created } }";
+    let body = app.graphql(&admin, both, json!({ "id": endpoint })).await;
+    only_error(&body, "BAD_USER_INPUT", json!(["a"]));
+    assert_eq!(body["data"], Value::Null, "{body}");
+    assert_eq!(row_counts(&app).await, before, "nothing was stored");
+
+    // In the other order, the first is run and the second refused.
+    let both = "mutation($id: ID!) { b: submit(input: {endpointId: $id, payload: {}}) \
+                { created } a: submit(input: {endpointId: \"nope\", payload: {}}) { created } }";
+    let body = app.graphql(&admin, both, json!({ "id": endpoint })).await;
+    only_error(&body, "BAD_USER_INPUT", json!(["a"]));
+    assert_eq!(body["data"], Value::Null, "{body}");
+    assert_ne!(row_counts(&app).await, before, "the first was stored");
     app.stop().await;
 }
