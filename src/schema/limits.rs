@@ -362,6 +362,7 @@ impl Extension for DocumentLimitsExtension {
             check_request_known(&mut request, &self.documents)?;
         }
         super::variables::check_required(&mut request)?;
+        super::coercion::check_arguments(&ctx.schema_env.registry, &mut request)?;
         next.run(ctx, request).await
     }
 

@@ -1,6 +1,7 @@
 //! The GraphQL schema: roots merged from one module per domain; resolvers call the service layer only.
 
 mod api_key;
+mod coercion;
 mod context;
 mod delivery;
 pub mod documents;

@@ -1,6 +1,8 @@
 //! The GraphQL schema: the checked-in SDL, subscriptions over both protocols, numbers
-//! kept exact end to end, and where a field error leaves its `null`.
+//! kept exact end to end, arguments coerced before anything runs, and where a field
+//! error leaves its `null`.
 
+mod coercion;
 mod exact_numbers;
 mod field_errors;
 mod schema_drift;

@@ -1,0 +1,198 @@
+//! Argument values that cannot be coerced (an `Int` past 32 bits, a `DateTime` that is
+//! not RFC 3339), literal or through variables, at any depth of an input: refused before
+//! anything runs, as request errors.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::support::fixtures::{endpoint_count, row_counts, SUBMIT};
+use crate::support::{Backend, TestApp, TestDb};
+
+/// POSTs `body` asking for `accept`, and returns the status and the body.
+async fn post(app: &TestApp, token: &str, accept: &str, body: Value) -> (StatusCode, Value) {
+    let response = app
+        .request(Method::POST, "/graphql")
+        .bearer_auth(token)
+        .header("accept", accept)
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
+
+/// Checks that `body` is a request error (no `data`) whose one error says `message`.
+fn refused_before_running(status: StatusCode, body: &Value, message: &str) {
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.get("data").is_none(), "no data: {body}");
+    let errors = body["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{body}");
+    assert_eq!(errors[0]["extensions"]["code"], "BAD_USER_INPUT", "{body}");
+    assert_eq!(errors[0]["message"], message, "{body}");
+    assert!(errors[0].get("path").is_none(), "{body}");
+}
+
+#[tokio::test]
+async fn a_date_time_that_is_not_rfc_3339_is_refused_before_anything_runs() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let not_a_date = "filter.createdAfter: \"now\" is not a DateTime (an RFC 3339 date and \
+                      time, such as \"2026-01-31T12:00:00Z\")";
+
+    // Literal, inside an input object.
+    let literal = r#"{ deliveries(filter: {createdAfter: "now"}) { edges { cursor } } }"#;
+    let (status, body) = post(&app, &admin, GRAPHQL_RESPONSE, json!({ "query": literal })).await;
+    refused_before_running(status, &body, not_a_date);
+    // In `application/json` a request error is still one, with a 200.
+    let (status, body) = post(
+        &app,
+        &admin,
+        "application/json",
+        json!({ "query": literal }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.get("data").is_none(), "{body}");
+
+    // Through a variable of type DateTime, and one that is not even a string.
+    let through = "query($at: DateTime) { deliveries(filter: {createdAfter: $at}) \
+                   { edges { cursor } } }";
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": through, "variables": { "at": "now" } }),
+    )
+    .await;
+    refused_before_running(status, &body, not_a_date);
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": through, "variables": { "at": 5 } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // An offset other than UTC is a good RFC 3339 date and time.
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": through, "variables": { "at": "2026-01-31T12:00:00+02:00" } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["deliveries"]["edges"], json!([]), "{body}");
+
+    // A bad `since` in the second mutation keeps the first from running too.
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let before = row_counts(&app).await;
+    let both = "mutation($id: ID!) { submit(input: {endpointId: $id, payload: {}}) { created } \
+                replayDeliveries(filter: {since: \"yesterday\"}) { replayed } }";
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": both, "variables": { "id": endpoint } }),
+    )
+    .await;
+    refused_before_running(
+        status,
+        &body,
+        "filter.since: \"yesterday\" is not a DateTime (an RFC 3339 date and time, such as \
+         \"2026-01-31T12:00:00Z\")",
+    );
+    assert_eq!(row_counts(&app).await, before, "nothing was submitted");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_int_past_32_bits_is_refused_before_anything_runs() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let endpoints = endpoint_count(&app).await;
+    let too_big = "input.maxInFlight: 2147483648 is not an Int (a 32-bit integer)";
+
+    let literal = r#"mutation { createEndpoint(input: {name: "a", url: "https://example.com/a",
+                     maxInFlight: 2147483648}) { endpoint { id } } }"#;
+    let (status, body) = post(&app, &admin, GRAPHQL_RESPONSE, json!({ "query": literal })).await;
+    refused_before_running(status, &body, too_big);
+
+    let through = "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) \
+                   { endpoint { id } } }";
+    let input =
+        json!({ "name": "a", "url": "https://example.com/a", "maxInFlight": 2147483648_i64 });
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": through, "variables": { "input": input } }),
+    )
+    .await;
+    refused_before_running(status, &body, too_big);
+    assert_eq!(
+        endpoint_count(&app).await,
+        endpoints,
+        "no endpoint was created"
+    );
+
+    // A top-level argument, and the smallest Int that is still one, which the resolver
+    // then refuses for its own range as a field error.
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": "{ deliveries(first: -2147483649) { edges { cursor } } }" }),
+    )
+    .await;
+    refused_before_running(
+        status,
+        &body,
+        "first: -2147483649 is not an Int (a 32-bit integer)",
+    );
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": "{ deliveries(first: -2147483648) { edges { cursor } } }" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["errors"][0]["path"], json!(["deliveries"]), "{body}");
+
+    // Valid values run as before.
+    let input = json!({ "name": "a", "url": "https://example.com/a", "maxInFlight": 1000 });
+    let (status, body) = post(
+        &app,
+        &admin,
+        GRAPHQL_RESPONSE,
+        json!({ "query": through, "variables": { "input": input } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body["data"]["createEndpoint"]["endpoint"]["id"].is_string(),
+        "{body}"
+    );
+    let submitted = app
+        .graphql(
+            &admin,
+            SUBMIT,
+            json!({ "input": { "endpointId": body["data"]["createEndpoint"]["endpoint"]["id"],
+                               "payload": { "n": 2147483648_i64 } } }),
+        )
+        .await;
+    assert_eq!(
+        submitted["data"]["submit"]["created"], true,
+        "a payload's numbers are JSON, not Ints: {submitted}"
+    );
+    app.stop().await;
+}
