@@ -331,7 +331,6 @@ impl Worker {
             let target = targets.remove(&claim.delivery_id);
             running.spawn(claim, target, slot);
         }
-        self.note_in_flight();
     }
 
     /// Sends one claimed delivery in `slot`, then hands its outcome to the recorder.
@@ -339,7 +338,7 @@ impl Worker {
         self: Arc<Self>,
         claim: Claim,
         target: Option<Target>,
-        slot: OwnedSemaphorePermit,
+        slot: running::Sending,
         results: mpsc::Sender<Finished>,
     ) {
         let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
@@ -378,14 +377,7 @@ impl Worker {
 
     /// Wakes the claiming loop for a freed slot.
     fn slot_freed(&self) {
-        self.note_in_flight();
         self.state.wakeup.free_slot();
-    }
-
-    /// Sets the in-flight gauge: requests holding a slot.
-    fn note_in_flight(&self) {
-        let busy = self.concurrency - self.slots.available_permits();
-        self.state.metrics.in_flight.set(busy as i64);
     }
 
     /// Lets in-flight deliveries finish, and their outcomes be recorded, within the grace period.
@@ -427,7 +419,6 @@ impl Worker {
                 "recording the last outcomes took too long; they will be retried after their lease"
             );
         }
-        self.state.metrics.in_flight.set(0);
         tracing::info!("delivery worker stopped");
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -53,6 +54,7 @@ impl Running {
         };
         let (worker, abandon) = (Arc::clone(&self.worker), self.abandon.clone());
         let delivery_id = claim.delivery_id;
+        let slot = Sending::counted(slot, &worker.state.metrics.in_flight);
         self.tasks.spawn(async move {
             let sending =
                 AssertUnwindSafe(Arc::clone(&worker).send_and_report(claim, target, slot, results))
@@ -71,6 +73,31 @@ impl Running {
                 }
             }
         });
+    }
+}
+
+/// A delivery's slot while its request is under way, counted in the in-flight gauge for
+/// as long as it is held (dropped when the request ends, with the task that unwinds, or
+/// with the task abandoned at shutdown).
+pub(super) struct Sending {
+    _slot: OwnedSemaphorePermit,
+    gauge: Gauge,
+}
+
+impl Sending {
+    /// `slot`, counted in `gauge` from now on.
+    fn counted(slot: OwnedSemaphorePermit, gauge: &Gauge) -> Self {
+        gauge.inc();
+        Self {
+            _slot: slot,
+            gauge: gauge.clone(),
+        }
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 

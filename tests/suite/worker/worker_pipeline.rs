@@ -1,6 +1,6 @@
 //! The worker's pipeline under load: requests in flight stay within the concurrency while
-//! outcomes wait to be recorded, and recording finds earlier attempts by index whatever
-//! the table's statistics.
+//! outcomes wait to be recorded, the in-flight gauge counts them, and recording finds
+//! earlier attempts by index whatever the table's statistics.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use sea_orm::{ConnectionTrait as _, Statement, Value};
 use serde_json::json;
 
 use crate::support::fixtures::submit;
-use crate::support::fixtures::{quick_worker, settle, table_stat};
+use crate::support::fixtures::{eventually, quick_worker, settle, table_stat, worker_looks};
 use crate::support::{Backend, TestApp, TestDb};
 use crate::{on_both_backends, on_postgres};
 
@@ -101,7 +101,46 @@ async fn requests_in_flight_never_exceed_the_concurrency(backend: Backend) {
     );
 }
 
-on_both_backends!(requests_in_flight_never_exceed_the_concurrency);
+on_both_backends!(
+    requests_in_flight_never_exceed_the_concurrency,
+    the_in_flight_gauge_counts_requests_under_way
+);
+
+/// `courier_deliveries_in_flight` is the number of requests under way: none while the
+/// worker waits for work (its free slots held by the claiming loop), then each request
+/// from its start to its end.
+async fn the_in_flight_gauge_counts_requests_under_way(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.request_timeout_ms = 10_000;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    // Held long enough for all three to be under way at once on a loaded machine.
+    let (url, receiver) = holding_receiver(Duration::from_secs(3)).await;
+    let (endpoint, _) = app.create_endpoint(&admin, &url).await;
+    worker_looks(&app, 2).await;
+    let gauge = || app.state.metrics.in_flight.get();
+    assert_eq!(gauge(), 0, "nothing is in flight while the worker waits");
+
+    for n in 0..3 {
+        let submitted = submit(&app, &admin, &endpoint, json!({ "n": n }), None).await;
+        assert_eq!(submitted["data"]["submit"]["created"], true, "{submitted}");
+    }
+    eventually(
+        "three requests are held",
+        Duration::from_secs(5),
+        || async { receiver.now.load(Ordering::SeqCst) == 3 },
+    )
+    .await;
+    assert_eq!(gauge(), 3, "the three requests held at the receiver");
+    eventually("the gauge falls back", Duration::from_secs(10), || async {
+        receiver.answered.load(Ordering::SeqCst) == 3 && gauge() == 0
+    })
+    .await;
+    app.stop().await;
+}
 
 /// Recording's lookup of a batch's earlier attempts stays an index lookup per delivery
 /// whatever the statistics: on a connection that first ran it right after the empty table
