@@ -123,7 +123,7 @@ async fn list_tenants(database: &DatabaseArgs) -> Result<(), CommandError> {
     Ok(())
 }
 
-/// Connects and applies pending migrations.
+/// Connects and applies pending migrations, saying which database it is.
 async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
     let url = &database.database_url;
     db::check_url(url).map_err(CommandError::DatabaseUrl)?;
@@ -135,6 +135,7 @@ async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
         }
     };
     db.migrate().await?;
+    tracing::info!(database = %db::location(url), "database open");
     Ok(db)
 }
 

@@ -145,9 +145,11 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// `postgres://...` for production; `sqlite://FILE?mode=rwc` for the embedded default.
+    /// (Its value is never shown in `--help`: it may hold a password.)
     #[arg(
         long,
         env = "DATABASE_URL",
+        hide_env_values = true,
         default_value = "sqlite://courier.db?mode=rwc",
         global = true
     )]

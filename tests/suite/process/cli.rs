@@ -56,6 +56,36 @@ fn help_documents_every_fixed_setting() {
     }
 }
 
+#[test]
+fn help_never_shows_a_secret_setting() {
+    for command in [
+        &["--help"][..],
+        &["serve", "--help"],
+        &["api-key", "list", "--help"],
+    ] {
+        let output = Command::new(COURIER)
+            .args(command)
+            .env(
+                "DATABASE_URL",
+                "postgres://courier:hunter2@db.example.com/courier",
+            )
+            .env(
+                "COURIER_ENCRYPTION_KEY",
+                "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI=",
+            )
+            .output()
+            .expect("run --help");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(help.contains("DATABASE_URL"), "{command:?}: {help}");
+        for secret in ["hunter2", "c2VjcmV0"] {
+            assert!(
+                !help.contains(secret),
+                "{command:?} shows {secret}:\n{help}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn api_key_create_prints_only_the_token_and_stores_its_hash() {
     let db = TestDb::new(Backend::Sqlite).await;

@@ -389,28 +389,54 @@ async fn a_refused_collector_and_an_unreadable_rust_log_are_told() {
     assert_eq!(times, 1, "told once a minute, not per export");
 }
 
-/// `api-key create` says which database it wrote to, by absolute path, and plain-text logs
-/// written to a pipe carry no colour codes.
+/// Every command that uses the database says which, by absolute path (`api-key create`
+/// beside the key it made), and plain-text logs written to a pipe carry no colour codes.
 #[test]
-fn api_key_create_names_the_database_it_wrote_to() {
+fn every_command_names_the_database_it_used() {
     let dir = TempDir::new();
-    let mut command = courier("sqlite://keys.db?mode=rwc");
-    command
-        .current_dir(&dir.0)
-        .args(["api-key", "create", "--name", "ops", "--role", "admin"]);
-    let output = run(command);
-    assert!(output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let path = dir.0.join("keys.db");
+    let named = format!("sqlite://{}", path.display());
+    let in_dir = |args: &[&str]| {
+        let mut command = courier("sqlite://keys.db?mode=rwc");
+        command.current_dir(&dir.0).args(args);
+        let output = run(command);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!stderr.contains('\u{1b}'), "no ANSI colours in a pipe");
+        (output, stderr)
+    };
+
+    let (output, stderr) = in_dir(&["api-key", "create", "--name", "ops", "--role", "admin"]);
+    assert!(output.status.success(), "{stderr}");
     let created = stderr
         .lines()
         .find(|line| line.contains("API key created"))
         .expect("a line about the key");
-    let path = dir.0.join("keys.db");
-    assert!(
-        created.contains(&format!("sqlite://{}", path.display())),
-        "{created}"
-    );
-    assert!(!stderr.contains('\u{1b}'), "no ANSI colours in a pipe");
+    assert!(created.contains(&named), "{created}");
+    let listed = |stdout: &[u8]| String::from_utf8_lossy(stdout).into_owned();
+    let (output, _) = in_dir(&["api-key", "list"]);
+    let keys = listed(&output.stdout);
+    let id = keys
+        .lines()
+        .nth(1)
+        .and_then(|line| line.split('\t').next())
+        .unwrap_or_else(|| panic!("the key is listed: {keys}"))
+        .to_owned();
+
+    for args in [
+        vec!["api-key", "list"],
+        vec!["api-key", "revoke", &id],
+        vec!["api-key", "revoke", "00000000-0000-0000-0000-000000000000"],
+        vec!["tenant", "create", "--name", "Acme"],
+        vec!["tenant", "list"],
+        vec!["migrate"],
+    ] {
+        let (_, stderr) = in_dir(&args);
+        let line = stderr
+            .lines()
+            .find(|line| line.contains("database open"))
+            .unwrap_or_else(|| panic!("{args:?} names its database: {stderr}"));
+        assert!(line.contains(&named), "{args:?}: {line}");
+    }
 }
 
 /// One INFO line per delivery outcome and per WebSocket opened or closed, none of them
