@@ -51,6 +51,11 @@ use crate::state::AppState;
 
 /// Most deliveries claimed in one statement.
 const MAX_CLAIM_BATCH: usize = 64;
+/// The longest a claim waits for a backlog's slots to gather (see
+/// [`Worker::min_backlog_claim`]) while some are free: slots that free slowly (held by a
+/// slow or hanging receiver) are claimed as they are, so the endpoints they could serve
+/// are not held back to the poll interval.
+const GATHER_AT_MOST: Duration = Duration::from_millis(10);
 /// How long to wait before asking again for an endpoint another transaction held.
 const REVISIT_PAUSE: Duration = Duration::from_millis(2);
 /// How often each worker sweeps every endpoint for due work that nothing woke (a backstop:
@@ -132,6 +137,8 @@ impl Worker {
         // Whether the last claim took all it asked for: more is due than there are slots.
         let mut backlog = false;
         let mut last_sweep: Option<tokio::time::Instant> = None;
+        // Since when free slots have been gathering for a claim.
+        let mut gathering_since: Option<tokio::time::Instant> = None;
         loop {
             running.backlogged.store(backlog, Ordering::Relaxed);
             if last_sweep.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
@@ -149,16 +156,25 @@ impl Worker {
             // a free slot claims at once.
             let wanted = if backlog { this.min_backlog_claim() } else { 1 };
             if free < wanted {
+                // Slots held by slow endpoints must not hold up the rest for long: what is
+                // free is claimed soon, and with nothing free the poll looks again.
+                let give_up = match free {
+                    0 => tokio::time::Instant::now() + poll,
+                    _ => {
+                        *gathering_since.get_or_insert_with(tokio::time::Instant::now)
+                            + GATHER_AT_MOST
+                    }
+                };
                 tokio::select! {
                     () = this.state.wakeup.slot_freed() => continue,
-                    // Slots held by slow endpoints must not hold up the rest for long.
-                    () = tokio::time::sleep(poll) => {
+                    () = tokio::time::sleep_until(give_up) => {
                         backlog = false;
                         continue;
                     }
                     () = shutdown.cancelled() => break,
                 }
             }
+            gathering_since = None;
             backlog = false;
             // The slots are held before claiming: a submission claiming at submit
             // reserves slots too, and must not take one a claimed delivery needs.

@@ -7,7 +7,7 @@ use courier::config::ServeArgs;
 use serde_json::json;
 
 use super::{each_once, endpoint_with, submit_many};
-use crate::support::fixtures::{eventually, quick_worker, submit};
+use crate::support::fixtures::{eventually, quick_worker, rarely_polling_worker, submit};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// Submits `count` payloads to `endpoint` `gap` apart and returns, for each, how long it
@@ -158,5 +158,56 @@ async fn a_hanging_neighbour_holds_only_its_cap() {
     );
     assert!(hanging.most_in_flight("stuck") <= 4);
     each_once(&fast, "quick", 8);
+    app.stop().await;
+}
+
+/// A hanging receiver whose cap is above the worker's slots holds all but one of them: the
+/// other endpoint's backlog (every delivery claimed by the claiming loop) still goes out
+/// through the one left, claim after claim, rather than waiting for a quarter of the slots
+/// to gather (which never happens here) until the poll, ten minutes off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_is_claimed_through_the_few_slots_a_hanging_neighbour_leaves() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = Receiver::start(|_| Reply {
+        body: Default::default(),
+        status: 200,
+        headers: Vec::new(),
+        delay: Duration::from_secs(60),
+    })
+    .await;
+    let fast = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
+        rarely_polling_worker(config);
+        config.worker_concurrency = 8;
+        config.request_timeout_ms = 60_000;
+        // Every delivery goes through the claiming loop, which a backlog makes gather slots.
+        config.claim_at_submit = false;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let stuck = endpoint_with(
+        &app,
+        &admin,
+        &hanging,
+        "stuck",
+        json!({ "maxInFlight": 1000 }),
+    )
+    .await;
+    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    submit_many(&app, &admin, &stuck, 7).await;
+    eventually(
+        "the hanging endpoint holds seven of the eight slots",
+        Duration::from_secs(5),
+        || async { hanging.in_flight("stuck") == 7 },
+    )
+    .await;
+    submit_many(&app, &admin, &quick, 40).await;
+    eventually(
+        "the backlog goes out through the one free slot",
+        Duration::from_secs(20),
+        || async { fast.received().len() == 40 },
+    )
+    .await;
+    each_once(&fast, "quick", 40);
     app.stop().await;
 }
