@@ -32,6 +32,10 @@ struct WireRequest {
     operation_name: Option<String>,
     #[serde(default)]
     variables: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Read only to hold it to its type, a map: Courier defines no request extensions.
+    #[serde(default)]
+    #[allow(dead_code)]
+    extensions: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl WireRequest {
@@ -74,10 +78,19 @@ pub async fn post(
         Ok(identity) => identity,
         Err(err) => return auth_error(media, err),
     };
-    let request = match serde_json::from_slice::<WireRequest>(&body) {
+    // JSON is UTF-8 throughout, members the request does not use included.
+    let Ok(body) = std::str::from_utf8(&body) else {
+        return request_error(
+            media,
+            StatusCode::BAD_REQUEST,
+            "BAD_USER_INPUT",
+            "the body is not a GraphQL request: it is not UTF-8",
+        );
+    };
+    let request = match serde_json::from_str::<WireRequest>(body) {
         Ok(wire) => wire.into_request(),
         Err(err) => {
-            let message = if body.trim_ascii_start().starts_with(b"[") {
+            let message = if body.trim_ascii_start().starts_with('[') {
                 "batched requests are not supported: send one GraphQL request (a JSON object) per POST".to_owned()
             } else {
                 format!("the body is not a GraphQL request: {err}")
@@ -190,9 +203,7 @@ fn selects_mutation(request: &mut async_graphql::Request) -> bool {
 }
 
 async fn authenticate(state: &HttpState, headers: &HeaderMap) -> Result<Identity, Error> {
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok());
+    let authorization = super::authorization(headers);
     let db = &state.app.db;
     db.within_deadline(state.app.keys.authenticate(db, authorization))
         .await

@@ -37,6 +37,16 @@ pub struct HttpState {
 /// probe gets its answer (503 when the database is silent) well within two seconds.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The request's one `Authorization` value, if it is text; none when it sends several,
+/// which would leave the caller ambiguous (and so unauthenticated).
+fn authorization(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok(),
+        _ => None,
+    }
+}
+
 /// Builds the router with its limits, tracing and metrics.
 pub fn router(schema: CourierSchema, app: AppState) -> Router {
     let body_limit = app.config.max_body_bytes;

@@ -53,10 +53,7 @@ pub async fn upgrade(
 ) -> Response {
     // Clients that can set headers on the upgrade request may authenticate there;
     // `connection_init` takes precedence.
-    let upgrade_authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
+    let upgrade_authorization = super::authorization(&headers).map(str::to_owned);
     let legacy = speaks_legacy(&headers);
     // Answer with the protocol the session will speak: the first known one the client
     // lists (as the GraphQL session chooses), not the server's first preference.

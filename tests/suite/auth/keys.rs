@@ -48,6 +48,23 @@ async fn missing_or_wrong_keys_are_unauthenticated(backend: Backend) {
     assert_eq!(legacy.status(), StatusCode::UNAUTHORIZED);
     let body: serde_json::Value = legacy.json().await.expect("json");
     assert_eq!(gql_error_code(&body), Some("UNAUTHENTICATED"), "{body}");
+
+    // Two `Authorization` headers leave the caller ambiguous, whichever comes first.
+    let admin = app.admin_token().await;
+    for pair in [
+        ["courier_wrong", admin.as_str()],
+        [admin.as_str(), "courier_wrong"],
+    ] {
+        let two = app
+            .request(reqwest::Method::POST, "/graphql")
+            .header("authorization", format!("Bearer {}", pair[0]))
+            .header("authorization", format!("Bearer {}", pair[1]))
+            .json(&query)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(two.status(), StatusCode::UNAUTHORIZED, "{pair:?}");
+    }
 }
 
 async fn partners_are_confined_to_their_scope(backend: Backend) {

@@ -39,6 +39,8 @@ async fn malformed_requests_get_400_with_a_code(backend: Backend) {
         "{}",
         "{\"query\": 42}",
         "{\"query\": \"{ endpoints { edges { cursor } } }\", \"variables\": [1]}",
+        "{\"query\": \"{ __typename }\", \"extensions\": \"x\"}",
+        "{\"query\": \"{ __typename }\", \"extensions\": [1]}",
         "{\"query\": \"mutation { createEndpoint(input: {name: \\\"x\\\", url: \\\"https://example.com\\\"}) { endpoint { id } } }\"",
     ] {
         let (status, text) = post_raw(&app, &admin, "application/json", body).await;
@@ -46,6 +48,22 @@ async fn malformed_requests_get_400_with_a_code(backend: Backend) {
         let parsed: Value = serde_json::from_str(&text).expect("a JSON error body");
         assert_eq!(gql_error_code(&parsed), Some("BAD_USER_INPUT"), "{text}");
     }
+    // JSON is UTF-8, in members Courier does not read too.
+    let mut not_utf8 = br#"{"query": "{ __typename }", "note": ""#.to_vec();
+    not_utf8.extend([0xff, 0xfe]);
+    not_utf8.extend(br#""}"#);
+    let (status, text) = post_raw(&app, &admin, "application/json", not_utf8).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(text.contains("not UTF-8"), "{text}");
+    // Extensions that are a map are accepted (and unused).
+    let (status, text) = post_raw(
+        &app,
+        &admin,
+        "application/json",
+        r#"{"query": "{ __typename }", "extensions": {"persistedQuery": null}}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
     // A batch is refused saying so.
     let batch = json!([{ "query": "{ endpoints { edges { cursor } } }" }]).to_string();
     let (status, text) = post_raw(&app, &admin, "application/json", batch).await;
