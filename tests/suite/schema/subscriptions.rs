@@ -134,7 +134,7 @@ async fn legacy_graphql_ws_sees_every_transition_across_instances() {
 }
 
 /// Partners see only their endpoints' events; an endpoint filter narrows further; a filter
-/// outside the partner's scope is refused.
+/// outside the partner's scope, or on no endpoint at all, is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_filtered_by_endpoint_and_scoped_to_partners() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
@@ -162,6 +162,19 @@ async fn events_are_filtered_by_endpoint_and_scoped_to_partners() {
             payload["errors"][0]["extensions"]["code"], "FORBIDDEN",
             "{payload}"
         );
+        // An admin's filter on an endpoint that does not exist (and never will) is refused
+        // too, rather than left waiting forever; a partner's is FORBIDDEN, as above.
+        let nowhere = uuid::Uuid::now_v7().to_string();
+        for (token, code) in [(&admin, "NOT_FOUND"), (&partner, "FORBIDDEN")] {
+            let mut refused = subscribe(&app, token, "graphql-transport-ws", Some(&nowhere)).await;
+            let payload = next_payload(&mut refused, Duration::from_secs(5))
+                .await
+                .expect("an answer");
+            assert_eq!(
+                payload["errors"][0]["extensions"]["code"], code,
+                "{payload}"
+            );
+        }
 
         let mut partner_socket = subscribe(&app, &partner, "graphql-transport-ws", None).await;
         until_live(&mut partner_socket, &app, &admin, &mine).await;
