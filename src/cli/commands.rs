@@ -218,7 +218,8 @@ async fn create_api_key(
 }
 
 /// Prints every key, one tab-separated line each: id, name, role, endpoints, created,
-/// revoked, last used (`-` when none). Never a token or a hash.
+/// revoked, last used, expires (a portal link's key; `-` when none). Never a token or a
+/// hash.
 async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
     let db = connect(database).await?;
     let mut lines = vec![[
@@ -229,6 +230,7 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
         "created",
         "revoked",
         "last_used",
+        "expires",
     ]
     .join("\t")];
     let mut after = None;
@@ -264,6 +266,7 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
                     key.created_at.to_rfc3339(),
                     time(key.revoked_at),
                     time(key.last_used_at),
+                    time(key.expires_at),
                 ]
                 .join("\t"),
             );

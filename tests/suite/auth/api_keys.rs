@@ -159,6 +159,25 @@ async fn the_cli_lists_and_revokes_keys(backend: Backend) {
     let token = app.admin_token().await;
     assert!(gql_error_code(&app.graphql(&token, WHO_AM_I, json!({})).await).is_none());
     let id = key_id_of(&app, &token).await;
+    // A portal link's key, which expires.
+    let tenant = app
+        .graphql(
+            &token,
+            r#"mutation { createTenant(input: {name: "Acme"}) { id } }"#,
+            json!({}),
+        )
+        .await["data"]["createTenant"]["id"]
+        .as_str()
+        .expect("a tenant")
+        .to_owned();
+    let link = app
+        .graphql(
+            &token,
+            "mutation($t: ID!) { createPortalLink(tenantId: $t) { expiresAt } }",
+            json!({ "t": tenant }),
+        )
+        .await;
+    assert!(link["errors"].is_null(), "{link}");
 
     let url = db.url.clone();
     let listed = tokio::task::spawn_blocking(move || {
@@ -180,7 +199,25 @@ async fn the_cli_lists_and_revokes_keys(backend: Backend) {
         .find(|line| line.starts_with(&id))
         .unwrap_or_else(|| panic!("{id} not listed: {stdout}"));
     assert!(line.contains("\tadmin\t"), "{line}");
+    assert!(line.ends_with("\t-"), "the admin key never expires: {line}");
     assert!(!stdout.contains(&token) && !stdout.contains(&hash_token(&token)));
+    let columns = |line: &str| line.split('\t').map(str::to_owned).collect::<Vec<_>>();
+    let header = stdout.lines().next().map(columns).unwrap_or_default();
+    assert_eq!(
+        header.last().map(String::as_str),
+        Some("expires"),
+        "{stdout}"
+    );
+    let portal = stdout
+        .lines()
+        .find(|line| line.contains(&format!("tenant:{tenant}")))
+        .map(columns)
+        .unwrap_or_else(|| panic!("the portal link's key is listed: {stdout}"));
+    let expires = portal.last().cloned().unwrap_or_default();
+    assert!(
+        chrono::DateTime::parse_from_rfc3339(&expires).is_ok(),
+        "the portal link's key shows when it expires: {portal:?}"
+    );
 
     let url = db.url.clone();
     let revoke_id = id.clone();
