@@ -12,8 +12,9 @@ use async_graphql::parser::types::{
 use async_graphql::parser::Positioned;
 use async_graphql::registry::{MetaInputValue, MetaType, MetaTypeName, Registry};
 use async_graphql::{
-    Name, Pos, Request, ServerError, ServerResult, Value as ConstValue, Variables,
+    Name, Number, Pos, Request, ServerError, ServerResult, Value as ConstValue, Variables,
 };
+use async_graphql_value::Value;
 use chrono::{DateTime, Utc};
 
 use super::limits::MAX_FRAGMENT_DEPTH;
@@ -57,7 +58,7 @@ struct Walk<'a> {
     definitions: &'a [Positioned<VariableDefinition>],
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
     /// Checks the arguments of every field `set` selects on `parent`, fragments included.
     fn selection_set(&self, parent: &str, set: &SelectionSet, depth: usize) -> ServerResult<()> {
         if depth > MAX_FRAGMENT_DEPTH {
@@ -78,15 +79,7 @@ impl Walk<'_> {
                         let Some(argument) = meta.args.get(name.node.as_str()) else {
                             continue;
                         };
-                        // A variable neither given nor defaulted is the executor's to
-                        // refuse, if it is required.
-                        if let Ok(given) = value
-                            .node
-                            .clone()
-                            .into_const_with(|name| self.variable(&name))
-                        {
-                            self.argument(argument, &given, value.pos)?;
-                        }
+                        self.argument(argument, Input::Literal(&value.node), value.pos)?;
                     }
                     let child = MetaTypeName::concrete_typename(&meta.ty);
                     self.selection_set(child, &field.node.selection_set.node, depth + 1)?;
@@ -111,77 +104,147 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// Checks `value`, given to `argument` at `pos` (its variables read).
-    fn argument(
-        &self,
-        argument: &MetaInputValue,
-        value: &ConstValue,
-        pos: Pos,
-    ) -> ServerResult<()> {
-        check_value(self.registry, &argument.ty, value).map_err(|(path, problem)| {
+    /// Checks `value`, given to `argument` at `pos`.
+    fn argument(&self, argument: &MetaInputValue, value: Input<'_>, pos: Pos) -> ServerResult<()> {
+        self.check(&argument.ty, value).map_err(|(path, problem)| {
             ServerError::new(format!("{}{path}: {problem}", argument.name), Some(pos))
         })
     }
 
-    /// The value of variable `name`: given, or its definition's default.
-    fn variable(&self, name: &Name) -> Result<ConstValue, ()> {
-        if let Some(value) = self.variables.get(name) {
-            return Ok(value.clone());
-        }
-        self.definitions
-            .iter()
-            .find(|definition| &definition.node.name.node == name)
-            .and_then(|definition| definition.node.default_value.as_ref())
-            .map(|default| default.node.clone())
-            .ok_or(())
+    /// The value of variable `name`: given, or its definition's default; `None` if neither.
+    fn variable(&self, name: &Name) -> Option<&'a ConstValue> {
+        self.variables.get(name).or_else(|| {
+            self.definitions
+                .iter()
+                .find(|definition| &definition.node.name.node == name)
+                .and_then(|definition| definition.node.default_value.as_ref())
+                .map(|default| &default.node)
+        })
     }
-}
 
-/// Where in `value` (`.field` and `[index]` steps) and why it cannot be coerced to `ty` (a
-/// type as the registry spells it), as far as `Int` ranges and `DateTime`s go; every
-/// other rule is validation's.
-fn check_value(registry: &Registry, ty: &str, value: &ConstValue) -> Result<(), (String, String)> {
-    match MetaTypeName::create(ty) {
-        MetaTypeName::NonNull(inner) => check_value(registry, inner, value),
-        MetaTypeName::List(item) => match value {
-            ConstValue::List(items) => items.iter().enumerate().try_for_each(|(index, value)| {
-                check_value(registry, item, value)
-                    .map_err(|(path, problem)| (format!("[{index}]{path}"), problem))
-            }),
-            // A single value stands for a list of one.
-            value => check_value(registry, item, value),
-        },
-        MetaTypeName::Named(name) => match (registry.types.get(name), value) {
-            (Some(MetaType::InputObject { input_fields, .. }), ConstValue::Object(fields)) => {
-                fields.iter().try_for_each(|(field, value)| {
+    /// What `input` holds, its variables read (by reference: a payload is never copied).
+    fn shape(&self, input: Input<'a>) -> Shape<'a> {
+        match input {
+            Input::Literal(Value::Variable(name)) => match self.variable(name) {
+                Some(given) => self.shape(Input::Given(given)),
+                None => Shape::Unknown,
+            },
+            Input::Literal(Value::Null) | Input::Given(ConstValue::Null) => Shape::Null,
+            Input::Literal(Value::Number(number)) | Input::Given(ConstValue::Number(number)) => {
+                Shape::Number(number)
+            }
+            Input::Literal(Value::String(text)) | Input::Given(ConstValue::String(text)) => {
+                Shape::String(text)
+            }
+            Input::Literal(Value::List(items)) => {
+                Shape::List(items.iter().map(Input::Literal).collect())
+            }
+            Input::Given(ConstValue::List(items)) => {
+                Shape::List(items.iter().map(Input::Given).collect())
+            }
+            Input::Literal(Value::Object(fields)) => Shape::Object(
+                fields
+                    .iter()
+                    .map(|(name, value)| (name, Input::Literal(value)))
+                    .collect(),
+            ),
+            Input::Given(ConstValue::Object(fields)) => Shape::Object(
+                fields
+                    .iter()
+                    .map(|(name, value)| (name, Input::Given(value)))
+                    .collect(),
+            ),
+            _ => Shape::Other,
+        }
+    }
+
+    /// Where in `input` (`.field` and `[index]` steps) and why it cannot be coerced to `ty`
+    /// (a type as the registry spells it), as far as `Int` ranges and `DateTime`s go; every
+    /// other rule is validation's. Values of other scalars (a `JSON` payload) are not walked.
+    fn check(&self, ty: &str, input: Input<'a>) -> Result<(), (String, String)> {
+        let name = match MetaTypeName::create(ty) {
+            MetaTypeName::NonNull(inner) => return self.check(inner, input),
+            MetaTypeName::List(item) => {
+                return match self.shape(input) {
+                    Shape::List(items) => {
+                        items
+                            .into_iter()
+                            .enumerate()
+                            .try_for_each(|(index, value)| {
+                                self.check(item, value).map_err(|(path, problem)| {
+                                    (format!("[{index}]{path}"), problem)
+                                })
+                            })
+                    }
+                    // A single value stands for a list of one.
+                    _ => self.check(item, input),
+                };
+            }
+            MetaTypeName::Named(name) => name,
+        };
+        match (self.registry.types.get(name), name) {
+            (Some(MetaType::InputObject { input_fields, .. }), _) => match self.shape(input) {
+                Shape::Object(fields) => fields.into_iter().try_for_each(|(field, value)| {
                     match input_fields.get(field.as_str()) {
-                        Some(meta) => check_value(registry, &meta.ty, value)
+                        Some(meta) => self
+                            .check(&meta.ty, value)
                             .map_err(|(path, problem)| (format!(".{field}{path}"), problem)),
                         None => Ok(()),
                     }
-                })
-            }
-            (Some(MetaType::Scalar { .. }), ConstValue::Number(number)) if name == "Int" => {
-                match number.as_i64().map(i32::try_from) {
+                }),
+                _ => Ok(()),
+            },
+            (Some(MetaType::Scalar { .. }), "Int") => match self.shape(input) {
+                Shape::Number(number) => match number.as_i64().map(i32::try_from) {
                     Some(Ok(_)) => Ok(()),
                     _ => Err((
                         String::new(),
                         format!("{number} is not an Int (a 32-bit integer)"),
                     )),
-                }
-            }
-            (Some(MetaType::Scalar { .. }), value) if name == "DateTime" => match value {
-                ConstValue::Null => Ok(()),
-                ConstValue::String(text) if text.parse::<DateTime<Utc>>().is_ok() => Ok(()),
-                other => Err((
-                    String::new(),
-                    format!(
-                        "{other} is not a DateTime (an RFC 3339 date and time, such as \
-                         \"2026-01-31T12:00:00Z\")"
-                    ),
-                )),
+                },
+                _ => Ok(()),
+            },
+            (Some(MetaType::Scalar { .. }), "DateTime") => match self.shape(input) {
+                Shape::Null | Shape::Unknown => Ok(()),
+                Shape::String(text) if text.parse::<DateTime<Utc>>().is_ok() => Ok(()),
+                Shape::String(text) => Err(not_a_date_time(&format!("{text:?}"))),
+                Shape::Number(number) => Err(not_a_date_time(&number.to_string())),
+                Shape::List(_) => Err(not_a_date_time("a list")),
+                Shape::Object(_) => Err(not_a_date_time("an object")),
+                Shape::Other => Err(not_a_date_time("this value")),
             },
             _ => Ok(()),
-        },
+        }
     }
+}
+
+/// The problem with `what`, given for a `DateTime`.
+fn not_a_date_time(what: &str) -> (String, String) {
+    (
+        String::new(),
+        format!(
+            "{what} is not a DateTime (an RFC 3339 date and time, such as \"2026-01-31T12:00:00Z\")"
+        ),
+    )
+}
+
+/// An argument's value as the walk reads it: a literal of the document (which may name
+/// variables) or a value the request's variables gave.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Literal(&'a Value),
+    Given(&'a ConstValue),
+}
+
+/// What an [`Input`] holds, its variables read.
+enum Shape<'a> {
+    Null,
+    Number(&'a Number),
+    String(&'a str),
+    List(Vec<Input<'a>>),
+    Object(Vec<(&'a Name, Input<'a>)>),
+    /// A variable neither given nor defaulted: the executor's to refuse, if it is required.
+    Unknown,
+    /// A boolean, an enum value, or binary data.
+    Other,
 }
