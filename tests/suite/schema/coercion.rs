@@ -24,6 +24,12 @@ async fn post(app: &TestApp, token: &str, accept: &str, body: Value) -> (StatusC
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
 
+/// [`post`]s `query` with `variables`, asking for `application/graphql-response+json`.
+async fn run(app: &TestApp, token: &str, query: &str, variables: Value) -> (StatusCode, Value) {
+    let body = json!({ "query": query, "variables": variables });
+    post(app, token, GRAPHQL_RESPONSE, body).await
+}
+
 /// Checks that `body` is a request error (no `data`) whose one error says `message`.
 fn refused_before_running(status: StatusCode, body: &Value, message: &str) {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -61,29 +67,17 @@ async fn a_date_time_that_is_not_rfc_3339_is_refused_before_anything_runs() {
     // Through a variable of type DateTime, and one that is not even a string.
     let through = "query($at: DateTime) { deliveries(filter: {createdAfter: $at}) \
                    { edges { cursor } } }";
-    let (status, body) = post(
-        &app,
-        &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": through, "variables": { "at": "now" } }),
-    )
-    .await;
+    let (status, body) = run(&app, &admin, through, json!({ "at": "now" })).await;
     refused_before_running(status, &body, not_a_date);
-    let (status, body) = post(
-        &app,
-        &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": through, "variables": { "at": 5 } }),
-    )
-    .await;
+    let (status, body) = run(&app, &admin, through, json!({ "at": 5 })).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
     // An offset other than UTC is a good RFC 3339 date and time.
-    let (status, body) = post(
+    let (status, body) = run(
         &app,
         &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": through, "variables": { "at": "2026-01-31T12:00:00+02:00" } }),
+        through,
+        json!({ "at": "2026-01-31T12:00:00+02:00" }),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -96,13 +90,7 @@ async fn a_date_time_that_is_not_rfc_3339_is_refused_before_anything_runs() {
     let before = row_counts(&app).await;
     let both = "mutation($id: ID!) { submit(input: {endpointId: $id, payload: {}}) { created } \
                 replayDeliveries(filter: {since: \"yesterday\"}) { replayed } }";
-    let (status, body) = post(
-        &app,
-        &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": both, "variables": { "id": endpoint } }),
-    )
-    .await;
+    let (status, body) = run(&app, &admin, both, json!({ "id": endpoint })).await;
     refused_before_running(
         status,
         &body,
@@ -130,13 +118,7 @@ async fn an_int_past_32_bits_is_refused_before_anything_runs() {
                    { endpoint { id } } }";
     let input =
         json!({ "name": "a", "url": "https://example.com/a", "maxInFlight": 2147483648_i64 });
-    let (status, body) = post(
-        &app,
-        &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": through, "variables": { "input": input } }),
-    )
-    .await;
+    let (status, body) = run(&app, &admin, through, json!({ "input": input })).await;
     refused_before_running(status, &body, too_big);
     assert_eq!(
         endpoint_count(&app).await,
@@ -146,11 +128,11 @@ async fn an_int_past_32_bits_is_refused_before_anything_runs() {
 
     // A top-level argument, and the smallest Int that is still one, which the resolver
     // then refuses for its own range as a field error.
-    let (status, body) = post(
+    let (status, body) = run(
         &app,
         &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": "{ deliveries(first: -2147483649) { edges { cursor } } }" }),
+        "{ deliveries(first: -2147483649) { edges { cursor } } }",
+        json!({}),
     )
     .await;
     refused_before_running(
@@ -158,11 +140,11 @@ async fn an_int_past_32_bits_is_refused_before_anything_runs() {
         &body,
         "first: -2147483649 is not an Int (a 32-bit integer)",
     );
-    let (status, body) = post(
+    let (status, body) = run(
         &app,
         &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": "{ deliveries(first: -2147483648) { edges { cursor } } }" }),
+        "{ deliveries(first: -2147483648) { edges { cursor } } }",
+        json!({}),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -170,13 +152,7 @@ async fn an_int_past_32_bits_is_refused_before_anything_runs() {
 
     // Valid values run as before.
     let input = json!({ "name": "a", "url": "https://example.com/a", "maxInFlight": 1000 });
-    let (status, body) = post(
-        &app,
-        &admin,
-        GRAPHQL_RESPONSE,
-        json!({ "query": through, "variables": { "input": input } }),
-    )
-    .await;
+    let (status, body) = run(&app, &admin, through, json!({ "input": input })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(
         body["data"]["createEndpoint"]["endpoint"]["id"].is_string(),
