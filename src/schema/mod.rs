@@ -133,5 +133,6 @@ impl async_graphql::Executor for CodedExecutor {
 
 /// The SDL `courier schema` prints and `schema.graphql` holds.
 pub fn sdl() -> String {
-    build(None).sdl()
+    // With `@specifiedBy` on the scalars that have it, as introspection shows them.
+    build(None).sdl_with_options(async_graphql::SDLExportOptions::new().include_specified_by())
 }
