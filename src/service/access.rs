@@ -186,6 +186,16 @@ impl Access {
         }
     }
 
+    /// The caller's scope as a condition on the `endpoints` table itself (by id or by
+    /// tenant), or `None` for an admin, who sees every endpoint.
+    pub fn endpoints_condition(caller: &Identity) -> Option<SimpleExpr> {
+        match caller.visible() {
+            Visible::Everything => None,
+            Visible::Endpoints(scope) => Some(endpoint::Column::Id.is_in(scope.iter().copied())),
+            Visible::Tenant(tenant) => Some(endpoint::Column::TenantId.eq(tenant)),
+        }
+    }
+
     /// The tenant of an endpoint: `None` if there is no such endpoint, `Some(None)` for
     /// one without a tenant.
     async fn tenant_of(&self, endpoint_id: Uuid) -> Result<Option<Option<Uuid>>> {

@@ -1,5 +1,6 @@
 //! Listings stay index-backed as history grows: every `deliveries` filter and combination,
-//! and paging deep into them, run against 300,000 deliveries of history written in the
+//! and paging deep into them, for admins, partners and tenants (a busy one and a quiet
+//! one), run against 300,000 deliveries of history written in the
 //! shape Courier writes them, first on tables never analyzed, then analyzed. The measure
 //! is the work each page actually did (`EXPLAIN (ANALYZE, BUFFERS)`): pages of the table
 //! or its indexes touched, which a scan of history would multiply.
@@ -105,10 +106,80 @@ async fn every_listing_reads_a_page_not_the_history() {
         .await
         .expect("caller");
     let partner_token = app.token(Role::Partner, &endpoints[..3]).await;
-    let partner: Identity =
-        auth::authenticate(&app.state.db, Some(&format!("Bearer {partner_token}")))
-            .await
-            .expect("partner");
+    let identity = |token: String| {
+        let db = app.state.db.clone();
+        async move {
+            auth::authenticate(&db, Some(&format!("Bearer {token}")))
+                .await
+                .expect("a caller")
+        }
+    };
+    let partner = identity(partner_token).await;
+    // A busy tenant (five of the endpoints, a quarter of history), and a quiet one whose
+    // two endpoints have one delivery between them: its pages must not walk everyone's
+    // history looking for its rows.
+    let tenant = |name: &'static str| {
+        let db = app.state.db.clone();
+        async move {
+            courier::service::tenants::create(&db, name)
+                .await
+                .expect("a tenant")
+                .id
+        }
+    };
+    let (busy, quiet) = (tenant("busy").await, tenant("quiet").await);
+    rows(
+        &app.state.db,
+        &format!(
+            "UPDATE endpoints SET tenant_id = '{busy}' WHERE id IN ({})",
+            endpoints[10..15]
+                .iter()
+                .map(|id| format!("'{id}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        vec![],
+    )
+    .await;
+    let mut quiet_endpoints = Vec::new();
+    for _ in 0..2 {
+        let (id, _) = app
+            .create_endpoint(&admin, "https://example.com/quiet")
+            .await;
+        let id = Uuid::parse_str(&id).expect("uuid");
+        rows(
+            &app.state.db,
+            &format!("UPDATE endpoints SET tenant_id = '{quiet}' WHERE id = '{id}'"),
+            vec![],
+        )
+        .await;
+        quiet_endpoints.push(id);
+    }
+    let submitted = crate::support::fixtures::submit(
+        &app,
+        &admin,
+        &quiet_endpoints[0].to_string(),
+        serde_json::json!({}),
+        None,
+    )
+    .await;
+    assert!(submitted["errors"].is_null(), "{submitted}");
+    let key_of = |tenant: Uuid| {
+        let db = app.state.db.clone();
+        async move {
+            let limits = auth::KeyLimits {
+                tenant: Some(tenant),
+                ..Default::default()
+            };
+            auth::create_api_key(&db, "tenant", Role::Partner, limits)
+                .await
+                .expect("a tenant key")
+                .token
+        }
+    };
+    let busy_key = identity(key_of(busy).await).await;
+    let quiet_key = identity(key_of(quiet).await).await;
+    let quiet_pair = identity(app.token(Role::Partner, &quiet_endpoints).await).await;
     // Deep pages: after the delivery 290,000 from the newest, and one endpoint's oldest.
     let deep = rows(
         &app.state.db,
@@ -299,6 +370,65 @@ async fn every_listing_reads_a_page_not_the_history() {
             "a partner's failed",
             &partner,
             filter(|f| f.state = Some(DeliveryState::Failed)),
+            None,
+        ),
+        (
+            "a busy tenant's key",
+            &busy_key,
+            DeliveryFilter::default(),
+            None,
+        ),
+        (
+            "a busy tenant's key, deep",
+            &busy_key,
+            DeliveryFilter::default(),
+            Some(deep),
+        ),
+        (
+            "a busy tenant's failed of an event type",
+            &busy_key,
+            DeliveryFilter {
+                state: Some(DeliveryState::Failed),
+                event_type: Some("order.paid".into()),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "a quiet tenant's key",
+            &quiet_key,
+            DeliveryFilter::default(),
+            None,
+        ),
+        (
+            "a quiet tenant, for an admin",
+            &caller,
+            DeliveryFilter {
+                tenant_id: Some(quiet),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "a quiet tenant's event type",
+            &quiet_key,
+            filter(|f| f.event_type = Some("order.paid".into())),
+            None,
+        ),
+        (
+            "a quiet tenant's day",
+            &quiet_key,
+            DeliveryFilter {
+                created_after: Some(now - Duration::days(11)),
+                created_before: Some(now - Duration::days(10)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "a partner's two quiet endpoints",
+            &quiet_pair,
+            DeliveryFilter::default(),
             None,
         ),
     ];

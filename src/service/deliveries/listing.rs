@@ -1,0 +1,191 @@
+//! One page of a `deliveries` listing as a statement: every filter, in the listing's order,
+//! read from an index in that order. A set of endpoints (a tenant's, a partner key's list)
+//! is read endpoint by endpoint on PostgreSQL, a page from each, and the pages merged: a
+//! quiet tenant's page never walks everyone's history looking for its rows.
+
+use entity::{endpoint, submission, webhook_delivery};
+use sea_orm::sea_query::{Alias, Asterisk, Expr, Query, SelectStatement, SimpleExpr, UnionType};
+use sea_orm::ActiveEnum as _;
+use sea_orm::{
+    ColumnTrait, Condition, DbBackend, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
+    QueryTrait, Statement,
+};
+use uuid::Uuid;
+
+use super::{Deliveries, DeliveryFilter};
+use crate::auth::Identity;
+use crate::error::{Error, Result};
+use crate::service::access::{self, Access};
+use crate::service::pagination::PageRequest;
+use crate::service::time_range;
+
+/// The first endpoint's page, in a set listing's statement.
+const FIRST: &str = "first_page";
+/// The endpoints' pages together, in a set listing's statement.
+const PAGE: &str = "page";
+
+impl Deliveries {
+    /// The statement of one page of a listing, refusing a filter outside the caller's scope.
+    pub(super) async fn listing(
+        &self,
+        caller: &Identity,
+        filter: DeliveryFilter,
+        page: &PageRequest,
+    ) -> Result<Statement> {
+        time_range::validate(
+            filter.created_after,
+            filter.created_before,
+            "filter.createdAfter",
+            "filter.createdBefore",
+        )?;
+        if let Some(event_type) = &filter.event_type {
+            crate::service::event_types::validate(event_type)?;
+        }
+        // A listing by time is ordered by creation time (ids follow it closely, not
+        // exactly), so that the time index serves both the range and the order.
+        let by_time = filter.created_after.is_some() || filter.created_before.is_some();
+        let mut query = webhook_delivery::Entity::find();
+        if by_time {
+            query = query.order_by_desc(webhook_delivery::Column::CreatedAt);
+        }
+        query = query.order_by_desc(webhook_delivery::Column::Id);
+        // The endpoints it reads: one, or a set (the caller's scope, a tenant), or all.
+        let mut set: Vec<SimpleExpr> = Vec::new();
+        match filter.endpoint_id {
+            Some(endpoint) => {
+                self.access.require(caller, endpoint).await?;
+                query = query.filter(webhook_delivery::Column::EndpointId.eq(endpoint));
+            }
+            None => set.extend(Access::endpoints_condition(caller)),
+        }
+        if let Some(tenant) = filter.tenant_id {
+            // A tenant the caller may not read is refused like anything outside its scope.
+            self.access.require_tenant(caller, tenant)?;
+            match filter.endpoint_id {
+                Some(_) => {
+                    query = query.filter(access::in_tenant(
+                        webhook_delivery::Column::EndpointId,
+                        tenant,
+                    ))
+                }
+                None => set.push(endpoint::Column::TenantId.eq(tenant)),
+            }
+        }
+        if let Some(state) = filter.state {
+            // Written into the statement rather than bound, so that even a generic plan
+            // can read the partial index of that state; the value is one of four words.
+            query = query.filter(Expr::cust(format!("state = '{}'", state.to_value())));
+        }
+        if let Some(after) = filter.created_after {
+            query = query.filter(webhook_delivery::Column::CreatedAt.gte(after));
+        }
+        if let Some(before) = filter.created_before {
+            query = query.filter(webhook_delivery::Column::CreatedAt.lt(before));
+        }
+        if let Some(event_type) = filter.event_type {
+            query = query.filter(webhook_delivery::Column::EventType.eq(event_type));
+        }
+        if let Some(event_id) = filter.event_id {
+            let submissions = submission::Entity::find()
+                .select_only()
+                .column(submission::Column::Id)
+                .filter(submission::Column::EventId.eq(event_id));
+            query = query.filter(
+                webhook_delivery::Column::SubmissionId.in_subquery(submissions.into_query()),
+            );
+        }
+        if let Some(after) = page.after {
+            query = if by_time {
+                // Keyset on (creation time, id), from the row the cursor names; a row
+                // outside the caller's scope is answered as a missing one.
+                let gone = || Error::bad_input("after names a delivery that no longer exists");
+                let from = self.load(after).await?.ok_or_else(gone)?;
+                if !self.access.allows(caller, from.endpoint_id).await? {
+                    return Err(gone());
+                }
+                let at = from.created_at;
+                query.filter(
+                    Condition::any()
+                        .add(webhook_delivery::Column::CreatedAt.lt(at))
+                        .add(
+                            Condition::all()
+                                .add(webhook_delivery::Column::CreatedAt.eq(at))
+                                .add(webhook_delivery::Column::Id.lt(after)),
+                        ),
+                )
+            } else {
+                query.filter(webhook_delivery::Column::Id.lt(after))
+            };
+        }
+        let limit = page.fetch_limit();
+        let backend = self.db.backend();
+        if set.is_empty() {
+            return Ok(query.limit(limit).build(backend));
+        }
+        let endpoints = endpoint::Entity::find()
+            .select_only()
+            .column(endpoint::Column::Id)
+            .filter(set.into_iter().fold(Condition::all(), Condition::add));
+        if backend != DbBackend::Postgres {
+            // SQLite has no history at this scale: the set as a filter.
+            let in_set = webhook_delivery::Column::EndpointId.in_subquery(endpoints.into_query());
+            return Ok(query.filter(in_set).limit(limit).build(backend));
+        }
+        // Each endpoint's page is planned for that endpoint (a quiet one read from its own
+        // index, not found by walking the newest rows of everyone), so the ids go in the
+        // statement; a lateral join would plan every endpoint as an average one.
+        let ids: Vec<Uuid> = endpoints
+            .order_by_asc(endpoint::Column::Id)
+            .into_tuple()
+            .all(self.db.conn())
+            .await?;
+        Ok(backend.build(&pages_merged(query, &ids, by_time, limit)))
+    }
+}
+
+/// `listing` (every filter but the endpoints) as one page for each of `endpoints`, each
+/// read from that endpoint's index in the listing's order, merged into the page. With no
+/// endpoint, a statement that finds nothing.
+fn pages_merged(
+    listing: sea_orm::Select<webhook_delivery::Entity>,
+    endpoints: &[Uuid],
+    by_time: bool,
+    limit: u64,
+) -> SelectStatement {
+    let page_of = |endpoint: Uuid| {
+        listing
+            .clone()
+            .filter(webhook_delivery::Column::EndpointId.eq(endpoint))
+            .limit(limit)
+            .into_query()
+    };
+    let mut pages = endpoints.iter().map(|endpoint| page_of(*endpoint));
+    let Some(first) = pages.next() else {
+        return listing
+            .filter(Expr::cust("false"))
+            .limit(limit)
+            .into_query();
+    };
+    // The first page as a subquery, so that its own order and limit stay its own; the
+    // others are parenthesised by the union itself.
+    let mut union = Query::select();
+    union
+        .column(Asterisk)
+        .from_subquery(first, Alias::new(FIRST))
+        .unions(pages.map(|page| (UnionType::All, page)));
+    let page = Alias::new(PAGE);
+    let mut merged = Query::select();
+    merged
+        .column((page.clone(), Asterisk))
+        .from_subquery(union, page.clone());
+    if by_time {
+        merged.order_by(
+            (page.clone(), webhook_delivery::Column::CreatedAt),
+            Order::Desc,
+        );
+    }
+    merged
+        .order_by((page, webhook_delivery::Column::Id), Order::Desc)
+        .limit(limit);
+    merged
+}
