@@ -85,6 +85,8 @@ impl Deliveries {
         if let Some(event_type) = filter.event_type {
             query = query.filter(webhook_delivery::Column::EventType.eq(event_type));
         }
+        // An event's deliveries are one per endpoint it reached: few, and found by the event.
+        let of_an_event = filter.event_id.is_some();
         if let Some(event_id) = filter.event_id {
             let submissions = submission::Entity::find()
                 .select_only()
@@ -126,8 +128,9 @@ impl Deliveries {
             .select_only()
             .column(endpoint::Column::Id)
             .filter(set.into_iter().fold(Condition::all(), Condition::add));
-        if backend != DbBackend::Postgres {
-            // SQLite has no history at this scale: the set as a filter.
+        if backend != DbBackend::Postgres || of_an_event {
+            // SQLite has no history at this scale, nor an event that many deliveries: the
+            // set as a filter.
             let in_set = webhook_delivery::Column::EndpointId.in_subquery(endpoints.into_query());
             return Ok(query.filter(in_set).limit(limit).build(backend));
         }
