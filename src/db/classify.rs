@@ -15,7 +15,8 @@ pub enum Failure {
     Transient,
     /// The database could not be reached, so nothing was done: no connection within the
     /// acquire timeout, a closed pool, or the server reporting a connection failure
-    /// (`08xxx`), a shutdown (`57P01`-`57P03`) or too many connections (`53300`).
+    /// (`08xxx`), refusing our credentials (`28xxx`, as after a password rotation), or
+    /// refusing connections for now (see [`refuses_connections`]).
     Unavailable,
     /// The work was sent but its answer never came or could not be read: a connection
     /// lost or silent past its deadline (`unreachable`: the database is worth retrying
@@ -58,8 +59,7 @@ pub fn classify(err: &DbErr) -> Failure {
                 .is_ok_and(|code| matches!(code & 0xff, 5 | 6));
             if matches!(code, "40001" | "40P01") || sqlite_busy {
                 Failure::Transient
-            } else if code.starts_with("08")
-                || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+            } else if code.starts_with("08") || code.starts_with("28") || refuses_connections(code)
             {
                 Failure::Unavailable
             } else {
@@ -68,6 +68,17 @@ pub fn classify(err: &DbErr) -> Failure {
         }
         _ => Failure::MaybeCommitted { unreachable: false },
     }
+}
+
+/// Whether PostgreSQL's `code` says the server cannot take a connection now, or ended
+/// this one: shutting down or starting (`57P01`-`57P03`), the database dropped (`57P04`),
+/// too many connections (`53300`), the database not accepting connections (`55000`, as
+/// while it is being restored or moved), or no such database (`3D000`).
+fn refuses_connections(code: &str) -> bool {
+    matches!(
+        code,
+        "57P01" | "57P02" | "57P03" | "57P04" | "53300" | "55000" | "3D000"
+    )
 }
 
 /// Whether `err` is a transient conflict worth retrying ([`Failure::Transient`]).

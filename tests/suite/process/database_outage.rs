@@ -339,3 +339,75 @@ async fn a_connection_the_server_closed_while_idle_is_replaced_unnoticed() {
     let second = count(&pool, backend, vec![]).await;
     assert_ne!(first, second);
 }
+
+/// A database that refuses new connections (as one restarting or failing over does, here
+/// with `ALLOW_CONNECTIONS false` and every connection of the process terminated) is
+/// unavailable, not an internal error: `503` with `Retry-After` for an API key that must be
+/// looked up and for one already known, every time; and the process serves again once
+/// connections are allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn_with(&db, |config| config.auth_cache_ms = 60_000).await;
+    let admin = app.admin_token().await;
+    let unused_key = app.token(Role::Admin, &[]).await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let gql = "application/graphql-response+json";
+    // An operator on the server's own database: a database cannot refuse its own session.
+    let (server, name) = db.url.rsplit_once('/').expect("a database URL");
+    let name = name.split('?').next().unwrap_or(name).to_owned();
+    let operator = Db::connect(&format!("{server}/postgres"), 1)
+        .await
+        .expect("the server's own database");
+    let allow = |allowed: bool| format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {allowed}");
+    operator
+        .conn()
+        .execute_unprepared(&allow(false))
+        .await
+        .expect("refuse connections");
+    count(
+        &operator,
+        &format!(
+            "SELECT count(*) AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{name}') t"
+        ),
+        vec![],
+    )
+    .await;
+
+    for n in 0..3 {
+        let started = Instant::now();
+        let unknown = post(&app, &unused_key, gql, "{ __typename }", json!({})).await;
+        assert_unavailable(&unknown, started.elapsed());
+        let started = Instant::now();
+        let submitted = post(
+            &app,
+            &admin,
+            gql,
+            SUBMIT,
+            submit_variables(&endpoint, n, &format!("refused-{n}")),
+        )
+        .await;
+        assert_unavailable(&submitted, started.elapsed());
+    }
+
+    operator
+        .conn()
+        .execute_unprepared(&allow(true))
+        .await
+        .expect("allow connections");
+    wait_ready(&app, Duration::from_secs(10)).await;
+    let (status, _, body) = post(
+        &app,
+        &admin,
+        gql,
+        SUBMIT,
+        submit_variables(&endpoint, 9, "allowed"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+    app.stop().await;
+}
