@@ -55,8 +55,18 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
         .first()
         .map_or("", |line| line.strip_prefix("error: ").unwrap_or(line));
     let mut message = first.to_owned();
-    if let Some((quoted, named)) = name_invalid_arg(err, command) {
-        message = message.replacen(&quoted, &named, 1);
+    if let Some((arg, long, named_as)) = invalid_arg(err, command) {
+        if let Some(env) = arg.get_env() {
+            let quoted = format!("'{named_as}'");
+            let named = format!("{} (--{long})", env.to_string_lossy());
+            message = message.replacen(&quoted, &named, 1);
+        }
+        // A setting that may be a secret (the encryption key) is never echoed back.
+        if arg.is_hide_env_values_set() {
+            if let Some(ContextValue::String(value)) = err.get(ContextKind::InvalidValue) {
+                message = message.replacen(&format!("'{value}'"), "(not shown)", 1);
+            }
+        }
     }
     if !parts.is_empty() {
         parts.remove(0);
@@ -71,10 +81,12 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
     std::process::ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2))
 }
 
-/// The argument a parse error names as clap quotes it (`'--rate-limit <RATE_LIMIT>'`), and
-/// the same named by its environment variable (`COURIER_RATE_LIMIT (--rate-limit)`), since
-/// settings usually come from the environment.
-fn name_invalid_arg(err: &clap::Error, command: &clap::Command) -> Option<(String, String)> {
+/// The argument a value or usage error is about, with its long name and the way the error
+/// names it.
+fn invalid_arg<'a>(
+    err: &clap::Error,
+    command: &'a clap::Command,
+) -> Option<(&'a clap::Arg, String, String)> {
     let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
         return None;
     };
@@ -82,18 +94,13 @@ fn name_invalid_arg(err: &clap::Error, command: &clap::Command) -> Option<(Strin
         .strip_prefix("--")?
         .split([' ', '='])
         .next()
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .to_owned();
     std::iter::once(command)
         .chain(command.get_subcommands())
         .flat_map(clap::Command::get_arguments)
-        .find(|candidate| candidate.get_long() == Some(long))
-        .and_then(|candidate| candidate.get_env())
-        .map(|env| {
-            (
-                format!("'{arg}'"),
-                format!("{} (--{long})", env.to_string_lossy()),
-            )
-        })
+        .find(|candidate| candidate.get_long() == Some(long.as_str()))
+        .map(|candidate| (candidate, long, arg.to_string()))
 }
 
 /// Collapses line breaks and runs of spaces, so a message is exactly one line.

@@ -170,5 +170,10 @@ mod tests {
             location("postgres://u:secret@h/db"),
             "postgres://u:***@h/db"
         );
+        // A URL that does not parse still hides its password.
+        assert_eq!(
+            location("postgres://u:se:cr@et@127.0.0.1:notaport/db"),
+            "postgres://u:***@127.0.0.1:notaport/db"
+        );
     }
 }

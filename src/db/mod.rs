@@ -330,7 +330,22 @@ pub fn redact(url: &str) -> String {
             let _ = parsed.set_password(Some("***"));
             parsed.to_string()
         }
-        _ => url.to_owned(),
+        Ok(_) => url.to_owned(),
+        // Unreadable (a bad port, say), yet it may still hold a password: everything after
+        // the user name up to the last `@` is hidden.
+        Err(_) => match url.split_once("://") {
+            Some((scheme, rest)) => match rest.rfind('@') {
+                Some(at) => {
+                    let (userinfo, host) = rest.split_at(at);
+                    match userinfo.split_once(':') {
+                        Some((user, _)) => format!("{scheme}://{user}:***{host}"),
+                        None => url.to_owned(),
+                    }
+                }
+                None => url.to_owned(),
+            },
+            None => url.to_owned(),
+        },
     }
 }
 

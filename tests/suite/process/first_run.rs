@@ -203,12 +203,27 @@ fn unreadable_urls_and_incomplete_commands_exit_2() {
         assert_eq!(output.status.code(), Some(2), "{url}");
         let line = fatal_line(&output);
         assert!(line.contains(told), "{line}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            !line.contains("hunter2"),
-            "the password is never told: {line}"
+            !stderr.contains("hunter2"),
+            "the password is never told, in no line: {stderr}"
         );
     }
+    // Nor is an encryption key, even one of a list that is half wrong.
     let dir = TempDir::new();
+    let url = format!("sqlite://{}?mode=rwc", dir.0.join("k.db").display());
+    let mut command = courier(&url);
+    command.env(
+        "COURIER_ENCRYPTION_KEY",
+        "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI=,garbage",
+    );
+    let output = run(command);
+    assert_eq!(output.status.code(), Some(2));
+    let line = fatal_line(&output);
+    assert!(line.contains("COURIER_ENCRYPTION_KEY"), "{line}");
+    assert!(line.contains("key 2 is not base64"), "{line}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("c2VjcmV0"), "the key is never told: {stderr}");
     let url = format!("sqlite://{}?mode=rwc", dir.0.join("c.db").display());
     for group in ["tenant", "api-key"] {
         let mut command = courier(&url);
