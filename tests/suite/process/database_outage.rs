@@ -15,6 +15,7 @@ use crate::support::fixtures::count;
 use crate::support::fixtures::eventually;
 use crate::support::fixtures::SUBMIT;
 use crate::support::fixtures::{endpoint_on, quick_worker, wait_for_state};
+use crate::support::receiver::answering_after;
 use crate::support::{gql_error_code, Backend, PartitionProxy, Receiver, TestApp, TestDb};
 
 /// The longest a request may take to give up on a silent database: the 5 s deadline plus
@@ -343,18 +344,37 @@ async fn a_connection_the_server_closed_while_idle_is_replaced_unnoticed() {
 /// A database that refuses new connections (as one restarting or failing over does, here
 /// with `ALLOW_CONNECTIONS false` and every connection of the process terminated) is
 /// unavailable, not an internal error: `503` with `Retry-After` for an API key that must be
-/// looked up and for one already known, every time; and the process serves again once
-/// connections are allowed.
+/// looked up and for one already known, every time; the outcome of a request that ends
+/// meanwhile waits to be recorded rather than being given up (and the webhook sent again
+/// after its lease); and the process serves again once connections are allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() {
     let db = TestDb::new(Backend::Postgres).await;
-    let app = TestApp::spawn_with(&db, |config| config.auth_cache_ms = 60_000).await;
+    let slow = Receiver::start(answering_after(Duration::from_millis(1_500))).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.auth_cache_ms = 60_000;
+    })
+    .await;
     let admin = app.admin_token().await;
     let unused_key = app.token(Role::Admin, &[]).await;
-    let (endpoint, _) = app
-        .create_endpoint(&admin, "https://example.com/hook")
-        .await;
+    let endpoint = endpoint_on(&app, &admin, &slow, "slow").await;
     let gql = "application/graphql-response+json";
+    let (status, _, in_flight) = post(
+        &app,
+        &admin,
+        gql,
+        SUBMIT,
+        submit_variables(&endpoint, 0, "in-flight"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{in_flight}");
+    eventually(
+        "the webhook is in flight",
+        Duration::from_secs(5),
+        || async { slow.in_flight("slow") == 1 },
+    )
+    .await;
     // An operator on the server's own database: a database cannot refuse its own session.
     let (server, name) = db.url.rsplit_once('/').expect("a database URL");
     let name = name.split('?').next().unwrap_or(name).to_owned();
@@ -393,12 +413,31 @@ async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() 
         assert_unavailable(&submitted, started.elapsed());
     }
 
+    // The webhook's answer comes while connections are refused; its outcome waits.
+    eventually(
+        "the webhook is answered",
+        Duration::from_secs(5),
+        || async { slow.in_flight("slow") == 0 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     operator
         .conn()
         .execute_unprepared(&allow(true))
         .await
         .expect("allow connections");
     wait_ready(&app, Duration::from_secs(10)).await;
+    let delivery = in_flight["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{in_flight}"));
+    let delivered =
+        wait_for_state(&app, &admin, delivery, "DELIVERED", Duration::from_secs(10)).await;
+    assert_eq!(
+        delivered["attempts"].as_array().map(Vec::len),
+        Some(1),
+        "the one attempt is recorded: {delivered}"
+    );
+    assert_eq!(slow.received().len(), 1, "the webhook was sent once");
     let (status, _, body) = post(
         &app,
         &admin,

@@ -223,7 +223,10 @@ fn unreadable_urls_and_incomplete_commands_exit_2() {
     assert!(line.contains("COURIER_ENCRYPTION_KEY"), "{line}");
     assert!(line.contains("key 2 is not base64"), "{line}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("c2VjcmV0"), "the key is never told: {stderr}");
+    assert!(
+        !stderr.contains("c2VjcmV0"),
+        "the key is never told: {stderr}"
+    );
     let url = format!("sqlite://{}?mode=rwc", dir.0.join("c.db").display());
     for group in ["tenant", "api-key"] {
         let mut command = courier(&url);
