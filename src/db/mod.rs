@@ -7,10 +7,12 @@ mod clock;
 mod deadline;
 mod diagnose;
 pub(crate) mod parking;
+mod session_lock;
 pub(crate) mod shard;
 pub(crate) mod sql;
 mod transaction;
 mod warmup;
+pub use self::session_lock::SessionLock;
 pub use self::warmup::{warm_statements, warm_up};
 
 use std::str::FromStr;

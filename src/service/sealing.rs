@@ -13,6 +13,10 @@ use crate::error::{Error, Result};
 /// Endpoints read per page while sealing at start-up.
 const SEAL_PAGE: u64 = 500;
 
+/// Names the advisory lock a process holds while it checks and seals the stored secrets.
+/// An arbitrary constant, unlike the migrations' own.
+pub const SEALING_LOCK_KEY: i64 = 0x0073_6561_6c69_6e67; // "sealing" in ASCII
+
 /// What [`seal_at_rest`] changed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Resealed {
@@ -24,8 +28,12 @@ pub struct Resealed {
 /// stores each one that is plaintext, or sealed under an older key, sealed under the first.
 /// Any secret that cannot be opened is an error naming `COURIER_ENCRYPTION_KEY`: a process
 /// that could not sign correctly must not start. Each write is conditional on the value
-/// read, so a rotation (or another process starting) at the same moment is never undone.
+/// read, so a rotation at the same moment is never undone; processes starting at once take
+/// their turns (a PostgreSQL advisory lock).
 pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
+    // One process at a time: one starting beside another that seals under a different key
+    // reads what the other sealed, and refuses, rather than each sealing half the table.
+    let _sealing = db.session_lock(SEALING_LOCK_KEY).await?;
     let mut resealed = Resealed::default();
     let mut after: Option<Uuid> = None;
     loop {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use courier::crypto::sealing::SecretKeys;
-use courier::service::sealing::seal_at_rest;
+use courier::service::sealing::{seal_at_rest, SEALING_LOCK_KEY};
 use rand::RngCore as _;
 use serde_json::json;
 
@@ -209,4 +209,59 @@ async fn serve_refuses_to_start_when_a_stored_secret_cannot_be_decrypted() {
             "{wrong:?}: {stderr}"
         );
     }
+}
+
+/// Processes starting at once take turns at sealing: one with a different key that starts
+/// while another seals waits for it, then reads what it sealed and refuses, rather than
+/// each sealing the secrets it read first (which left half the table under each key, and
+/// both processes running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_starting_at_once_take_turns_at_sealing() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (id, secret) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    app.stop().await;
+    let (theirs, ours) = (
+        SecretKeys::parse(&new_key()).unwrap(),
+        SecretKeys::parse(&new_key()).unwrap(),
+    );
+
+    // Another process is sealing: it holds the lock, and seals under its own key.
+    let other = db.connect(2).await;
+    let sealing = other
+        .session_lock(SEALING_LOCK_KEY)
+        .await
+        .expect("the lock")
+        .expect("PostgreSQL");
+    let starting = tokio::spawn({
+        let pool = db.connect(2).await;
+        async move { seal_at_rest(&pool, &ours).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!starting.is_finished(), "the second process waits its turn");
+    let id = uuid::Uuid::parse_str(&id).unwrap();
+    let sealed = theirs.seal(id, &secret).unwrap();
+    rows(
+        &other,
+        &format!("UPDATE endpoints SET signing_secret = '{sealed}' WHERE id = '{id}'"),
+        vec![],
+    )
+    .await;
+    drop(sealing);
+
+    let refused = tokio::time::timeout(Duration::from_secs(10), starting)
+        .await
+        .expect("its turn comes")
+        .expect("the task ran")
+        .expect_err("it cannot open what the other sealed");
+    let text = courier::error::error_chain(&refused);
+    assert!(text.contains("COURIER_ENCRYPTION_KEY"), "{text}");
+    assert_eq!(
+        stored_secrets_of(&other).await,
+        sealed,
+        "nothing was sealed twice"
+    );
 }
