@@ -146,7 +146,39 @@ const CLOSE_POOLS_WITHIN: std::time::Duration = std::time::Duration::from_secs(2
 
 async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), CommandError> {
     config.check().map_err(CommandError::Settings)?;
+    // Listening for SIGTERM from the first moment (before saying it starts): one during
+    // start-up stops it, exit 0.
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone(), terminate_signal()));
     tracing::info!(database = %db::location(&database.database_url), "starting");
+    let start = start(database, &config);
+    let (db, listener) = tokio::select! {
+        started = start => started?,
+        () = shutdown.cancelled() => {
+            tracing::info!("stopped before serving");
+            return Ok(());
+        }
+    };
+    App::new(db.clone(), config, shutdown)
+        .serve(listener)
+        .await?;
+    match tokio::time::timeout(CLOSE_POOLS_WITHIN, db.close()).await {
+        Ok(closed) => closed?,
+        Err(_) => tracing::warn!(
+            "database connections still in use {}s after the service stopped; exiting without them",
+            CLOSE_POOLS_WITHIN.as_secs()
+        ),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// What `serve` does before it serves: warnings about the settings, the database opened and
+/// migrated, its secrets checked and sealed, the address bound.
+async fn start(
+    database: &DatabaseArgs,
+    config: &ServeArgs,
+) -> Result<(Db, TcpListener), CommandError> {
     if config.allow_private_destinations {
         tracing::warn!(
             "COURIER_ALLOW_PRIVATE_DESTINATIONS is on: webhooks may reach loopback, private and \
@@ -178,20 +210,7 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
                 _ => err.to_string(),
             },
         })?;
-    let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
-    App::new(db.clone(), config, shutdown)
-        .serve(listener)
-        .await?;
-    match tokio::time::timeout(CLOSE_POOLS_WITHIN, db.close()).await {
-        Ok(closed) => closed?,
-        Err(_) => tracing::warn!(
-            "database connections still in use {}s after the service stopped; exiting without them",
-            CLOSE_POOLS_WITHIN.as_secs()
-        ),
-    }
-    tracing::info!("stopped");
-    Ok(())
+    Ok((db, listener))
 }
 
 async fn create_api_key(
@@ -312,7 +331,22 @@ fn print_stdout(text: &str) -> std::io::Result<()> {
 }
 
 /// Cancels `shutdown` on SIGTERM or Ctrl-C.
-async fn cancel_on_signal(shutdown: CancellationToken) {
+/// SIGTERM, listened for from now on (so it no longer ends the process by default), or
+/// why it cannot be.
+#[cfg(unix)]
+type Terminate = std::io::Result<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Terminate = ();
+
+/// Starts listening for SIGTERM at once (see [`Terminate`]).
+fn terminate_signal() -> Terminate {
+    #[cfg(unix)]
+    {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    }
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken, terminate: Terminate) {
     let ctrl_c = async {
         if let Err(err) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %err, "cannot listen for Ctrl-C");
@@ -321,7 +355,7 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
     };
     #[cfg(unix)]
     let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        match terminate {
             Ok(mut signal) => {
                 signal.recv().await;
             }
@@ -332,7 +366,10 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
         }
     };
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
+    let terminate = {
+        let () = terminate;
+        std::future::pending::<()>()
+    };
     let signal = tokio::select! {
         () = ctrl_c => "Ctrl-C",
         () = terminate => "SIGTERM",

@@ -405,3 +405,58 @@ async fn sigterm_with_the_database_unreachable_exits_within_its_deadline() {
     all_delivered(&api, SUBMISSIONS, Duration::from_secs(40)).await;
     assert_eq!(terminate(second, Duration::from_secs(10)).await, Some(0));
 }
+
+/// SIGTERM during start-up (here while another process holds the start-up's sealing turn)
+/// stops it cleanly: exit 0, saying so, rather than the signal's default end (exit 143).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_start_up_exits_0() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let other = db.connect(1).await;
+    let held = other
+        .session_lock(courier::service::sealing::SEALING_LOCK_KEY)
+        .await
+        .expect("the lock")
+        .expect("PostgreSQL");
+    let mut child = courier_command(&db.url)
+        .args(["serve"])
+        .env("COURIER_BIND", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn courier serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (said, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = said.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|line: &String| line.contains("\"starting\""))
+    {
+        let line = lines
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("it says it starts: {seen:?}"));
+        seen.push(line);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        terminate(child, Duration::from_secs(10)).await,
+        Some(0),
+        "SIGTERM during start-up exits 0"
+    );
+    // Everything it wrote, to the end of its stderr.
+    seen.extend(lines.iter());
+    assert!(
+        seen.iter()
+            .any(|line| line.contains("stopped before serving")),
+        "{seen:?}"
+    );
+    drop(held);
+}
