@@ -120,12 +120,14 @@ impl Phase {
     }
 }
 
+/// How long the last message and the close frame may take to go out.
+const FAREWELL_WITHIN: Duration = Duration::from_secs(1);
+
 /// How the socket ends.
 enum Ending {
     /// With this close frame, after an optional last text message.
     Close(Option<String>, CloseFrame),
-    /// Without a close frame of ours (the client left, or the process is stopping), for
-    /// this reason.
+    /// Without a close frame of ours (the client left), for this reason.
     Drop(&'static str),
 }
 
@@ -202,7 +204,12 @@ impl Session {
             tokio::select! {
                 // Settle the init before reading what the session sent after it.
                 biased;
-                () = shutdown.cancelled() => break Ending::Drop("the server is shutting down"),
+                // 1001 Going Away: a client tells a shutdown from a network failure, and
+                // may reconnect to another process at once.
+                () = shutdown.cancelled() => break Ending::Close(None, CloseFrame {
+                    code: close_code::AWAY,
+                    reason: "the server is shutting down".into(),
+                }),
                 Ok(close) = &mut violation => break Ending::Close(None, close),
                 settled = &mut init, if awaiting_init => {
                     phase = match settled {
@@ -257,10 +264,14 @@ impl Session {
         match ending {
             Ending::Close(last, close) => {
                 tracing::info!(protocol, code = close.code, reason = %close.reason, duration_ms, "WebSocket closed");
-                if let Some(last) = last {
-                    let _ = outgoing.send(Message::Text(last.into())).await;
-                }
-                let _ = outgoing.send(Message::Close(Some(fitted(close)))).await;
+                // A client that reads nothing must not hold the socket (or a shutdown) open.
+                let farewell = async {
+                    if let Some(last) = last {
+                        let _ = outgoing.send(Message::Text(last.into())).await;
+                    }
+                    let _ = outgoing.send(Message::Close(Some(fitted(close)))).await;
+                };
+                let _ = tokio::time::timeout(FAREWELL_WITHIN, farewell).await;
             }
             Ending::Drop(reason) => {
                 tracing::info!(protocol, reason, duration_ms, "WebSocket closed");

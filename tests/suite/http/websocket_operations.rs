@@ -1,10 +1,13 @@
 //! How an operation on a GraphQL WebSocket ends, on both protocols: refused before it runs,
 //! with one `error` message and no `complete`; completed by the client, with nothing more
-//! sent for it, so its id can be reused at once.
+//! sent for it, so its id can be reused at once; and how the socket ends when the process
+//! shuts down.
+
+use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::websocket::{initialised, next, send, subscribed, Socket};
+use crate::support::websocket::{initialised, next, send, subscribed, until_closed, Socket};
 use crate::support::{Backend, TestApp, TestDb};
 
 const QUERY: &str = "{ endpoints { edges { node { id } } } }";
@@ -102,4 +105,25 @@ async fn an_operation_the_client_completed_gets_nothing_more() {
     .expect("an answer to the ping");
     assert_eq!(pong["type"], "pong", "{pong}");
     assert_eq!(app.state.metrics.active_subscriptions.get(), 0);
+}
+
+/// Both protocols: a process that shuts down closes its WebSockets with 1001 Going Away,
+/// so a client tells a shutdown from a dropped connection and may reconnect elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_closes_sockets_with_going_away() {
+    for (protocol, start) in [
+        ("graphql-transport-ws", "subscribe"),
+        ("graphql-ws", "start"),
+    ] {
+        let db = TestDb::new(Backend::Sqlite).await;
+        let app = TestApp::spawn(&db).await;
+        let admin = app.admin_token().await;
+        let mut socket = initialised(&app, protocol, &admin).await;
+        let watching = "subscription { deliveryStateChanged { state } }";
+        subscribed(&app, &mut socket, start, "s", watching, 1).await;
+        let stopping = tokio::spawn(app.stop());
+        let (_, close) = until_closed(&mut socket, Duration::from_secs(10)).await;
+        assert_eq!(close.map(|(code, _)| code), Some(1001), "{protocol}");
+        stopping.await.expect("stopped");
+    }
 }
