@@ -35,6 +35,10 @@ pub enum SecretError {
     /// No configured key opens the secret (wrong key, or the key that sealed it was removed).
     #[error("a stored signing secret cannot be decrypted with any key of {ENV} (it was sealed by key {0})")]
     Undecryptable(String),
+    /// The key that sealed the secret is configured, yet it does not open it: the value was
+    /// sealed for another endpoint (copied between rows) or altered.
+    #[error("a stored signing secret does not open with key {0}, which sealed it: it was sealed for another endpoint, or altered")]
+    NotThisEndpoints(String),
     /// The stored value is neither a secret nor a sealed one.
     #[error("a stored signing secret is malformed")]
     Malformed,
@@ -153,6 +157,9 @@ impl SecretKeys {
                 return String::from_utf8(plain).map_err(|_| SecretError::Malformed);
             }
         }
+        if self.keys.iter().any(|key| key.id == id) {
+            return Err(SecretError::NotThisEndpoints(id.to_owned()));
+        }
         Err(SecretError::Undecryptable(id.to_owned()))
     }
 
@@ -204,10 +211,12 @@ mod tests {
         assert!(!sealed.contains(&secret));
         assert_ne!(keys.seal(endpoint, &secret).unwrap(), sealed, "fresh nonce");
         assert_eq!(keys.open(endpoint, &sealed).unwrap(), secret);
-        assert!(matches!(
-            keys.open(Uuid::now_v7(), &sealed),
-            Err(SecretError::Undecryptable(_))
-        ));
+        // Copied to another endpoint: the key that sealed it is known, and says so.
+        let copied = keys.open(Uuid::now_v7(), &sealed);
+        assert!(
+            matches!(copied, Err(SecretError::NotThisEndpoints(_))),
+            "{copied:?}"
+        );
         // Any listed key opens; only the first seals.
         let rotated = SecretKeys::parse(&format!("{},{first}", key())).unwrap();
         assert_eq!(rotated.open(endpoint, &sealed).unwrap(), secret);

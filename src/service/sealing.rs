@@ -60,7 +60,12 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
                 (endpoint::Column::PreviousSigningSecret, previous.as_ref()),
             ] {
                 let Some(stored) = stored else { continue };
-                let plain = keys.open(*id, stored).map_err(Error::Secret)?;
+                let plain = keys.open(*id, stored).map_err(|err| {
+                    // Which row, for the operator: the error itself names the setting.
+                    tracing::error!(endpoint_id = %id, column = ?column, error = %err,
+                        "an endpoint's signing secret cannot be opened");
+                    Error::Secret(err)
+                })?;
                 if !keys.needs_resealing(stored) {
                     continue;
                 }
