@@ -6,6 +6,7 @@ mod cli;
 mod clock_skew;
 mod database_outage;
 mod first_run;
+mod logs;
 mod stalled_log;
 mod toolchain;
 mod tracing;

@@ -2,8 +2,9 @@
 //! wall clock shifted by libfaketime).
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use courier::auth::{self, Role};
 use serde_json::{json, Value};
@@ -199,4 +200,68 @@ pub async fn admin_token(db: &TestDb) -> String {
         .token;
     pool.close().await.expect("close");
     token
+}
+
+/// `courier` with plain-text logs (as a newcomer sees them) on `database_url`.
+pub fn plain_courier(database_url: &str) -> Command {
+    let mut command = Command::new(COURIER);
+    command
+        .env("DATABASE_URL", database_url)
+        .env("COURIER_LOG_FORMAT", "text")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs a command expected to stop by itself, killing it if it does not within 30 s.
+pub fn run_to_end(mut command: Command) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn courier");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// The single line of stderr that reports the failure; fails unless the command failed and
+/// said so exactly once, on one line, with no PostgreSQL source-line noise.
+pub fn fatal_line(output: &Output) -> String {
+    assert!(!output.status.success(), "the command failed");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("error:") || line.contains("ERROR"))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {stderr}");
+    assert!(
+        !stderr.contains(" at line "),
+        "no server source lines: {stderr}"
+    );
+    errors[0].to_owned()
+}
+
+/// A directory of its own under the system temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new, empty one.
+    pub fn new() -> TempDir {
+        let path = std::env::temp_dir().join(format!("courier-first-run-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
