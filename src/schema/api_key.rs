@@ -12,7 +12,7 @@ use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::tenant::Tenant;
 use crate::auth;
-use crate::service::pagination::PageRequest;
+use crate::service::pagination::{Listed, PageRequest};
 
 /// What an API key may do.
 #[derive(Enum, Copy, Clone, Debug, Eq, PartialEq)]
@@ -125,9 +125,15 @@ impl ApiKeyQuery {
         first: Option<i32>,
         after: Option<String>,
     ) -> ApiResult<Connection<String, ApiKey>> {
-        let request = PageRequest::new(first, after.as_deref())?;
+        let request = PageRequest::new(Listed::ApiKeys, first, after.as_deref())?;
         let page = state(ctx)?.api_keys.list(caller(ctx)?, request).await?;
-        Ok(relay_page(page, &request, |row| row.id, ApiKey))
+        Ok(relay_page(
+            Listed::ApiKeys,
+            page,
+            &request,
+            |row| row.id,
+            ApiKey,
+        ))
     }
 }
 

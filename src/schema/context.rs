@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use crate::auth::Identity;
 use crate::error::Error;
-use crate::service::pagination::{encode_cursor, Page, PageRequest};
+use crate::service::pagination::{encode_cursor, Listed, Page, PageRequest};
 use crate::state::AppState;
 
 /// The caller of this request; every operation needs one.
@@ -45,8 +45,10 @@ pub fn missing(what: &str) -> Error {
     )))
 }
 
-/// One keyset page as a Relay connection: each row wrapped as a node, with its cursor.
+/// One keyset page of `listed` as a Relay connection: each row wrapped as a node, with its
+/// cursor.
 pub fn relay_page<T, N: async_graphql::OutputType>(
+    listed: Listed,
     page: Page<T>,
     request: &PageRequest,
     id_of: impl Fn(&T) -> Uuid,
@@ -56,7 +58,7 @@ pub fn relay_page<T, N: async_graphql::OutputType>(
     connection.edges.extend(
         page.items
             .into_iter()
-            .map(|row| Edge::new(encode_cursor(id_of(&row)), node(row))),
+            .map(|row| Edge::new(encode_cursor(listed, id_of(&row)), node(row))),
     );
     connection
 }

@@ -16,7 +16,7 @@ use super::loaders::Selected;
 use super::submission::Submission;
 use crate::db::Progress;
 use crate::service::deliveries::{DeliveryFilter as Filter, ReplayFilter as Replay};
-use crate::service::pagination::PageRequest;
+use crate::service::pagination::{Listed, PageRequest};
 
 /// Where a delivery stands.
 #[derive(Enum, Copy, Clone, Debug, Eq, PartialEq)]
@@ -202,7 +202,7 @@ pub async fn delivery_page(
     first: Option<i32>,
     after: Option<String>,
 ) -> ApiResult<Connection<String, Delivery>> {
-    let request = PageRequest::new(first, after.as_deref())?;
+    let request = PageRequest::new(Listed::Deliveries, first, after.as_deref())?;
     let page = state(ctx)?
         .deliveries
         .list(caller(ctx)?, filter, request)
@@ -210,7 +210,13 @@ pub async fn delivery_page(
     loaders(ctx)?
         .prime_deliveries(&page.items, &Selected::of_delivery_nodes(ctx))
         .await?;
-    Ok(relay_page(page, &request, |row| row.id, Delivery))
+    Ok(relay_page(
+        Listed::Deliveries,
+        page,
+        &request,
+        |row| row.id,
+        Delivery,
+    ))
 }
 
 /// Delivery queries.

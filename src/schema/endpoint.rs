@@ -11,7 +11,7 @@ use super::loaders::Selected;
 use super::tenant::Tenant;
 use crate::service::endpoints::{EndpointPatch, NewEndpoint};
 use crate::service::event_types;
-use crate::service::pagination::PageRequest;
+use crate::service::pagination::{Listed, PageRequest};
 use crate::service::recent_health;
 
 /// A webhook destination (wraps the stored row).
@@ -248,7 +248,7 @@ pub async fn endpoint_page(
     first: Option<i32>,
     after: Option<String>,
 ) -> ApiResult<Connection<String, Endpoint>> {
-    let request = PageRequest::new(first, after.as_deref())?;
+    let request = PageRequest::new(Listed::Endpoints, first, after.as_deref())?;
     let page = state(ctx)?
         .endpoints
         .list(caller(ctx)?, tenant, request)
@@ -257,7 +257,13 @@ pub async fn endpoint_page(
         let ids = page.items.iter().map(|row| row.id);
         loaders(ctx)?.counts.load_many(ids).await?;
     }
-    Ok(relay_page(page, &request, |row| row.id, Endpoint))
+    Ok(relay_page(
+        Listed::Endpoints,
+        page,
+        &request,
+        |row| row.id,
+        Endpoint,
+    ))
 }
 
 /// Endpoint queries.

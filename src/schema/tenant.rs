@@ -9,7 +9,7 @@ use entity::tenant;
 use super::context::{caller, parse_id, relay_page, state};
 use super::endpoint::{endpoint_page, Endpoint};
 use super::error::ApiResult;
-use crate::service::pagination::PageRequest;
+use crate::service::pagination::{Listed, PageRequest};
 
 /// A customer whose endpoints are grouped together (wraps the stored row).
 pub struct Tenant(pub tenant::Model);
@@ -83,9 +83,15 @@ impl TenantQuery {
         first: Option<i32>,
         after: Option<String>,
     ) -> ApiResult<Connection<String, Tenant>> {
-        let request = PageRequest::new(first, after.as_deref())?;
+        let request = PageRequest::new(Listed::Tenants, first, after.as_deref())?;
         let page = state(ctx)?.tenants.list(caller(ctx)?, request).await?;
-        Ok(relay_page(page, &request, |row| row.id, Tenant))
+        Ok(relay_page(
+            Listed::Tenants,
+            page,
+            &request,
+            |row| row.id,
+            Tenant,
+        ))
     }
 }
 

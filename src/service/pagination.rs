@@ -14,6 +14,32 @@ pub const MAX_PAGE_SIZE: usize = 100;
 /// Prefix inside every cursor, so cursors can change shape later without ambiguity.
 const CURSOR_VERSION: &str = "v1:";
 
+/// Which listing a cursor belongs to: a cursor of one is refused by another, rather than
+/// answered with a page that means nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// `endpoints`, and a tenant's.
+    Endpoints,
+    /// `deliveries`, and an event's.
+    Deliveries,
+    /// `apiKeys`.
+    ApiKeys,
+    /// `tenants`.
+    Tenants,
+}
+
+impl Listed {
+    /// The mark a cursor of this listing carries.
+    fn mark(self) -> &'static str {
+        match self {
+            Listed::Endpoints => "e:",
+            Listed::Deliveries => "d:",
+            Listed::ApiKeys => "k:",
+            Listed::Tenants => "t:",
+        }
+    }
+}
+
 /// A validated page request: how many rows, and the id to continue after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageRequest {
@@ -24,8 +50,8 @@ pub struct PageRequest {
 }
 
 impl PageRequest {
-    /// Validates the Relay `first` / `after` arguments.
-    pub fn new(first: Option<i32>, after: Option<&str>) -> Result<Self> {
+    /// Validates the Relay `first` / `after` arguments of a page of `listed`.
+    pub fn new(listed: Listed, first: Option<i32>, after: Option<&str>) -> Result<Self> {
         let first = match first {
             None => DEFAULT_PAGE_SIZE,
             Some(n) if n < 0 => return Err(Error::bad_input("first must not be negative")),
@@ -36,7 +62,9 @@ impl PageRequest {
             }
             Some(n) => n as usize,
         };
-        let after = after.map(decode_cursor).transpose()?;
+        let after = after
+            .map(|cursor| decode_cursor(listed, cursor))
+            .transpose()?;
         Ok(PageRequest { first, after })
     }
 
@@ -77,17 +105,23 @@ impl<T> Page<T> {
     }
 }
 
-/// The opaque cursor for a row id.
-pub fn encode_cursor(id: Uuid) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}{id}"))
+/// The opaque cursor for a row id of `listed`.
+pub fn encode_cursor(listed: Listed, id: Uuid) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}{}{id}", listed.mark()))
 }
 
-/// Reads a cursor made by [`encode_cursor`]; anything else is `BAD_USER_INPUT`.
-pub fn decode_cursor(cursor: &str) -> Result<Uuid> {
+/// Reads a cursor made by [`encode_cursor`] for `listed` (or, from before cursors were
+/// marked, for any listing); anything else is `BAD_USER_INPUT`.
+pub fn decode_cursor(listed: Listed, cursor: &str) -> Result<Uuid> {
     let invalid = || Error::bad_input("after is not a valid cursor");
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
     let text = std::str::from_utf8(&bytes).map_err(|_| invalid())?;
     let id = text.strip_prefix(CURSOR_VERSION).ok_or_else(invalid)?;
+    let id = match id.split_once(':') {
+        Some((mark, id)) if format!("{mark}:") == listed.mark() => id,
+        Some(_) => return Err(Error::bad_input("after is a cursor of another listing")),
+        None => id,
+    };
     Uuid::parse_str(id).map_err(|_| invalid())
 }
 
@@ -98,27 +132,44 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
         let id = Uuid::now_v7();
-        assert_eq!(decode_cursor(&encode_cursor(id)).ok(), Some(id));
+        let cursor = encode_cursor(Listed::Deliveries, id);
+        assert_eq!(decode_cursor(Listed::Deliveries, &cursor).ok(), Some(id));
+        // Another listing's cursor is refused, saying so.
+        let foreign = decode_cursor(Listed::Endpoints, &cursor).map_err(|err| err.to_string());
+        assert_eq!(
+            foreign,
+            Err("after is a cursor of another listing".to_owned())
+        );
+        // A cursor from before they were marked still reads.
+        let unmarked = URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}{id}"));
+        assert_eq!(decode_cursor(Listed::Tenants, &unmarked).ok(), Some(id));
         for garbage in [
             "",
             "!!!",
             "djE6bm90LWEtdXVpZA",
             &URL_SAFE_NO_PAD.encode(id.to_string()),
         ] {
-            assert!(decode_cursor(garbage).is_err(), "{garbage} accepted");
+            assert!(
+                decode_cursor(Listed::Deliveries, garbage).is_err(),
+                "{garbage} accepted"
+            );
         }
     }
 
     #[test]
     fn page_sizes_are_bounded() {
         assert_eq!(
-            PageRequest::new(None, None).map(|p| p.first).ok(),
+            PageRequest::new(Listed::Endpoints, None, None)
+                .map(|p| p.first)
+                .ok(),
             Some(DEFAULT_PAGE_SIZE)
         );
-        assert!(PageRequest::new(Some(-1), None).is_err());
-        assert!(PageRequest::new(Some(MAX_PAGE_SIZE as i32 + 1), None).is_err());
+        assert!(PageRequest::new(Listed::Endpoints, Some(-1), None).is_err());
+        assert!(PageRequest::new(Listed::Endpoints, Some(MAX_PAGE_SIZE as i32 + 1), None).is_err());
         assert_eq!(
-            PageRequest::new(Some(0), None).map(|p| p.first).ok(),
+            PageRequest::new(Listed::Endpoints, Some(0), None)
+                .map(|p| p.first)
+                .ok(),
             Some(0)
         );
     }

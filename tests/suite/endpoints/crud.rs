@@ -168,6 +168,28 @@ async fn listing_pages_with_keyset_cursors(backend: Backend) {
     assert_eq!(pages, 3);
     assert_eq!(seen, created, "every endpoint once, in creation order");
 
+    // An endpoints cursor given to another listing is refused, not answered with nothing.
+    let first_page = app.graphql(&admin, query, json!({ "after": null })).await;
+    let cursor = first_page["data"]["endpoints"]["pageInfo"]["endCursor"].clone();
+    let foreign = app
+        .graphql(
+            &admin,
+            "query($after: String) { deliveries(after: $after) { edges { cursor } } }",
+            json!({ "after": cursor }),
+        )
+        .await;
+    assert_eq!(
+        gql_error_code(&foreign),
+        Some("BAD_USER_INPUT"),
+        "{foreign}"
+    );
+    assert!(
+        foreign["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("another listing")),
+        "{foreign}"
+    );
+
     for (first, after) in [
         (json!(101), json!(null)),
         (json!(-1), json!(null)),
