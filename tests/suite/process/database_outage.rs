@@ -376,9 +376,8 @@ async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() 
     )
     .await;
     // An operator on the server's own database: a database cannot refuse its own session.
-    let (server, name) = db.url.rsplit_once('/').expect("a database URL");
-    let name = name.split('?').next().unwrap_or(name).to_owned();
-    let operator = Db::connect(&format!("{server}/postgres"), 1)
+    let (server, name) = db.on_server().expect("PostgreSQL");
+    let operator = Db::connect(server, 1)
         .await
         .expect("the server's own database");
     let allow = |allowed: bool| format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {allowed}");

@@ -31,6 +31,16 @@ enum Cleanup {
 }
 
 impl TestDb {
+    /// The PostgreSQL server's own URL and this database's name (`None` on SQLite): for
+    /// an operator's session outside the database, which can change what the database
+    /// itself cannot (refuse connections, say).
+    pub fn on_server(&self) -> Option<(&str, &str)> {
+        match &self.cleanup {
+            Cleanup::PostgresDatabase { server_url, name } => Some((server_url, name)),
+            Cleanup::SqliteFile(_) => None,
+        }
+    }
+
     /// Creates an empty database and applies the migrations to it.
     pub async fn new(backend: Backend) -> TestDb {
         let test_db = Self::new_unmigrated(backend).await;
