@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::app::App;
 use sea_orm::ActiveEnum as _;
 
+use super::signals;
 use crate::auth::{self, RevokeOutcome};
 use crate::config::{
     ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, ServeArgs, TenantCommand,
@@ -149,7 +150,10 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
     // Listening for SIGTERM from the first moment (before saying it starts): one during
     // start-up stops it, exit 0.
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone(), terminate_signal()));
+    tokio::spawn(signals::cancel_on_signal(
+        shutdown.clone(),
+        signals::terminate_signal(),
+    ));
     tracing::info!(database = %db::location(&database.database_url), "starting");
     let start = start(database, &config);
     let (db, listener) = tokio::select! {
@@ -328,52 +332,4 @@ fn print_stdout(text: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", text.trim_end())?;
     stdout.flush()
-}
-
-/// Cancels `shutdown` on SIGTERM or Ctrl-C.
-/// SIGTERM, listened for from now on (so it no longer ends the process by default), or
-/// why it cannot be.
-#[cfg(unix)]
-type Terminate = std::io::Result<tokio::signal::unix::Signal>;
-#[cfg(not(unix))]
-type Terminate = ();
-
-/// Starts listening for SIGTERM at once (see [`Terminate`]).
-fn terminate_signal() -> Terminate {
-    #[cfg(unix)]
-    {
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    }
-}
-
-async fn cancel_on_signal(shutdown: CancellationToken, terminate: Terminate) {
-    let ctrl_c = async {
-        if let Err(err) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %err, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match terminate {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = {
-        let () = terminate;
-        std::future::pending::<()>()
-    };
-    let signal = tokio::select! {
-        () = ctrl_c => "Ctrl-C",
-        () = terminate => "SIGTERM",
-    };
-    shutdown.cancel();
-    tracing::info!(signal, "shutting down");
 }

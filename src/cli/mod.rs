@@ -2,3 +2,4 @@
 
 pub mod commands;
 pub mod fatal;
+mod signals;

@@ -70,10 +70,12 @@ impl std::fmt::Debug for SecretKeys {
 impl SecretKeys {
     /// Parses `COURIER_ENCRYPTION_KEY`: comma-separated base64 of 32 bytes each.
     pub fn parse(value: &str) -> Result<Self, SecretError> {
-        let mut keys = Vec::new();
+        let mut keys: Vec<Key> = Vec::new();
         for (n, part) in value.split(',').map(str::trim).enumerate() {
+            // An empty entry is a list put together from a setting that was unset
+            // (`$NEW,$OLD`): the keys meant are not the keys given.
             if part.is_empty() {
-                continue;
+                return Err(SecretError::BadKey(format!("key {} is empty", n + 1)));
             }
             let bytes = STANDARD
                 .decode(part)
@@ -87,13 +89,15 @@ impl SecretKeys {
             }
             let cipher = XChaCha20Poly1305::new_from_slice(&bytes)
                 .map_err(|_| SecretError::BadKey(format!("key {} is unusable", n + 1)))?;
-            keys.push(Key {
-                id: key_id(&bytes),
-                cipher,
-            });
-        }
-        if keys.is_empty() {
-            return Err(SecretError::BadKey("no key given".into()));
+            let id = key_id(&bytes);
+            if let Some(first) = keys.iter().position(|key| key.id == id) {
+                return Err(SecretError::BadKey(format!(
+                    "key {} repeats key {}",
+                    n + 1,
+                    first + 1
+                )));
+            }
+            keys.push(Key { id, cipher });
         }
         Ok(SecretKeys { keys })
     }
@@ -247,5 +251,24 @@ mod tests {
         }
         let debug = format!("{:?}", SecretKeys::parse(&key()).unwrap());
         assert!(debug.contains("ids"), "{debug}");
+    }
+
+    /// A list put together from an unset setting (`$NEW,$OLD`), or naming one key twice,
+    /// is not the list meant: refused, saying which entry, never echoing a key.
+    #[test]
+    fn empty_and_repeated_entries_are_refused() {
+        let (first, second) = (key(), key());
+        for (list, says) in [
+            (format!("{first},"), "key 2 is empty"),
+            (format!(",{first}"), "key 1 is empty"),
+            (format!("{first}, ,{second}"), "key 2 is empty"),
+            (format!("{first},{first}"), "key 2 repeats key 1"),
+            (format!("{first}, {second}, {first}"), "key 3 repeats key 1"),
+        ] {
+            let err = SecretKeys::parse(&list).unwrap_err().to_string();
+            assert!(err.contains(says), "{list:?}: {err}");
+            assert!(!err.contains(&first[..8]), "{err}");
+        }
+        assert!(SecretKeys::parse(&format!(" {first} , {second} ")).is_ok());
     }
 }
