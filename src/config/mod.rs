@@ -290,6 +290,13 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_WS_INIT_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub ws_init_timeout_ms: u64,
 
+    /// How often a WebSocket is pinged, in milliseconds. One that sends nothing back (no
+    /// pong, no message) for two of these, or does not take what is sent to it for as
+    /// long, is dropped and its subscriptions end: a peer gone without closing (a lost
+    /// network, a sleeping laptop) does not hold them.
+    #[arg(long, env = "COURIER_WS_PING_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub ws_ping_ms: u64,
+
     /// How long an authenticated API key is remembered, in milliseconds (0: look it up on
     /// every request). A revoked key is evicted within a second regardless.
     #[arg(long, env = "COURIER_AUTH_CACHE_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(0..=60_000))]

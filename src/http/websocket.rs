@@ -1,9 +1,12 @@
 //! `/graphql/ws`: GraphQL over WebSocket in both protocols (`graphql-transport-ws` and the
 //! legacy `graphql-ws`), authenticated by the `connection_init` payload; a missing, wrong or
 //! revoked key closes the socket with 4403, and a `graphql-transport-ws` client that breaks
-//! the protocol's rules gets the protocol's close code (see `ws_gate`).
+//! the protocol's rules gets the protocol's close code (see `ws_gate`). Sockets are pinged,
+//! and one whose peer has gone without closing is dropped.
 
 use std::str::FromStr as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_graphql::http::WebSocketProtocols;
@@ -153,6 +156,13 @@ impl Session {
         };
         let opened = Instant::now();
         tracing::info!(protocol, "WebSocket opened");
+        let ping_every = Duration::from_millis(self.state.app.config.ws_ping_ms);
+        // A peer that sends nothing back (not even a pong) for this long, or does not take
+        // what is sent to it for as long, is gone: it is dropped.
+        let gone_after = ping_every.saturating_mul(2);
+        // When the client was last heard from, in milliseconds since `opened`.
+        let heard = Arc::new(AtomicU64::new(0));
+        let hearing = heard.clone();
         let (mut outgoing, incoming) = socket.split();
         // After a revocation the client is heard no more; the session only finishes sending.
         let deaf = CancellationToken::new();
@@ -162,6 +172,7 @@ impl Session {
         let transport = gate.clone();
         let incoming = incoming
             .filter(move |message| {
+                hearing.store(millis_since(opened), Ordering::Relaxed);
                 let admitted = match (&rules, message) {
                     (Some(rules), Ok(message)) => rules.admit(message),
                     (_, Err(err)) if too_big(err) => {
@@ -198,6 +209,8 @@ impl Session {
         let shutdown = self.state.app.shutdown.clone();
         let mut phase = Phase::AwaitingInit;
         let mut session_running = true;
+        let mut ping = tokio::time::interval_at(opened + ping_every, ping_every);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
         let ending = loop {
             let awaiting_init = matches!(phase, Phase::AwaitingInit);
@@ -233,6 +246,18 @@ impl Session {
                     });
                 }
                 () = &mut session, if session_running => session_running = false,
+                _ = ping.tick() => {
+                    let last_heard = Duration::from_millis(heard.load(Ordering::Relaxed));
+                    if opened.elapsed().saturating_sub(last_heard) >= gone_after {
+                        break Ending::Drop("the client stopped answering pings");
+                    }
+                    let pinged = outgoing.send(Message::Ping(axum::body::Bytes::new()));
+                    match tokio::time::timeout(gone_after, pinged).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => break Ending::Drop("the client went away"),
+                        Err(_) => break Ending::Drop("the client stopped reading"),
+                    }
+                }
                 message = from_session.recv() => match (message, &phase) {
                     (Some(Message::Close(_)), Phase::Refused(close)) => {
                         break Ending::Close(None, close.clone());
@@ -244,8 +269,10 @@ impl Session {
                     }
                     (Some(message), _) => {
                         let Some(message) = gate.relay(message) else { continue };
-                        if outgoing.send(message).await.is_err() {
-                            break Ending::Drop("the client went away");
+                        match tokio::time::timeout(gone_after, outgoing.send(message)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) => break Ending::Drop("the client went away"),
+                            Err(_) => break Ending::Drop("the client stopped reading"),
                         }
                     }
                     // The session is over and everything it sent is out.
@@ -316,6 +343,11 @@ impl Session {
             },
         )
     }
+}
+
+/// Milliseconds from `start` to now.
+fn millis_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Whether the transport refused a message for its size (over `COURIER_MAX_BODY_BYTES`).

@@ -1,7 +1,8 @@
 //! Connection hygiene, over raw TCP as a careless or hostile client would behave: a header
 //! sent halfway is cut off after the header timeout, a kept-alive connection is closed
 //! once idle, a WebSocket that never sends `connection_init` is closed with 4408, and the
-//! connection cap answers one connection too many with 503 (WebSockets count).
+//! connection cap answers one connection too many with 503 (WebSockets count), and a
+//! WebSocket whose peer is gone without closing is dropped after two unanswered pings.
 
 use std::time::Duration;
 
@@ -9,8 +10,10 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::support::websocket::{connect, send, until_closed};
-use crate::support::{Backend, TestApp, TestDb};
+use crate::support::websocket::{
+    connect, frame_before, initialised_at, send, subscribed, until_closed, Frame,
+};
+use crate::support::{Backend, PartitionProxy, TestApp, TestDb};
 
 /// Generous bounds: these only prove the server acts, never how fast.
 const WITHIN: Duration = Duration::from_secs(10);
@@ -229,4 +232,47 @@ async fn read_first(stream: &mut TcpStream) -> String {
         .expect("an answer in time")
         .unwrap_or(0);
     String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// A WebSocket whose peer stops answering without closing (a lost network, a sleeping
+/// laptop: the connection stays open, no byte moves) is dropped once two pings go
+/// unanswered, its subscriptions ended; one whose peer answers stays open however quiet.
+#[tokio::test]
+async fn a_websocket_whose_peer_is_gone_is_dropped_after_unanswered_pings() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.ws_ping_ms = 200;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let proxy = PartitionProxy::start(&format!("http://{}", app.addr)).await;
+    let through_proxy = proxy
+        .url_for(&format!("http://{}", app.addr))
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let query = "subscription { deliveryStateChanged { deliveryId } }";
+
+    let mut answering = initialised_at(&app.addr.to_string(), "graphql-transport-ws", &admin).await;
+    subscribed(&app, &mut answering, "subscribe", "1", query, 1).await;
+    let mut gone = initialised_at(&through_proxy, "graphql-ws", &admin).await;
+    subscribed(&app, &mut gone, "start", "1", query, 2).await;
+    assert_eq!(app.state.metrics.connections_open.get(), 2);
+
+    proxy.partition();
+    crate::support::fixtures::eventually("the gone peer dropped", WITHIN, || async {
+        app.state.metrics.active_subscriptions.get() == 1
+            && app.state.metrics.connections_open.get() == 1
+    })
+    .await;
+
+    // The peer that answers (this client answers pings as it reads) was pinged all along
+    // and is still served: ten ping intervals more, and no close.
+    let quiet_until = tokio::time::Instant::now() + Duration::from_secs(2);
+    match frame_before(&mut answering, quiet_until).await {
+        None => {}
+        Some(Frame::Closed(close)) => panic!("the answering peer was closed: {close:?}"),
+        Some(Frame::Message(message)) => panic!("unexpected {message}"),
+    }
+    assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
 }

@@ -1,14 +1,10 @@
 //! The built binary, run as users run it: `schema`, `--help`, `api-key create`,
 //! `tenant create|list` and `migrate`.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
-use crate::support::fixtures::endpoint_on;
-use crate::support::fixtures::submit;
-use crate::support::process::{courier_command, spawn_serve, COURIER};
-use crate::support::receiver::slow_first_attempt;
-use crate::support::{Backend, PartitionProxy, Receiver, TestApp, TestDb};
+use crate::support::process::{courier_command, COURIER};
+use crate::support::{Backend, TestDb};
 
 #[test]
 fn schema_command_prints_the_checked_in_sdl() {

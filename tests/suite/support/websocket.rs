@@ -13,7 +13,12 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 pub async fn connect(app: &TestApp, protocol: &str) -> Socket {
-    let mut request = format!("ws://{}/graphql/ws", app.addr)
+    connect_to(&app.addr.to_string(), protocol).await
+}
+
+/// A socket speaking `protocol` to the Courier (or the proxy to one) at `addr`.
+pub async fn connect_to(addr: &str, protocol: &str) -> Socket {
+    let mut request = format!("ws://{addr}/graphql/ws")
         .into_client_request()
         .expect("request");
     request.headers_mut().insert(
@@ -30,7 +35,12 @@ pub async fn connect(app: &TestApp, protocol: &str) -> Socket {
 /// A socket speaking `protocol`, initialised with `token` in `connection_init` and
 /// acknowledged.
 pub async fn initialised(app: &TestApp, protocol: &str, token: &str) -> Socket {
-    let mut socket = connect(app, protocol).await;
+    initialised_at(&app.addr.to_string(), protocol, token).await
+}
+
+/// [`initialised`], to the Courier (or the proxy to one) at `addr`.
+pub async fn initialised_at(addr: &str, protocol: &str, token: &str) -> Socket {
+    let mut socket = connect_to(addr, protocol).await;
     let init = serde_json::json!({ "type": "connection_init",
                                    "payload": { "Authorization": format!("Bearer {token}") } });
     send(&mut socket, init).await;
