@@ -1,11 +1,16 @@
 // One GraphQL subscription over `graphql-transport-ws`, kept alive: it reconnects with
-// backoff, answers pings, and asks the page to re-read whatever it may have missed (after
-// every (re)connection and after SUBSCRIPTION_LAGGED), reporting each step as a status.
+// backoff, answers pings, pings a quiet connection and replaces one that stays silent (a
+// connection can die without closing: a lost network, a laptop asleep), and asks the page
+// to re-read whatever it may have missed (after every (re)connection and after
+// SUBSCRIPTION_LAGGED), reporting each step as a status.
 "use strict";
 
 /** The close code Courier gives a missing, wrong or revoked key. */
 const KEY_REFUSED = 4403;
 const MAX_BACKOFF_MS = 15000;
+/** With nothing heard for this long the client pings; with nothing for twice as long (not
+ * even the pong), the connection is taken for dead and replaced. */
+const QUIET_MS = 10000;
 
 /**
  * A live subscription. `onEvent(data)` gets each `next` payload's data; `onResync(reason)`
@@ -21,6 +26,8 @@ export class LiveSubscription {
     this.nextId = 1;
     this.current = null;
     this.timer = 0;
+    this.watchdog = 0;
+    this.lastHeard = 0;
     this.stopped = false;
   }
 
@@ -34,6 +41,7 @@ export class LiveSubscription {
   stop() {
     this.stopped = true;
     clearTimeout(this.timer);
+    clearInterval(this.watchdog);
     if (this.socket) {
       this.socket.onclose = null;
       this.socket.close(1000, "signed out");
@@ -53,6 +61,9 @@ export class LiveSubscription {
       return;
     }
     this.socket = socket;
+    this.lastHeard = Date.now();
+    clearInterval(this.watchdog);
+    this.watchdog = setInterval(() => this.checkAlive(socket), QUIET_MS / 2);
     socket.onopen = () => {
       socket.send(JSON.stringify({
         type: "connection_init",
@@ -62,6 +73,7 @@ export class LiveSubscription {
     socket.onmessage = (message) => this.receive(socket, message.data);
     socket.onclose = (event) => {
       if (this.socket !== socket) return;
+      clearInterval(this.watchdog);
       this.socket = null;
       this.current = null;
       if (event.code === KEY_REFUSED) {
@@ -74,6 +86,25 @@ export class LiveSubscription {
     };
   }
 
+  /** Pings `socket` once it has been quiet a while; replaces it once it stays silent. */
+  checkAlive(socket) {
+    if (this.socket !== socket) return;
+    const quiet = Date.now() - this.lastHeard;
+    if (quiet >= 2 * QUIET_MS) {
+      // No close event will come in time (the network is gone, not the server's answer):
+      // leave this socket and connect afresh.
+      clearInterval(this.watchdog);
+      socket.onclose = null;
+      socket.onmessage = null;
+      socket.close();
+      this.socket = null;
+      this.current = null;
+      this.retry();
+    } else if (quiet >= QUIET_MS && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "ping" }));
+    }
+  }
+
   retry() {
     if (this.stopped) return;
     const base = Math.min(MAX_BACKOFF_MS, 500 * 2 ** this.attempt);
@@ -84,6 +115,7 @@ export class LiveSubscription {
   }
 
   receive(socket, text) {
+    this.lastHeard = Date.now();
     let message;
     try {
       message = JSON.parse(text);

@@ -213,14 +213,38 @@ function showStatus(status, delay) {
 
 // ---------- sign-in
 
-function tokenFromFragment() {
+/** The token in the address bar's fragment, if any, taken out of it and its history entry. */
+function takeFragmentToken() {
   const token = new URLSearchParams(window.location.hash.slice(1)).get("token");
-  if (token) {
-    // Out of the address bar and the history entry; kept for this tab only.
-    history.replaceState(null, "", window.location.pathname);
-    sessionStorage.setItem(TOKEN_KEY, token);
-  }
+  if (token) history.replaceState(null, "", window.location.pathname);
+  return token;
+}
+
+/** The token to start with: the fragment's, else the one this tab kept. */
+function tokenFromFragment() {
+  const token = takeFragmentToken();
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
   return sessionStorage.getItem(TOKEN_KEY);
+}
+
+/** Another #token= link opened in this tab (only the fragment changes): sign in with it. */
+function signInFromNewFragment() {
+  const token = takeFragmentToken();
+  if (!token || token === page.token) return;
+  if (page.token) signOut();
+  signIn(token);
+}
+
+/** Why a key signed in a while ago was refused: an expired one says so. */
+function refusalMessage(fallback) {
+  const identity = page.identity;
+  if (!identity || !identity.expiresAt || Date.parse(identity.expiresAt) > Date.now() + 5000) {
+    return fallback;
+  }
+  const at = formatDateTime(identity.expiresAt);
+  return identity.tenant
+    ? `This portal link expired at ${at}: ask whoever gave it to you for a new one.`
+    : `This key expired at ${at}: sign in with another.`;
 }
 
 function showSignIn(message = "") {
@@ -233,6 +257,10 @@ function showSignIn(message = "") {
 
 function signOut(message = "") {
   sessionStorage.removeItem(TOKEN_KEY);
+  // GraphiQL's tabs and history in this tab go with the key.
+  for (const key of Object.keys(sessionStorage)) {
+    if (key.startsWith("graphiql:")) sessionStorage.removeItem(key);
+  }
   page.token = null;
   page.identity = null;
   page.tenants = new Map();
@@ -299,7 +327,7 @@ async function signIn(token) {
     onEvent: (data) => receive(data.deliveryStateChanged),
     onResync: () => reread(),
     onStatus: showStatus,
-    onFatal: (message, keyRefused) => (keyRefused ? signOut(message) : notify(message, "error")),
+    onFatal: (message, keyRefused) => (keyRefused ? signOut(refusalMessage(message)) : notify(message, "error")),
   });
   page.live.start();
   // A backstop for what changes without a delivery event: retention pruning, settings
@@ -361,6 +389,12 @@ function renderIdentity() {
     node.textContent = identity.tenant ? `${identity.tenant.name} portal`
       : identity.role === "ADMIN" ? "Admin" : "Partner";
     node.title = identity.expiresAt ? `Signed in until ${formatDateTime(identity.expiresAt)}` : "";
+  }
+  // A key that expires (a portal link's) says until when, in plain sight.
+  const until = $("key-expiry");
+  until.hidden = !(identity && identity.expiresAt);
+  until.textContent = until.hidden ? "" : `until ${formatDateTime(identity.expiresAt)}`;
+  if (identity) {
     document.title = identity.tenant ? `${identity.tenant.name}: Courier portal` : "Courier console";
   }
   $("new-endpoint").hidden = !canManage();
@@ -394,6 +428,8 @@ function endpointsQuery() {
 async function readEndpoints() {
   const generation = ++page.endpointGeneration;
   const tenantsRead = readTenants();
+  // Awaited below; if reading the endpoints fails first, its failure is that one's.
+  tenantsRead.catch(() => undefined);
   const endpoints = new Map();
   let after = null;
   let more = true;
@@ -655,7 +691,7 @@ async function reread() {
     setComplete(complete && rows.size <= FEED_CAP);
     updateFeedCount();
   } catch (err) {
-    if (err.code === "UNAUTHENTICATED") signOut("Courier refused the key: sign in again.");
+    if (err.code === "UNAUTHENTICATED") signOut(refusalMessage("Courier refused the key: sign in again."));
     else notify(`Could not read deliveries: ${err.message}`, "error");
   } finally {
     if (generation === page.readGeneration) page.touched = null;
@@ -1129,9 +1165,17 @@ function responseDetails(attempt) {
   const headers = Object.entries(attempt.responseHeaders || {})
     .map(([name, value]) => `${name}: ${value}`).join("\n");
   return el("details", { "data-response": String(attempt.number) },
-    el("summary", { text: body ? `${body.length < 4096 ? body.length : "4 KiB"} of body` : "empty body" }),
+    el("summary", { text: bodySize(body) }),
     el("pre", { class: "response-body", "aria-label": "Response body", text: body }),
     el("pre", { class: "response-headers", "aria-label": "Response headers", text: headers }));
+}
+
+/** What a stored response body's summary says: its size in bytes, or that it was cut. */
+function bodySize(body) {
+  if (!body) return "empty body";
+  const bytes = new TextEncoder().encode(body).length;
+  // Courier keeps the first 4 KiB, cut at a character's end.
+  return bytes >= 4096 - 3 ? "first 4 KiB of the body" : `${bytes} bytes of body`;
 }
 
 // ---------- wiring
@@ -1144,6 +1188,7 @@ function wire() {
     if (token) signIn(token);
   });
   $("sign-out").addEventListener("click", () => signOut());
+  window.addEventListener("hashchange", signInFromNewFragment);
   $("filter-endpoint").addEventListener("change", (event) => {
     page.filter.endpointId = event.target.value;
     renderEndpointActions();

@@ -2,6 +2,7 @@
 //! delivery or an endpoint's every failed one), scoped to the key, responsive under a
 //! stream of events.
 
+mod connection;
 mod flow_column;
 mod lines;
 mod live_views;

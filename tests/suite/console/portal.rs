@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::console::{assert_only_courier, open_console, row, row_in_state, WAIT};
+use crate::support::console::{
+    assert_only_courier, open_console, row, row_in_state, wait_live, WAIT,
+};
 use crate::support::fixtures::{delivery_id, failing_at_once, submit, wait_for_state};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestBrowser, TestDb};
@@ -229,13 +231,23 @@ async fn an_expired_portal_link_signs_the_portal_out() {
     let token = portal_token(&app, &admin, &acme, 3).await;
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &token, "").await;
+    // Until when, in plain sight.
+    let until: String = page
+        .eval("document.getElementById('key-expiry').hidden ? '' : document.getElementById('key-expiry').textContent")
+        .await;
+    assert!(until.starts_with("until "), "{until:?}");
     page.wait_for(
         "!document.getElementById('sign-in').hidden && \
-         document.getElementById('sign-in-error').textContent.includes('expired')",
-        "the sign-in form, saying the key expired",
+         document.getElementById('sign-in-error').textContent.includes('portal link expired at') && \
+         document.getElementById('sign-in-error').textContent.includes('new one')",
+        "the sign-in form, saying the portal link expired",
         WAIT,
     )
     .await;
+    let until_hidden: bool = page
+        .eval("document.getElementById('key-expiry').hidden")
+        .await;
+    assert!(until_hidden, "signed out, no expiry shown");
     let kept: bool = page
         .eval("sessionStorage.getItem('courier.token') !== null")
         .await;
@@ -250,5 +262,42 @@ async fn an_expired_portal_link_signs_the_portal_out() {
         WAIT,
     )
     .await;
+    browser.close().await;
+}
+
+/// A portal link opened in a tab where the console is signed in (only the fragment
+/// changes, so the page does not load again) signs in with the link's key, and its token
+/// leaves the address bar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_link_opened_in_a_signed_in_tab_signs_in_with_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (acme, _) = tenant_with_endpoint(&app, &admin, "Acme", &receiver, "acme").await;
+    let token = portal_token(&app, &admin, &acme, 600).await;
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &admin, "").await;
+    page.wait_for(
+        "document.getElementById('identity').textContent === 'Admin'",
+        "the admin signed in",
+        WAIT,
+    )
+    .await;
+
+    let _: bool = page
+        .eval(&format!("(location.hash = '#token={token}', true)"))
+        .await;
+    page.wait_for(
+        "document.getElementById('identity').textContent === 'Acme portal'",
+        "the link's key signed in",
+        WAIT,
+    )
+    .await;
+    wait_live(&page).await;
+    let href: String = page.eval("location.href").await;
+    assert_eq!(href, app.url("/"), "the token left the address bar");
+    let kept: String = page.eval("sessionStorage.getItem('courier.token')").await;
+    assert_eq!(kept, token, "the tab keeps the link's key");
     browser.close().await;
 }
