@@ -14,7 +14,7 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 pub struct HttpLabels {
     /// Route pattern (`/graphql`, ...), or `unmatched`.
     pub route: String,
-    /// HTTP method.
+    /// HTTP method: one HTTP defines by name, or `other`.
     pub method: String,
     /// Response status code.
     pub status: u16,

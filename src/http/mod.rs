@@ -156,6 +156,25 @@ async fn metrics(State(state): State<HttpState>) -> Response {
     }
 }
 
+/// A request's method as a metric label: the methods HTTP defines by name, anything else
+/// `other` (a client may send any token as a method, and every label value is a series
+/// kept for the life of the process).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::CONNECT => "CONNECT",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::PATCH => "PATCH",
+        _ => "other",
+    }
+}
+
 /// Counts every request by route and status, and times it.
 async fn record_request(State(state): State<HttpState>, request: Request, next: Next) -> Response {
     let route = request
@@ -163,7 +182,7 @@ async fn record_request(State(state): State<HttpState>, request: Request, next: 
         .get::<MatchedPath>()
         .map(|path| path.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method()).to_owned();
     let started = Instant::now();
     let response = next.run(request).await;
     let metrics = &state.app.metrics;

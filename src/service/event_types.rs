@@ -1,7 +1,11 @@
 //! Event type names (`order.paid`) and an endpoint's subscription to them: what is a valid
-//! type, and how a subscription list is stored (a JSON array; empty means every type).
+//! type, how a subscription list is stored (a JSON array; empty means every type), and
+//! what a type looks like to a reader (its skeleton), so that a reserved prefix cannot be
+//! imitated.
 
 use serde_json::Value;
+use unicode_normalization::UnicodeNormalization as _;
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory as _};
 
 use crate::error::{Error, Result};
 
@@ -10,7 +14,8 @@ pub const MAX_EVENT_TYPE_CHARS: usize = 255;
 /// Most event types one endpoint may subscribe to.
 pub const MAX_SUBSCRIBED_TYPES: usize = 100;
 
-/// Checks one event type: 1 to 255 characters, no whitespace or control characters.
+/// Checks one event type: 1 to 255 characters, no whitespace or control characters
+/// (invisible formatting characters included: a zero-width space, a direction override).
 pub fn validate(event_type: &str) -> Result<String> {
     let chars = event_type.chars().count();
     if chars == 0 || chars > MAX_EVENT_TYPE_CHARS {
@@ -18,15 +23,27 @@ pub fn validate(event_type: &str) -> Result<String> {
             "an event type must be 1 to {MAX_EVENT_TYPE_CHARS} characters"
         )));
     }
-    if event_type
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control())
-    {
+    if event_type.chars().any(|c| {
+        c.is_whitespace() || c.is_control() || c.general_category() == GeneralCategory::Format
+    }) {
         return Err(Error::bad_input(
             "an event type must not contain whitespace or control characters",
         ));
     }
     Ok(event_type.to_owned())
+}
+
+/// What `text` looks like to a reader, as a string to compare: compatibility forms folded
+/// (fullwidth letters, a one-dot leader), case folded, and each character replaced by the
+/// one it is easily mistaken for (Unicode's confusable skeleton, UTS 39: a Cyrillic `с`,
+/// a digit `0` for an `o`), with the marks over letters left out.
+pub fn skeleton(text: &str) -> String {
+    let folded = text.nfkc().collect::<String>().to_lowercase();
+    unicode_security::confusable_detection::skeleton(&folded)
+        // Marks over a letter (the dot of a Turkish `İ`) hardly change what a reader takes it for.
+        .filter(|c| c.general_category() != GeneralCategory::NonspacingMark)
+        .collect::<String>()
+        .to_lowercase()
 }
 
 /// Checks a subscription list and gives its stored form: each type valid, duplicates
@@ -77,6 +94,42 @@ mod tests {
         ] {
             assert!(validate(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn invisible_formatting_characters_are_refused() {
+        for bad in [
+            "\u{200b}order.paid",
+            "order\u{feff}",
+            "a\u{200d}b",
+            "soft\u{ad}hyphen",
+            "\u{202e}rtl",
+        ] {
+            assert!(validate(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate("commande.payée").is_ok());
+        assert!(validate("注文.支払い").is_ok());
+    }
+
+    #[test]
+    fn skeletons_see_through_case_compatibility_forms_and_look_alikes() {
+        let plain = skeleton("courier.");
+        for imitation in [
+            "Courier.",
+            "COURIER.",
+            "\u{ff43}ourier.",
+            "courier\u{ff0e}",
+            "courier\u{2024}",
+            "\u{441}ourier.",
+            "c\u{43e}urier.",
+            "c0urier.",
+            "cour\u{131}er.",
+            "COUR\u{130}ER.",
+        ] {
+            assert!(skeleton(imitation).starts_with(&plain), "{imitation:?}");
+        }
+        assert!(!skeleton("couriers.x").starts_with(&plain));
+        assert!(!skeleton("order.paid").starts_with(&plain));
     }
 
     #[test]

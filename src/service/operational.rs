@@ -136,9 +136,14 @@ impl Operational {
     }
 }
 
-/// Whether `event_type` is reserved for Courier (`publish` and `submit` refuse it).
+/// Whether `event_type` is reserved for Courier (`publish` and `submit` refuse it): it
+/// begins with `courier.`, or with anything a reader would take for it (another case,
+/// fullwidth letters, a Cyrillic `с`, a one-dot leader for the dot).
 pub fn is_reserved(event_type: &str) -> bool {
+    static RESERVED: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| crate::service::event_types::skeleton(RESERVED_PREFIX));
     event_type.starts_with(RESERVED_PREFIX)
+        || crate::service::event_types::skeleton(event_type).starts_with(RESERVED.as_str())
 }
 
 /// Whether `event_type` is one of the operational events: a delivery of one that fails, or

@@ -25,7 +25,10 @@ async fn a_feed_whose_connection_goes_silent_reconnects_and_catches_up() {
 
     let browser = TestBrowser::launch().await;
     let page = browser
-        .open(&format!("{}#token={admin}", through_proxy.trim_end_matches('/')))
+        .open(&format!(
+            "{}#token={admin}",
+            through_proxy.trim_end_matches('/')
+        ))
         .await;
     wait_live(&page).await;
 

@@ -163,14 +163,24 @@ async fn a_rolled_back_disable_emits_nothing(backend: Backend) {
 }
 
 /// No caller can forge an operational event: `publish` refuses `courier.*` types, and
-/// `submit` refuses them as labels, writing nothing.
+/// anything a reader would take for one (another case, fullwidth letters, a Cyrillic `с`,
+/// a one-dot leader, a zero-width space in front), and `submit` refuses them as labels,
+/// writing nothing.
 async fn publish_refuses_the_reserved_types(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
     let ops = Receiver::accepting().await;
     ops_endpoint(&app, &admin, &ops, "ops", None, ALL_TYPES).await;
-    for event_type in ["courier.endpoint.disabled", "courier.anything"] {
+    for event_type in [
+        "courier.endpoint.disabled",
+        "courier.anything",
+        "Courier.endpoint.disabled",
+        "\u{ff43}ourier.endpoint.disabled",
+        "\u{441}ourier.delivery.failed",
+        "courier\u{2024}endpoint.paused",
+        "\u{200b}courier.endpoint.disabled",
+    ] {
         let input = json!({ "eventType": event_type, "payload": { "type": event_type } });
         let body = app
             .graphql(
@@ -184,16 +194,17 @@ async fn publish_refuses_the_reserved_types(backend: Backend) {
     let (endpoint, _) = app
         .create_endpoint(&admin, "https://example.com/hook")
         .await;
-    let input =
-        json!({ "endpointId": endpoint, "payload": {}, "eventType": "courier.endpoint.disabled" });
-    let body = app
-        .graphql(
-            &admin,
-            crate::support::fixtures::SUBMIT,
-            json!({ "input": input }),
-        )
-        .await;
-    assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+    for event_type in ["courier.endpoint.disabled", "COURIER.endpoint.disabled"] {
+        let input = json!({ "endpointId": endpoint, "payload": {}, "eventType": event_type });
+        let body = app
+            .graphql(
+                &admin,
+                crate::support::fixtures::SUBMIT,
+                json!({ "input": input }),
+            )
+            .await;
+        assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+    }
     assert_eq!(
         count(&app.state.db, "SELECT COUNT(*) AS n FROM events", vec![]).await,
         0
