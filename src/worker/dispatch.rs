@@ -104,6 +104,10 @@ pub struct Dispatcher {
 #[error("cannot build the webhook HTTP client")]
 pub struct DispatcherError(#[from] reqwest::Error);
 
+/// The most headers a receiver's answer may carry (its head stays within hyper's buffer
+/// limit however many there are).
+const MAX_RESPONSE_HEADERS: usize = 1_000;
+
 impl Dispatcher {
     /// A dispatcher with `timeout` for connecting and for the whole request.
     pub fn new(timeout: Duration, allow_private: bool) -> Result<Self, DispatcherError> {
@@ -116,6 +120,10 @@ impl Dispatcher {
             .timeout(timeout)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
+            // Any 2xx is a success, however the answer's head is dressed: many headers
+            // (hyper's own limit is 100), or a malformed one, do not fail it.
+            .http1_max_headers(MAX_RESPONSE_HEADERS)
+            .http1_ignore_invalid_headers_in_responses(true)
             .dns_resolver(Arc::new(GuardedResolver { allow_private }))
             .build()?;
         Ok(Dispatcher {

@@ -118,7 +118,35 @@ async fn an_endless_body_is_cut_off(backend: Backend) {
     );
 }
 
+/// Any 2xx is a success, however many headers come with it (more than the 100 an HTTP
+/// client library allows by default) or however malformed one of them is; what is kept of
+/// them stays bounded.
+async fn a_success_dressed_in_many_headers_is_a_success(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::start(|_| Reply {
+        headers: (0..300)
+            .map(|n| {
+                let name: &'static str = Box::leak(format!("x-header-{n}").into_boxed_str());
+                (name, "v".repeat(20))
+            })
+            .collect(),
+        ..Reply::status(200)
+    })
+    .await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "dressed").await;
+    let id = delivery_id(&submit(&app, &admin, &endpoint, json!({}), None).await);
+    let delivery = wait_for_state(&app, &admin, &id, "DELIVERED", Duration::from_secs(10)).await;
+    let attempts = delivery["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 1, "{delivery}");
+    let kept = attempts[0]["responseHeaders"].to_string();
+    assert!(kept.contains("x-header-0"), "{kept}");
+    assert!(kept.len() < 10 * 1024, "{} bytes kept", kept.len());
+}
+
 on_both_backends!(
+    a_success_dressed_in_many_headers_is_a_success,
     the_body_and_headers_are_kept,
     no_response_keeps_nothing,
     an_empty_answer_is_an_empty_body,
