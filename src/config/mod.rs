@@ -90,46 +90,62 @@ fn parse_public_url(text: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
-/// Where traces go: OTLP over HTTP/protobuf, with the OpenTelemetry variables' names.
+/// Where traces go: OTLP over HTTP/protobuf, with the OpenTelemetry variables' names. A
+/// variable set but empty counts as unset, as OpenTelemetry's SDKs read them.
 #[derive(Debug, Clone, Args)]
 pub struct TracingArgs {
     /// The collector's base URL (traces are sent to `<URL>/v1/traces`). Unset: no
     /// tracing, and no cost.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_parser = parse_collector_url, global = true)]
-    pub otlp_endpoint: Option<url::Url>,
+    pub otlp_endpoint: Option<CollectorUrl>,
 
     /// The full URL traces are sent to, instead of the one `--otlp-endpoint` gives.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_parser = parse_collector_url, global = true)]
-    pub otlp_traces_endpoint: Option<url::Url>,
+    pub otlp_traces_endpoint: Option<CollectorUrl>,
 
-    /// The `service.name` spans are exported under.
-    #[arg(
-        long,
-        env = "OTEL_SERVICE_NAME",
-        default_value = "courier",
-        global = true
-    )]
-    pub otel_service_name: String,
+    /// The `service.name` spans are exported under [default: the `service.name` of
+    /// `OTEL_RESOURCE_ATTRIBUTES`, else `courier`].
+    #[arg(long, env = "OTEL_SERVICE_NAME", global = true)]
+    pub otel_service_name: Option<String>,
 }
+
+/// A collector URL as given: `None` when the setting is empty.
+#[derive(Debug, Clone)]
+pub struct CollectorUrl(Option<url::Url>);
 
 impl TracingArgs {
     /// The URL traces are sent to, if tracing is on.
     pub fn traces_url(&self) -> Option<String> {
-        if let Some(url) = &self.otlp_traces_endpoint {
+        if let Some(CollectorUrl(Some(url))) = &self.otlp_traces_endpoint {
             return Some(url.to_string());
         }
-        let base = self.otlp_endpoint.as_ref()?;
+        let CollectorUrl(Some(base)) = self.otlp_endpoint.as_ref()? else {
+            return None;
+        };
         Some(format!("{}/v1/traces", base.as_str().trim_end_matches('/')))
+    }
+
+    /// The `service.name` to export under: `OTEL_SERVICE_NAME` (or the flag), else the
+    /// `service.name` that `resource_attributes` (`OTEL_RESOURCE_ATTRIBUTES`, as
+    /// OpenTelemetry parses it) gives, else `courier`; a blank one counts as none.
+    pub fn service_name(&self, resource_attributes: Option<String>) -> String {
+        let given = |name: Option<String>| name.filter(|name| !name.trim().is_empty());
+        given(self.otel_service_name.clone())
+            .or_else(|| given(resource_attributes))
+            .unwrap_or_else(|| "courier".to_owned())
     }
 }
 
-/// Parses a collector URL: `http` or `https`, with a host.
-fn parse_collector_url(text: &str) -> Result<url::Url, String> {
+/// Parses a collector URL: `http` or `https`, with a host; empty is no URL.
+fn parse_collector_url(text: &str) -> Result<CollectorUrl, String> {
+    if text.trim().is_empty() {
+        return Ok(CollectorUrl(None));
+    }
     let url = url::Url::parse(text.trim()).map_err(|err| format!("not a URL: {err}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
         return Err("must be an http or https URL with a host".to_owned());
     }
-    Ok(url)
+    Ok(CollectorUrl(Some(url)))
 }
 
 /// Log output format.

@@ -109,3 +109,46 @@ fn the_bind_address_may_name_a_host() {
         assert!(bind(refused).is_err(), "{refused}");
     }
 }
+
+fn parse_tracing(flags: &[&str]) -> Result<TracingArgs, clap::Error> {
+    #[derive(Parser)]
+    struct Only {
+        #[command(flatten)]
+        tracing: TracingArgs,
+    }
+    let argv = std::iter::once("courier").chain(flags.iter().copied());
+    Only::try_parse_from(argv).map(|only| only.tracing)
+}
+
+/// An OpenTelemetry setting that is set but empty counts as unset, as OpenTelemetry's SDKs
+/// read them: no tracing for an empty endpoint, the default name for an empty one.
+#[test]
+fn empty_tracing_settings_count_as_unset() {
+    let empty = parse_tracing(&["--otlp-endpoint", "", "--otlp-traces-endpoint", " "]).unwrap();
+    assert_eq!(empty.traces_url(), None);
+    let base = parse_tracing(&[
+        "--otlp-endpoint",
+        "http://collector:4318/",
+        "--otlp-traces-endpoint",
+        "",
+    ])
+    .unwrap();
+    assert_eq!(
+        base.traces_url().as_deref(),
+        Some("http://collector:4318/v1/traces")
+    );
+    assert!(parse_tracing(&["--otlp-endpoint", "collector"]).is_err());
+
+    let unnamed = parse_tracing(&["--otel-service-name", ""]).unwrap();
+    assert_eq!(unnamed.service_name(None), "courier");
+    assert_eq!(unnamed.service_name(Some(String::new())), "courier");
+    assert_eq!(
+        unnamed.service_name(Some("from-attributes".into())),
+        "from-attributes"
+    );
+    let named = parse_tracing(&["--otel-service-name", "billing-hooks"]).unwrap();
+    assert_eq!(
+        named.service_name(Some("from-attributes".into())),
+        "billing-hooks"
+    );
+}

@@ -48,6 +48,15 @@ pub struct Traces {
     provider: SdkTracerProvider,
 }
 
+/// The `service.name` among `OTEL_RESOURCE_ATTRIBUTES`, as OpenTelemetry reads them.
+pub fn service_name_in_resource_attributes() -> Option<String> {
+    use opentelemetry_sdk::resource::{EnvResourceDetector, ResourceDetector as _};
+    EnvResourceDetector::new()
+        .detect()
+        .get(&opentelemetry::Key::new("service.name"))
+        .map(|name| name.to_string())
+}
+
 impl Traces {
     /// Starts exporting to `url` (the full traces URL) as `service_name`. Batching follows
     /// the `OTEL_BSP_*` variables (by default a queue of 2,048 spans sent every 5 s), and
@@ -78,7 +87,6 @@ impl Traces {
             .with_batch_exporter(exporter)
             .with_resource(resource)
             .build();
-        tracing::info!(%url, service_name, "exporting traces over OTLP/HTTP");
         Ok(Traces { provider })
     }
 

@@ -63,17 +63,23 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
     };
     let traces = tracing
         .traces_url()
-        .map(|url| export::Traces::start(&url, &tracing.otel_service_name))
+        .map(|url| {
+            let service_name = tracing.service_name(export::service_name_in_resource_attributes());
+            export::Traces::start(&url, &service_name).map(|traces| (traces, url, service_name))
+        })
         .transpose()?;
-    let spans = traces.as_ref().map(export::Traces::layer);
+    let spans = traces.as_ref().map(|(traces, _, _)| traces.layer());
     sink::start();
     let _ = tracing_subscriber::registry()
         .with(logs.with_filter(filter))
         .with(spans)
         .try_init();
-    if traces.is_some() {
+    // Said once logging works, so that an operator can see tracing is on, and where to.
+    let traces = traces.map(|(traces, url, service_name)| {
+        tracing::info!(%url, service_name, "exporting traces over OTLP/HTTP");
         context::enable();
-    }
+        traces
+    });
     if let Some(err) = unreadable {
         tracing::warn!(error = %err, default = DEFAULT_FILTER,
             "RUST_LOG cannot be read; logging with the default filter");

@@ -114,7 +114,9 @@ fn plain_courier_serves_with_flags_and_boolean_words() {
     }
 }
 
-/// A collector that refuses every export is told in the log (once, not per export), and a
+/// Tracing being on is told at start-up (where spans go, under which service name: here
+/// the `service.name` of `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME` being empty), a
+/// collector that refuses every export is told in the log (once, not per export), and a
 /// `RUST_LOG` that cannot be read is told and replaced by the default filter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_collector_and_an_unreadable_rust_log_are_told() {
@@ -130,8 +132,17 @@ async fn a_refused_collector_and_an_unreadable_rust_log_are_told() {
         .env("RUST_LOG", "courier=loud")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector)
         .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .env("OTEL_SERVICE_NAME", "")
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=hooks-eu,team=payments",
+        )
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
         .env("COURIER_WORKER_CONCURRENCY", "0");
     let running = Running::start(command);
+    let on = running.wait_for(|line| line["message"] == "exporting traces over OTLP/HTTP");
+    assert_eq!(on["url"], format!("{collector}/v1/traces"), "{on}");
+    assert_eq!(on["service_name"], "hooks-eu", "{on}");
     let told = running.wait_for(|line| {
         line["message"]
             .as_str()
