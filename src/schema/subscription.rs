@@ -18,9 +18,16 @@ use crate::bus::{ChangeMessage, StateChange};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::service::access::Access;
+use crate::service::deliveries::Deliveries;
+use entity::webhook_delivery;
 
 /// How long a new subscription waits for this process to be listening for changes.
 const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often what a change needs read (is it in the caller's scope? the delivery, when
+/// selected) is tried before the subscription ends as lagged, and the pause between tries.
+const READ_TRIES: u32 = 3;
+const READ_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Most subscriptions one WebSocket connection may run at once: room for a dashboard that
 /// watches each of hundreds of endpoints on its own, while a client opening thousands more
@@ -49,36 +56,43 @@ impl SubscriptionSlots {
     }
 }
 
-/// One committed change of a delivery's state.
-pub struct DeliveryStateChange(Arc<StateChange>);
+/// One committed change of a delivery's state, with its delivery when the subscription
+/// selects it (read before the change is sent: see [`Watch::next`]).
+pub struct DeliveryStateChange {
+    change: Arc<StateChange>,
+    delivery: Option<Option<webhook_delivery::Model>>,
+}
 
 /// One committed change of a delivery's state.
 #[Object]
 impl DeliveryStateChange {
     /// The delivery that changed.
     async fn delivery_id(&self) -> ID {
-        ID(self.0.delivery_id.to_string())
+        ID(self.change.delivery_id.to_string())
     }
     /// Its endpoint.
     async fn endpoint_id(&self) -> ID {
-        ID(self.0.endpoint_id.to_string())
+        ID(self.change.endpoint_id.to_string())
     }
     /// The state before; null when the delivery was just created.
     async fn previous_state(&self) -> Option<DeliveryState> {
-        self.0.previous_state.map(Into::into)
+        self.change.previous_state.map(Into::into)
     }
     /// The state after.
     async fn state(&self) -> DeliveryState {
-        self.0.state.into()
+        self.change.state.into()
     }
     /// When the change was made.
     async fn at(&self) -> DateTime<Utc> {
-        self.0.at
+        self.change.at
     }
     /// The delivery as it is now (it may have moved on since this change; read once for
     /// every subscriber of the change).
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
-        let found = state(ctx)?.deliveries.load_after(&self.0).await?;
+        let found = match &self.delivery {
+            Some(read) => read.clone(),
+            None => state(ctx)?.deliveries.load_after(&self.change).await?,
+        };
         Ok(Delivery(found.ok_or_else(|| missing("delivery"))?))
     }
 }
@@ -93,7 +107,8 @@ impl DeliverySubscription {
     /// Every committed state change of every delivery the caller may see (of one endpoint,
     /// if given), in commit order per delivery: created (`previousState: null` ->
     /// `PENDING`), claimed (`PROCESSING`), `DELIVERED`, retry scheduled (`PENDING`),
-    /// `FAILED`, replayed (`PENDING`). A subscriber that falls behind gets one
+    /// `FAILED`, replayed (`PENDING`). A subscriber that falls behind, or for which a
+    /// change cannot be read (the database unavailable for a while), gets one
     /// `SUBSCRIPTION_LAGGED` error and the subscription ends: resubscribe and refetch.
     /// When the caller's API key is revoked, one `UNAUTHENTICATED` error ends it. One
     /// connection runs at most 1,000 subscriptions at once (`BAD_USER_INPUT` past that).
@@ -124,6 +139,11 @@ impl DeliverySubscription {
             return Err(ApiError::from(Error::Lagged));
         }
         let watch = Watch {
+            deliveries: ctx
+                .look_ahead()
+                .field("delivery")
+                .exists()
+                .then(|| app.deliveries.clone()),
             receiver,
             key: app.revocations.register(caller.key_id),
             access: app.access.clone(),
@@ -147,6 +167,8 @@ struct Watch {
     caller: Identity,
     endpoint: Option<Uuid>,
     metrics: Arc<Metrics>,
+    /// Where each change's delivery is read, when the subscription selects it.
+    deliveries: Option<Deliveries>,
     finished: bool,
     _open: OpenSubscription,
     /// Its connection's slot, given back when the subscription ends.
@@ -154,16 +176,52 @@ struct Watch {
 }
 
 impl Watch {
-    /// Whether the change is of the endpoint asked for, and within the caller's scope (an
-    /// endpoint whose tenant cannot be read now is not shown).
-    async fn wants(&self, change: &StateChange) -> bool {
-        self.endpoint
-            .is_none_or(|endpoint| endpoint == change.endpoint_id)
-            && self
-                .access
-                .allows(&self.caller, change.endpoint_id)
-                .await
-                .unwrap_or(false)
+    /// Whether the change is of the endpoint asked for and within the caller's scope.
+    async fn wants(&self, change: &StateChange) -> Result<bool, Error> {
+        if self
+            .endpoint
+            .is_some_and(|endpoint| endpoint != change.endpoint_id)
+        {
+            return Ok(false);
+        }
+        self.access.allows(&self.caller, change.endpoint_id).await
+    }
+
+    /// The change as sent, if the subscriber wants it: with its delivery read when
+    /// selected. Reads that fail are tried again a little later, up to [`READ_TRIES`]; an
+    /// error then means the change cannot be told, and the subscription must end (a change
+    /// left out, or sent as an error with nothing to say which delivery it was of, would be
+    /// lost without the subscriber knowing).
+    async fn told(&self, change: Arc<StateChange>) -> Result<Option<DeliveryStateChange>, Error> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let read = async {
+                if !self.wants(&change).await? {
+                    return Ok(None);
+                }
+                let delivery = match &self.deliveries {
+                    Some(deliveries) => Some(deliveries.load_after(&change).await?),
+                    None => None,
+                };
+                Ok(Some(delivery))
+            };
+            match read.await {
+                Ok(None) => return Ok(None),
+                Ok(Some(delivery)) => {
+                    return Ok(Some(DeliveryStateChange {
+                        change: change.clone(),
+                        delivery,
+                    }))
+                }
+                Err(err) if tries >= READ_TRIES => return Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, delivery_id = %change.delivery_id,
+                        "reading a change for a subscriber failed; trying again");
+                    tokio::time::sleep(READ_RETRY_AFTER).await;
+                }
+            }
+        }
     }
 
     async fn next(mut self) -> Option<(ApiResult<DeliveryStateChange>, Watch)> {
@@ -182,11 +240,17 @@ impl Watch {
                 return Some((Err(ApiError::from(Error::KeyRevoked)), self));
             };
             match received {
-                Ok(ChangeMessage::Change(change)) => {
-                    if self.wants(&change).await {
-                        return Some((Ok(DeliveryStateChange(change)), self));
+                Ok(ChangeMessage::Change(change)) => match self.told(change).await {
+                    Ok(Some(told)) => return Some((Ok(told), self)),
+                    Ok(None) => {}
+                    Err(err) => {
+                        tracing::warn!(error = %err,
+                            "a change could not be read for a subscriber; its subscription ends as lagged");
+                        self.finished = true;
+                        self.metrics.lagged_subscribers.inc();
+                        return Some((Err(ApiError::from(Error::Lagged)), self));
                     }
-                }
+                },
                 Ok(ChangeMessage::Gap) | Err(RecvError::Lagged(_)) => {
                     self.finished = true;
                     self.metrics.lagged_subscribers.inc();

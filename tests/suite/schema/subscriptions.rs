@@ -386,3 +386,73 @@ async fn a_lost_listener_lags_every_subscriber_and_events_flow_again() {
         .expect("an event after the listener returned");
     assert_eq!(change(&payload)["deliveryId"], id.as_str(), "{payload}");
 }
+
+/// A change whose delivery cannot be read for a subscription that selects it (here: the
+/// instance's pool is gone, while its listener still hears another instance's changes)
+/// ends that subscription with `SUBSCRIPTION_LAGGED`, so the client knows to refetch,
+/// rather than sending an error with nothing to say which change it was, and going on; a
+/// subscription that does not select the delivery is told the change as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_whose_delivery_cannot_be_read_ends_the_subscription_as_lagged() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let watched = TestApp::spawn(&db).await;
+    let other = TestApp::spawn(&db).await;
+    let admin = watched.admin_token().await;
+    let (endpoint, _) = watched
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let mut with_delivery = subscribe(&watched, &admin, "graphql-transport-ws", None).await;
+    until_live(&mut with_delivery, &other, &admin, &endpoint).await;
+    let mut without = connect(&watched, "graphql-transport-ws").await;
+    send(&mut without, json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {admin}") } })).await;
+    assert_eq!(
+        next(&mut without).await.expect("ack")["type"],
+        "connection_ack"
+    );
+    send(
+        &mut without,
+        json!({ "id": "bare", "type": "subscribe", "payload": { "query":
+        "subscription { deliveryStateChanged { deliveryId state } }" } }),
+    )
+    .await;
+    until_live(&mut without, &other, &admin, &endpoint).await;
+    // Drain what the second subscription's sentinels told the first.
+    while next_payload(&mut with_delivery, Duration::from_millis(300))
+        .await
+        .is_some()
+    {}
+
+    watched
+        .state
+        .db
+        .conn()
+        .clone()
+        .close()
+        .await
+        .expect("close the pool");
+    let submitted = submit(&other, &admin, &endpoint, json!({ "unread": true }), None).await;
+    let id = submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"))
+        .to_owned();
+
+    let told = next_payload(&mut with_delivery, Duration::from_secs(10))
+        .await
+        .expect("the subscription is told");
+    assert_eq!(
+        told["errors"][0]["extensions"]["code"], "SUBSCRIPTION_LAGGED",
+        "{told}"
+    );
+    let after = tokio::time::timeout(Duration::from_secs(5), next(&mut with_delivery))
+        .await
+        .expect("the subscription ends");
+    assert_eq!(
+        after.as_ref().map(|message| message["type"].clone()),
+        Some(json!("complete")),
+        "{after:?}"
+    );
+    let bare = next_payload(&mut without, Duration::from_secs(10))
+        .await
+        .expect("the change, to the subscription without the delivery");
+    assert_eq!(change(&bare)["deliveryId"], id.as_str(), "{bare}");
+}
