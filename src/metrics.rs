@@ -280,7 +280,7 @@ impl Metrics {
         );
         registry.register(
             "deliveries_due",
-            "Deliveries due and not yet claimed",
+            "Deliveries due and not yet claimed (not those of endpoints paused by Retry-After)",
             due_depth.clone(),
         );
         let replays = Counter::default();

@@ -194,10 +194,15 @@ impl Deliveries {
         Ok(plan.try_get("", "QUERY PLAN")?)
     }
 
-    /// How many deliveries are due now (waiting to be claimed), for the queue-depth gauge.
+    /// How many deliveries are due now (waiting to be claimed), for the queue-depth gauge;
+    /// those of an endpoint paused by `Retry-After` are not counted.
     pub async fn due_count(&self) -> Result<i64> {
-        const DUE_COUNT: &str = "SELECT COUNT(*) AS due FROM webhook_deliveries \
-             WHERE state IN ('pending', 'processing') AND next_attempt_at <= {now}";
+        // Those of an endpoint paused by `Retry-After` are held, not due: a backlog alert
+        // must not fire for a receiver that asked for the pause.
+        const DUE_COUNT: &str = "SELECT COUNT(*) AS due FROM webhook_deliveries d \
+             WHERE d.state IN ('pending', 'processing') AND d.next_attempt_at <= {now} \
+             AND NOT EXISTS (SELECT 1 FROM endpoints e \
+                             WHERE e.id = d.endpoint_id AND e.paused_until > {now})";
         let row = self
             .db
             .conn()

@@ -65,7 +65,8 @@ async fn deliveries_waiting_behind_a_429_wait_for_its_pause(backend: Backend) {
 }
 
 /// `429` with `Retry-After: 36000` (ten hours): the endpoint pauses for an hour, the cap, and
-/// the delivery that was answered waits that hour too, not ten.
+/// the delivery that was answered waits that hour too, not ten; deliveries submitted
+/// meanwhile are held, not counted as due.
 async fn a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour(backend: Backend) {
     let db = TestDb::new(backend).await;
     let receiver = Receiver::start(|_| Reply {
@@ -114,6 +115,12 @@ async fn a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour(backen
         waits > an_hour - margin && waits <= an_hour,
         "the answered delivery waits {waits}, not ten hours: {body}"
     );
+
+    // What is submitted meanwhile waits for the pause: held, not due, so the due-queue
+    // gauge does not read the pause the receiver asked for as a backlog.
+    submit_many(&app, &admin, &endpoint, 3).await;
+    assert_eq!(app.state.deliveries.due_count().await.expect("due"), 0);
+    assert_eq!(receiver.received().len(), 1, "nothing sent into the pause");
 }
 
 /// An operator ends a pause by disabling and re-enabling the endpoint: `pausedUntil` is
