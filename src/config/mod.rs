@@ -1,5 +1,6 @@
 //! Every tunable, documented once: the command line, each flag backed by an environment variable.
 
+pub use crate::http::cors::CorsOrigins;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -291,6 +292,13 @@ pub struct ServeArgs {
     /// closed. Keep the process's open-file limit well above it.
     #[arg(long, env = "COURIER_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
+
+    /// Which web pages of other origins may call `/graphql` and read its answers (CORS):
+    /// `*` for any (Courier takes bearer tokens, never cookies, so a page can do nothing
+    /// without a token of its own), comma-separated origins such as
+    /// `https://dashboard.example.com`, or empty for none.
+    #[arg(long, env = "COURIER_CORS_ORIGINS", default_value = "*", value_parser = CorsOrigins::parse)]
+    pub cors_origins: CorsOrigins,
 
     /// Longest a request's header may take to arrive, from its first byte, in milliseconds.
     #[arg(long, env = "COURIER_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]

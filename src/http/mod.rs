@@ -3,6 +3,7 @@
 
 pub mod connections;
 mod console;
+pub mod cors;
 mod graphql;
 mod negotiate;
 mod websocket;
@@ -50,11 +51,15 @@ fn authorization(headers: &axum::http::HeaderMap) -> Option<&str> {
 /// Builds the router with its limits, tracing and metrics.
 pub fn router(schema: CourierSchema, app: AppState) -> Router {
     let body_limit = app.config.max_body_bytes;
+    // Only the API is shared with other origins (see `cors`).
+    let api = Router::new()
+        .route("/graphql", get(graphql::get).post(graphql::post))
+        .layer(app.config.cors_origins.layer());
     let state = HttpState { schema, app };
     Router::new()
         .route("/", get(console::page))
         .route("/assets/{*path}", get(console::asset))
-        .route("/graphql", get(graphql::get).post(graphql::post))
+        .merge(api)
         .route("/graphql/ws", get(websocket::upgrade))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

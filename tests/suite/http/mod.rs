@@ -1,10 +1,11 @@
-//! The HTTP surface: connection limits and timeouts, hardening against slow or hostile clients, hostile GraphQL documents,
+//! The HTTP surface: connection limits and timeouts, cross-origin calls, hardening against slow or hostile clients, hostile GraphQL documents,
 //! control characters in arguments,
 //! documents served from the parse cache, GraphQL over WebSocket (and what one connection's
 //! subscriptions may cost), and the GraphiQL page.
 
 mod connections;
 mod control_characters;
+mod cors;
 mod graphiql;
 mod hostile_documents;
 mod http_hardening;
