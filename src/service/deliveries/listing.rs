@@ -4,7 +4,9 @@
 //! quiet tenant's page never walks everyone's history looking for its rows.
 
 use entity::{endpoint, submission, webhook_delivery};
-use sea_orm::sea_query::{Alias, Asterisk, Expr, Query, SelectStatement, SimpleExpr, UnionType};
+use sea_orm::sea_query::{
+    Alias, Asterisk, Expr, ExprTrait as _, Query, SelectStatement, SimpleExpr, UnionType,
+};
 use sea_orm::ActiveEnum as _;
 use sea_orm::{
     ColumnTrait, Condition, DbBackend, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
@@ -105,15 +107,16 @@ impl Deliveries {
                 if !self.access.allows(caller, from.endpoint_id).await? {
                     return Err(gone());
                 }
+                // As one row comparison, which an index on (creation time, id) takes as
+                // where to start reading: written as `created_at < at OR (= at AND id <
+                // after)`, it is a filter, and every page reads all the rows before it.
                 let at = from.created_at;
                 query.filter(
-                    Condition::any()
-                        .add(webhook_delivery::Column::CreatedAt.lt(at))
-                        .add(
-                            Condition::all()
-                                .add(webhook_delivery::Column::CreatedAt.eq(at))
-                                .add(webhook_delivery::Column::Id.lt(after)),
-                        ),
+                    Expr::tuple([
+                        Expr::col(webhook_delivery::Column::CreatedAt),
+                        Expr::col(webhook_delivery::Column::Id),
+                    ])
+                    .lt(Expr::tuple([Expr::value(at), Expr::value(after)])),
                 )
             } else {
                 query.filter(webhook_delivery::Column::Id.lt(after))

@@ -189,6 +189,26 @@ async fn every_listing_reads_a_page_not_the_history() {
     .await[0]
         .try_get::<Uuid>("", "id")
         .expect("id");
+    // A month's listing paged 25 days deep: where the cursor stands is where reading starts.
+    let deep_in_the_month = rows(
+        &app.state.db,
+        "SELECT id FROM webhook_deliveries ORDER BY created_at DESC, id DESC OFFSET 250000 LIMIT 1",
+        vec![],
+    )
+    .await[0]
+        .try_get::<Uuid>("", "id")
+        .expect("id");
+    let busy_deep_in_the_month = rows(
+        &app.state.db,
+        &format!(
+            "SELECT d.id FROM webhook_deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+             WHERE e.tenant_id = '{busy}' ORDER BY d.created_at DESC, d.id DESC OFFSET 60000 LIMIT 1"
+        ),
+        vec![],
+    )
+    .await[0]
+        .try_get::<Uuid>("", "id")
+        .expect("id");
     let now = Utc::now();
     let in_the_day = rows(
         &app.state.db,
@@ -348,6 +368,25 @@ async fn every_listing_reads_a_page_not_the_history() {
                 ..Default::default()
             },
             Some(in_the_day),
+        ),
+        (
+            "a month, 25 days deep",
+            &caller,
+            DeliveryFilter {
+                created_after: Some(now - Duration::days(31)),
+                created_before: Some(now),
+                ..Default::default()
+            },
+            Some(deep_in_the_month),
+        ),
+        (
+            "a busy tenant's month, 25 days deep",
+            &busy_key,
+            DeliveryFilter {
+                created_after: Some(now - Duration::days(31)),
+                ..Default::default()
+            },
+            Some(busy_deep_in_the_month),
         ),
         (
             "one endpoint's day",
