@@ -119,14 +119,39 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
 
 /// Deletes up to `limit` events older than `days` days that no submission refers to.
 pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
+    let statement = prune_events_statement(db, days, limit);
+    Ok(db.conn().execute_raw(statement).await?.rows_affected())
+}
+
+fn prune_events_statement(db: &Db, days: u32, limit: i64) -> Statement {
     let skip_locked = match db.backend() {
         DbBackend::Postgres => "FOR UPDATE SKIP LOCKED",
         _ => "",
     };
     let sql = fill(PRUNE_EVENTS, &[("skip_locked", skip_locked)]);
     let clock = db.clock();
-    let statement = clock.statement(&sql, [clock.before(retention(days)), limit.into()]);
-    Ok(db.conn().execute_raw(statement).await?.rows_affected())
+    clock.statement(&sql, [clock.before(retention(days)), limit.into()])
+}
+
+/// What one run of [`prune_events`] does, on PostgreSQL: its plan with the work it did
+/// (`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`), in a transaction rolled back after.
+pub async fn explain_prune_events(
+    db: &Db,
+    days: u32,
+    limit: i64,
+) -> Result<serde_json::Value, DbErr> {
+    use sea_orm::TransactionTrait as _;
+    let statement = prune_events_statement(db, days, limit);
+    let explained = Statement::from_sql_and_values(
+        statement.db_backend,
+        format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", statement.sql),
+        statement.values.map(|values| values.0).unwrap_or_default(),
+    );
+    let txn = db.conn().begin().await?;
+    let plan = txn.query_one_raw(explained).await?;
+    txn.rollback().await?;
+    plan.ok_or_else(|| DbErr::RecordNotFound("a plan".into()))?
+        .try_get("", "QUERY PLAN")
 }
 
 /// Deletes up to `limit` of the oldest deliveries settled more than `days` ago, in one
