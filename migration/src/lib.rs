@@ -18,6 +18,7 @@ mod m20261208_000001_trace_context;
 mod m20261209_000001_line_bounds;
 mod m20261210_000001_recorded_attempts;
 mod m20261211_000001_events_by_time;
+mod m20261211_000002_failed_by_time;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000001_line_bounds::Migration),
             Box::new(m20261210_000001_recorded_attempts::Migration),
             Box::new(m20261211_000001_events_by_time::Migration),
+            Box::new(m20261211_000002_failed_by_time::Migration),
         ]
     }
 }

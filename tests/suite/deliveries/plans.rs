@@ -220,6 +220,17 @@ async fn every_listing_reads_a_page_not_the_history() {
         .try_get::<Uuid>("", "id")
         .expect("id");
     let endpoint = Some(endpoints[7]);
+    // A receiver that was down for the whole month: every delivery of one endpoint failed.
+    let down = endpoints[19];
+    rows(
+        &app.state.db,
+        &format!(
+            "UPDATE webhook_deliveries SET state = 'failed' \
+             WHERE endpoint_id = '{down}' AND state = 'delivered'"
+        ),
+        vec![],
+    )
+    .await;
     let filter = |f: fn(&mut DeliveryFilter)| {
         let mut filter = DeliveryFilter::default();
         f(&mut filter);
@@ -368,6 +379,30 @@ async fn every_listing_reads_a_page_not_the_history() {
                 ..Default::default()
             },
             Some(in_the_day),
+        ),
+        (
+            "a down endpoint's failures of one type in one day",
+            &caller,
+            DeliveryFilter {
+                endpoint_id: Some(down),
+                state: Some(DeliveryState::Failed),
+                event_type: Some("order.paid".into()),
+                created_after: Some(now - Duration::days(11)),
+                created_before: Some(now - Duration::days(10)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "failures in one day",
+            &caller,
+            DeliveryFilter {
+                state: Some(DeliveryState::Failed),
+                created_after: Some(now - Duration::days(11)),
+                created_before: Some(now - Duration::days(10)),
+                ..Default::default()
+            },
+            None,
         ),
         (
             "a month, 25 days deep",
