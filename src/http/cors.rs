@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use axum::http::{header, HeaderName, HeaderValue, Method};
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use axum::http::{header, HeaderValue, Method};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 /// Which origins may read `/graphql`'s answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,13 +55,10 @@ impl CorsOrigins {
         CorsLayer::new()
             .allow_origin(allowed)
             .allow_methods([Method::GET, Method::POST])
-            .allow_headers([
-                header::AUTHORIZATION,
-                header::CONTENT_TYPE,
-                header::ACCEPT,
-                HeaderName::from_static("traceparent"),
-                HeaderName::from_static("tracestate"),
-            ])
+            // Whatever headers the client asks to send (a GraphQL client library adds its
+            // own, such as `apollographql-client-name`): none of them carries authority
+            // a token does not.
+            .allow_headers(AllowHeaders::mirror_request())
             .expose_headers([header::RETRY_AFTER])
             .max_age(Duration::from_secs(600))
     }
