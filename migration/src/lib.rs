@@ -19,6 +19,7 @@ mod m20261209_000001_line_bounds;
 mod m20261210_000001_recorded_attempts;
 mod m20261211_000001_events_by_time;
 mod m20261211_000002_failed_by_time;
+mod m20261211_000003_state_in_endpoint_indexes;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261210_000001_recorded_attempts::Migration),
             Box::new(m20261211_000001_events_by_time::Migration),
             Box::new(m20261211_000002_failed_by_time::Migration),
+            Box::new(m20261211_000003_state_in_endpoint_indexes::Migration),
         ]
     }
 }
