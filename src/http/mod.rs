@@ -7,6 +7,7 @@ pub mod cors;
 mod graphql;
 mod negotiate;
 mod websocket;
+mod ws_close;
 mod ws_gate;
 
 use std::time::{Duration, Instant};

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, PollSender};
 
+use super::ws_close::{fitted, too_big};
 use super::ws_gate::Gate;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
@@ -350,36 +351,6 @@ fn millis_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Whether the transport refused a message for its size (over `COURIER_MAX_BODY_BYTES`).
-fn too_big(err: &axum::Error) -> bool {
-    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
-    std::error::Error::source(err)
-        .and_then(|source| source.downcast_ref::<WsError>())
-        .is_some_and(|err| matches!(err, WsError::Capacity(CapacityError::MessageTooLong { .. })))
-}
-
-/// The most bytes a close frame's reason may take: a control frame carries at most 125
-/// (RFC 6455, section 5.5), two of them the code. A longer one makes a client fail the
-/// connection instead of reading the code.
-const MAX_CLOSE_REASON: usize = 123;
-
-/// `frame` with its reason cut, on a character boundary, to what a close frame can carry:
-/// reasons can echo what the client sent (a parse error, a reused operation id).
-fn fitted(frame: CloseFrame) -> CloseFrame {
-    let reason = frame.reason.as_str();
-    if reason.len() <= MAX_CLOSE_REASON {
-        return frame;
-    }
-    let mut end = MAX_CLOSE_REASON;
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    CloseFrame {
-        code: frame.code,
-        reason: reason[..end].to_owned().into(),
-    }
-}
-
 /// Authenticates `connection_init` and tells the pump how it went. A missing, wrong or
 /// revoked key is refused with 4403; a key that could not be checked (the database did
 /// not answer) with 1011, which invites a retry.
@@ -464,29 +435,6 @@ fn after_input(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn close_reasons_fit_a_control_frame() {
-        let long = CloseFrame {
-            code: 4409,
-            reason: format!("Subscriber for {} already exists", "é".repeat(100)).into(),
-        };
-        let fitted = fitted(long);
-        assert_eq!(fitted.code, 4409);
-        assert!(fitted.reason.len() <= MAX_CLOSE_REASON, "{}", fitted.reason);
-        assert!(fitted.reason.as_str().starts_with("Subscriber for é"));
-        let short = fitted_reason("Normal Closure");
-        assert_eq!(short, "Normal Closure");
-    }
-
-    fn fitted_reason(reason: &str) -> String {
-        fitted(CloseFrame {
-            code: 1000,
-            reason: reason.to_owned().into(),
-        })
-        .reason
-        .to_string()
-    }
 
     #[test]
     fn authorization_key_is_case_insensitive() {

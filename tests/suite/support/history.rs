@@ -1,0 +1,81 @@
+//! A month of delivery history written in the shape Courier writes it, for the listing
+//! plan tests, and the work one page of a listing does on it.
+
+use courier::auth::Identity;
+use courier::service::deliveries::DeliveryFilter;
+use courier::service::pagination::PageRequest;
+
+use super::fixtures::{rows, V7};
+use super::TestApp;
+
+/// Deliveries of history.
+pub const HISTORY: i64 = 300_000;
+/// Endpoints they are spread over.
+pub const ENDPOINTS: usize = 20;
+/// Most buffers (8 KiB pages) one page of a listing may touch: a scan of this history
+/// touches thousands.
+pub const MOST_BUFFERS: i64 = 600;
+
+/// History over 30 days, newest last: submissions (a third each `order.paid`,
+/// `order.shipped` and none) and their deliveries, nearly all delivered, one in 300
+/// failed and the hundred newest pending.
+pub async fn seed_history(app: &TestApp) {
+    let db = &app.state.db;
+    for table in ["webhook_deliveries", "submissions", "delivery_attempts"] {
+        rows(
+            db,
+            &format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"),
+            vec![],
+        )
+        .await;
+    }
+    let id = |at: &str| V7.replace("{at}", at);
+    let sql = format!(
+        "WITH e AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM endpoints),
+         h AS (SELECT i, now() - interval '30 days' + (i * interval '30 days' / {HISTORY}) AS at
+               FROM generate_series(1, {HISTORY}) AS i),
+         s AS (
+           INSERT INTO submissions (id, endpoint_id, payload, payload_hash, created_at, event_type)
+           SELECT {sid}, e.id, jsonb_build_object('n', h.i), md5(h.i::text), h.at,
+                  (ARRAY['order.paid', 'order.shipped', NULL])[1 + h.i % 3]
+           FROM h JOIN e ON e.n = h.i % {ENDPOINTS}
+           RETURNING id, endpoint_id, created_at, event_type)
+         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, state, cycle_attempts,
+                                         next_attempt_at, created_at, updated_at, event_type)
+         SELECT {did}, s.id, s.endpoint_id,
+                CASE WHEN s.created_at > now() - interval '100 seconds' THEN 'pending'
+                     WHEN random() < 1.0 / 300 THEN 'failed' ELSE 'delivered' END,
+                1, NULL, s.created_at, s.created_at + interval '1 second', s.event_type
+         FROM s",
+        sid = id("h.at"),
+        did = id("s.created_at"),
+    );
+    rows(db, &sql, vec![]).await;
+    rows(
+        db,
+        "UPDATE webhook_deliveries SET next_attempt_at = updated_at WHERE state = 'pending'",
+        vec![],
+    )
+    .await;
+}
+
+/// Buffers touched by one page of the listing, run as `deliveries` runs it.
+pub async fn buffers(
+    app: &TestApp,
+    who: &Identity,
+    filter: &DeliveryFilter,
+    page: &PageRequest,
+) -> (i64, String) {
+    let plan = app
+        .state
+        .deliveries
+        .explain_listing(who, filter.clone(), page)
+        .await
+        .expect("explain");
+    let top = &plan[0]["Plan"];
+    let touched = ["Shared Hit Blocks", "Shared Read Blocks"]
+        .iter()
+        .map(|key| top[*key].as_i64().unwrap_or(0))
+        .sum();
+    (touched, plan.to_string())
+}
