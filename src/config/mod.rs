@@ -425,6 +425,7 @@ impl ServeArgs {
             header_timeout: Duration::from_millis(self.header_timeout_ms),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             shutdown_grace: self.shutdown_grace(),
+            refusal_shared: self.cors_origins == CorsOrigins::Any,
         }
     }
 }

@@ -35,6 +35,9 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// How long shutdown waits for connections to finish their requests.
     pub shutdown_grace: Duration,
+    /// Whether the refusal of a connection over the limit is readable by a page of any
+    /// origin (`COURIER_CORS_ORIGINS=*`): it says nothing but "retry".
+    pub refusal_shared: bool,
 }
 
 /// Refusals being written at once; a connection past even these is closed unanswered.
@@ -50,12 +53,19 @@ const REFUSAL_READ_LIMIT: usize = 16 * 1024;
 /// The body a connection over the limit is answered with.
 const REFUSAL_BODY: &str = "{\"errors\":[{\"message\":\"too many connections; retry\",\"extensions\":{\"code\":\"SERVICE_UNAVAILABLE\"}}]}";
 
-/// What a connection over the limit is told, in full: HTTP/1.1 with `Retry-After`.
-fn refusal() -> String {
+/// What a connection over the limit is told, in full: HTTP/1.1 with `Retry-After`, and
+/// readable by a page of any origin when `shared`.
+fn refusal(shared: bool) -> String {
+    let cors = if shared {
+        "access-control-allow-origin: *\r\naccess-control-expose-headers: retry-after\r\n"
+    } else {
+        ""
+    };
     format!(
         "HTTP/1.1 503 Service Unavailable\r\n\
          content-type: application/json\r\n\
          retry-after: 1\r\n\
+         {cors}\
          connection: close\r\n\
          content-length: {}\r\n\
          \r\n\
@@ -106,7 +116,7 @@ pub async fn serve(
             Err(_) => {
                 metrics.connections_refused.inc();
                 if let Ok(slot) = refusing.clone().try_acquire_owned() {
-                    tokio::spawn(refuse(stream, slot));
+                    tokio::spawn(refuse(stream, slot, limits.refusal_shared));
                 }
             }
         }
@@ -183,7 +193,7 @@ fn soft_file_limit(limits: &str) -> Option<u64> {
 }
 
 /// Tells a connection over the limit so, then closes it.
-async fn refuse(mut stream: TcpStream, _slot: OwnedSemaphorePermit) {
+async fn refuse(mut stream: TcpStream, _slot: OwnedSemaphorePermit, shared: bool) {
     let told = async {
         // Answer once the request's header is in (an HTTP client reads nothing sent
         // before its request), or once the client has sent all it will.
@@ -196,7 +206,7 @@ async fn refuse(mut stream: TcpStream, _slot: OwnedSemaphorePermit) {
             }
             head.extend_from_slice(&chunk[..n]);
         }
-        stream.write_all(refusal().as_bytes()).await?;
+        stream.write_all(refusal(shared).as_bytes()).await?;
         stream.shutdown().await?;
         // Read what the client still sends, so closing does not reset the connection
         // before it has read the answer.

@@ -8,6 +8,9 @@ use std::time::Duration;
 use axum::http::{header, HeaderValue, Method};
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
+/// The one path shared with other origins.
+const API_PATH: &str = "/graphql";
+
 /// Which origins may read `/graphql`'s answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CorsOrigins {
@@ -46,12 +49,22 @@ impl CorsOrigins {
         Ok(CorsOrigins::Listed(origins))
     }
 
-    /// The layer that answers preflights and marks answers readable by these origins.
+    /// Whether `origin` is one of these.
+    fn allows(&self, origin: &HeaderValue) -> bool {
+        match self {
+            CorsOrigins::Any => true,
+            CorsOrigins::Listed(origins) => origins.contains(origin),
+        }
+    }
+
+    /// The layer that answers preflights and marks `/graphql`'s answers readable by these
+    /// origins. It wraps every other layer, so that refusals made before a request reaches
+    /// the API (a body over the limit) are readable too; other paths are never shared.
     pub fn layer(&self) -> CorsLayer {
-        let allowed = match self {
-            CorsOrigins::Any => AllowOrigin::any(),
-            CorsOrigins::Listed(origins) => AllowOrigin::list(origins.iter().cloned()),
-        };
+        let origins = self.clone();
+        let allowed = AllowOrigin::predicate(move |origin, request| {
+            request.uri.path() == API_PATH && origins.allows(origin)
+        });
         CorsLayer::new()
             .allow_origin(allowed)
             .allow_methods([Method::GET, Method::POST])

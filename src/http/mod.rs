@@ -52,15 +52,13 @@ fn authorization(headers: &axum::http::HeaderMap) -> Option<&str> {
 /// Builds the router with its limits, tracing and metrics.
 pub fn router(schema: CourierSchema, app: AppState) -> Router {
     let body_limit = app.config.max_body_bytes;
-    // Only the API is shared with other origins (see `cors`).
-    let api = Router::new()
-        .route("/graphql", get(graphql::get).post(graphql::post))
-        .layer(app.config.cors_origins.layer());
+    // Only the API is shared with other origins (see `cors`), its refusals included.
+    let cors = app.config.cors_origins.layer();
     let state = HttpState { schema, app };
     Router::new()
         .route("/", get(console::page))
         .route("/assets/{*path}", get(console::asset))
-        .merge(api)
+        .route("/graphql", get(graphql::get).post(graphql::post))
         .route("/graphql/ws", get(websocket::upgrade))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -83,6 +81,7 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
             ),
         )
         .layer(CatchPanicLayer::new())
+        .layer(cors)
         .with_state(state)
 }
 

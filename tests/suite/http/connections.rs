@@ -188,6 +188,8 @@ async fn one_connection_over_the_cap_is_refused_with_503() {
         .expect("a complete answer");
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "1");
+    // Readable by a dashboard of another origin, as the API's answers are by default.
+    assert_eq!(refused.headers()["access-control-allow-origin"], "*");
     let body: serde_json::Value = refused.json().await.expect("a JSON body");
     assert_eq!(
         body["errors"][0]["extensions"]["code"],

@@ -43,7 +43,7 @@ async fn any_origin_may_call_the_api_and_nothing_else() {
         .expect("answered");
     assert!(preflight.status().is_success(), "{}", preflight.status());
     let headers = preflight.headers();
-    assert_eq!(headers["access-control-allow-origin"], "*");
+    assert_eq!(headers["access-control-allow-origin"], DASHBOARD);
     let allowed = headers["access-control-allow-headers"]
         .to_str()
         .expect("text")
@@ -68,11 +68,32 @@ async fn any_origin_may_call_the_api_and_nothing_else() {
         .send()
         .await
         .expect("answered");
-    assert_eq!(answer.headers()["access-control-allow-origin"], "*");
+    assert_eq!(answer.headers()["access-control-allow-origin"], DASHBOARD);
     let body: serde_json::Value = answer.json().await.expect("JSON");
     assert_eq!(body["errors"][0]["extensions"]["code"], "UNAUTHENTICATED");
 
-    for path in ["/", "/metrics", "/healthz", "/assets/console.js"] {
+    // A refusal made before the request reaches the API is readable too.
+    let oversized = app
+        .request(Method::POST, "/graphql")
+        .header("origin", DASHBOARD)
+        .header("content-type", "application/json")
+        .body(vec![b' '; 2 * 1024 * 1024])
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(oversized.status(), 413);
+    assert_eq!(
+        oversized.headers()["access-control-allow-origin"],
+        DASHBOARD
+    );
+
+    for path in [
+        "/",
+        "/metrics",
+        "/healthz",
+        "/assets/console.js",
+        "/no-such-page",
+    ] {
         assert_eq!(
             allowed_origin(&app, Method::GET, path, DASHBOARD).await,
             None,
