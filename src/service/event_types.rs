@@ -33,17 +33,57 @@ pub fn validate(event_type: &str) -> Result<String> {
     Ok(event_type.to_owned())
 }
 
-/// What `text` looks like to a reader, as a string to compare: compatibility forms folded
-/// (fullwidth letters, a one-dot leader), case folded, and each character replaced by the
-/// one it is easily mistaken for (Unicode's confusable skeleton, UTS 39: a Cyrillic `с`,
-/// a digit `0` for an `o`), with the marks over letters left out.
+/// What `text` looks like to a reader, as a string to compare: each character replaced
+/// by the one it is easily mistaken for (Unicode's confusable skeleton, UTS 39: a Greek
+/// `ϲ` or a Cyrillic `с` for `c`, a digit `0` for an `o`), compatibility forms folded
+/// (fullwidth and small-capital letters), case folded, and then the skeleton again (a
+/// lowercase letter can look like another than its capital did), with the marks over
+/// letters left out and every letter that reads as a stroke (`i`, `I`, `l`, `1`, `|`)
+/// taken for one: a reserved word's look-alikes are caught, at the price of a few strings
+/// that merely resemble it.
 pub fn skeleton(text: &str) -> String {
-    let folded = text.nfkc().collect::<String>().to_lowercase();
+    let once = unicode_security::confusable_detection::skeleton(text).collect::<String>();
+    let folded = once.nfkc().collect::<String>().to_lowercase();
     unicode_security::confusable_detection::skeleton(&folded)
-        // Marks over a letter (the dot of a Turkish `İ`) hardly change what a reader takes it for.
+        .flat_map(char::to_lowercase)
         .filter(|c| c.general_category() != GeneralCategory::NonspacingMark)
-        .collect::<String>()
-        .to_lowercase()
+        .map(|c| match small_capital(c).unwrap_or(c) {
+            'i' | 'l' | '1' | '|' | 'ı' => 'i',
+            other => other,
+        })
+        .collect()
+}
+
+/// The letter a small capital stands for (`ᴇ` for `e`): neither compatibility forms nor
+/// the confusables table map all of them.
+fn small_capital(c: char) -> Option<char> {
+    Some(match c {
+        '\u{1d00}' => 'a',
+        '\u{0299}' => 'b',
+        '\u{1d04}' => 'c',
+        '\u{1d05}' => 'd',
+        '\u{1d07}' => 'e',
+        '\u{a730}' => 'f',
+        '\u{0262}' => 'g',
+        '\u{029c}' => 'h',
+        '\u{026a}' => 'i',
+        '\u{1d0a}' => 'j',
+        '\u{1d0b}' => 'k',
+        '\u{029f}' => 'l',
+        '\u{1d0d}' => 'm',
+        '\u{0274}' => 'n',
+        '\u{1d0f}' => 'o',
+        '\u{1d18}' => 'p',
+        '\u{0280}' => 'r',
+        '\u{a731}' => 's',
+        '\u{1d1b}' => 't',
+        '\u{1d1c}' => 'u',
+        '\u{1d20}' => 'v',
+        '\u{1d21}' => 'w',
+        '\u{028f}' => 'y',
+        '\u{1d22}' => 'z',
+        _ => return None,
+    })
 }
 
 /// Checks a subscription list and gives its stored form: each type valid, duplicates
@@ -125,6 +165,14 @@ mod tests {
             "c0urier.",
             "cour\u{131}er.",
             "COUR\u{130}ER.",
+            "\u{3f2}ourier.",
+            "\u{3f9}ourier.",
+            "COURI\u{395}R.",
+            "COUR\u{4c0}ER.",
+            "COURlER.",
+            "COUR1ER.",
+            "COU\u{1a6}IER.",
+            "\u{1d04}\u{1d0f}\u{1d1c}\u{280}\u{26a}\u{1d07}\u{280}.",
         ] {
             assert!(skeleton(imitation).starts_with(&plain), "{imitation:?}");
         }

@@ -163,8 +163,9 @@ async fn a_rolled_back_disable_emits_nothing(backend: Backend) {
 }
 
 /// No caller can forge an operational event: `publish` refuses `courier.*` types, and
-/// anything a reader would take for one (another case, fullwidth letters, a Cyrillic `с`,
-/// a one-dot leader, a zero-width space in front), and `submit` refuses them as labels,
+/// anything a reader would take for one (another case, fullwidth or small-capital letters,
+/// a Cyrillic `с` or Greek `ϲ`, a digit for a letter, a one-dot leader, a zero-width space
+/// in front), and `submit` refuses them as labels,
 /// writing nothing.
 async fn publish_refuses_the_reserved_types(backend: Backend) {
     let db = TestDb::new(backend).await;
@@ -180,6 +181,9 @@ async fn publish_refuses_the_reserved_types(backend: Backend) {
         "\u{441}ourier.delivery.failed",
         "courier\u{2024}endpoint.paused",
         "\u{200b}courier.endpoint.disabled",
+        "\u{3f2}ourier.endpoint.disabled",
+        "COUR1ER.endpoint.disabled",
+        "\u{1d04}\u{1d0f}\u{1d1c}\u{280}\u{26a}\u{1d07}\u{280}.x",
     ] {
         let input = json!({ "eventType": event_type, "payload": { "type": event_type } });
         let body = app
