@@ -326,18 +326,47 @@ async fn until_error(socket: &mut Socket, within: Duration) -> Value {
     }
 }
 
+/// Two instances on one PostgreSQL database: one watched by subscribers, the other
+/// making changes; an admin key and an endpoint.
+struct Pair {
+    db: TestDb,
+    watched: TestApp,
+    other: TestApp,
+    admin: String,
+    endpoint: String,
+}
+
+impl Pair {
+    async fn new() -> Pair {
+        let db = TestDb::new(Backend::Postgres).await;
+        let watched = TestApp::spawn(&db).await;
+        let other = TestApp::spawn(&db).await;
+        let admin = watched.admin_token().await;
+        let (endpoint, _) = watched
+            .create_endpoint(&admin, "https://example.com/hook")
+            .await;
+        Pair {
+            db,
+            watched,
+            other,
+            admin,
+            endpoint,
+        }
+    }
+}
+
 /// Terminating the `LISTEN` backend tells every open subscriber at once that it may have
 /// missed events; once the listener is back, a new subscription sees events again,
 /// including those made by another instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_listener_lags_every_subscriber_and_events_flow_again() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let watched = TestApp::spawn(&db).await;
-    let other = TestApp::spawn(&db).await;
-    let admin = watched.admin_token().await;
-    let (endpoint, _) = watched
-        .create_endpoint(&admin, "https://example.com/hook")
-        .await;
+    let Pair {
+        db,
+        watched,
+        other,
+        admin,
+        endpoint,
+    } = Pair::new().await;
     let mut sockets = Vec::new();
     for protocol in ["graphql-transport-ws", "graphql-ws"] {
         let mut socket = subscribe(&watched, &admin, protocol, None).await;
@@ -394,13 +423,13 @@ async fn a_lost_listener_lags_every_subscriber_and_events_flow_again() {
 /// subscription that does not select the delivery is told the change as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_whose_delivery_cannot_be_read_ends_the_subscription_as_lagged() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let watched = TestApp::spawn(&db).await;
-    let other = TestApp::spawn(&db).await;
-    let admin = watched.admin_token().await;
-    let (endpoint, _) = watched
-        .create_endpoint(&admin, "https://example.com/hook")
-        .await;
+    let Pair {
+        db: _db,
+        watched,
+        other,
+        admin,
+        endpoint,
+    } = Pair::new().await;
     let mut with_delivery = subscribe(&watched, &admin, "graphql-transport-ws", None).await;
     until_live(&mut with_delivery, &other, &admin, &endpoint).await;
     let mut without = connect(&watched, "graphql-transport-ws").await;
