@@ -281,11 +281,12 @@ async fn a_websocket_whose_peer_is_gone_is_dropped_after_unanswered_pings() {
     // The peer that answers was pinged all along and is still served: six ping
     // intervals more, and no close.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // Counted before the reader stops: the socket goes with it.
+    assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
     let _ = stop.send(());
     match reader.await.expect("the reader") {
         None => {}
         Some(Frame::Closed(close)) => panic!("the answering peer was closed: {close:?}"),
         Some(Frame::Message(message)) => panic!("unexpected {message}"),
     }
-    assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
 }

@@ -120,7 +120,6 @@ async fn a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour(backen
     // gauge does not read the pause the receiver asked for as a backlog.
     submit_many(&app, &admin, &endpoint, 3).await;
     assert_eq!(app.state.deliveries.due_count().await.expect("due"), 0);
-    assert_eq!(receiver.received().len(), 1, "nothing sent into the pause");
 }
 
 /// An operator ends a pause by disabling and re-enabling the endpoint: `pausedUntil` is
