@@ -22,19 +22,22 @@ pub enum CorsOrigins {
 }
 
 impl CorsOrigins {
-    /// Parses `COURIER_CORS_ORIGINS`: `*`, or comma-separated origins (`scheme://host[:port]`),
-    /// or empty for none.
+    /// Parses `COURIER_CORS_ORIGINS`: `*`, or comma-separated origins (`scheme://host[:port]`;
+    /// an empty entry is refused), or empty for none.
     pub fn parse(value: &str) -> Result<Self, String> {
         let value = value.trim();
         if value == "*" {
             return Ok(CorsOrigins::Any);
         }
         let mut origins = Vec::new();
-        for part in value
-            .split(',')
-            .map(str::trim)
-            .filter(|part| !part.is_empty())
-        {
+        if value.is_empty() {
+            return Ok(CorsOrigins::Listed(origins));
+        }
+        for (n, part) in value.split(',').map(str::trim).enumerate() {
+            // A list put together from a setting that was unset: not the list meant.
+            if part.is_empty() {
+                return Err(format!("entry {} is empty", n + 1));
+            }
             let url = url::Url::parse(part).map_err(|_| format!("{part:?} is not an origin"))?;
             let origin = url.origin().ascii_serialization();
             if !matches!(url.scheme(), "http" | "https") || origin != part.trim_end_matches('/') {
@@ -97,6 +100,8 @@ mod tests {
             "https://dash.example.com/app",
             "ftp://x.example",
             "*, https://a.example",
+            "https://a.example,",
+            "https://a.example, ,https://b.example",
         ] {
             assert!(CorsOrigins::parse(bad).is_err(), "{bad:?}");
         }
