@@ -3,14 +3,15 @@
 use super::*;
 use crate::worker::schedule::Delays;
 
-fn parse(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
-    #[derive(Parser)]
-    struct Only {
-        #[command(flatten)]
-        serve: ServeArgs,
-    }
+/// One group of flags (`A`) parsed from `flags` alone.
+fn parse_group<A: Args + clap::FromArgMatches>(flags: &[&str]) -> Result<A, clap::Error> {
     let argv = std::iter::once("courier").chain(flags.iter().copied());
-    Only::try_parse_from(argv).map(|only| only.serve)
+    let matches = A::augment_args(clap::Command::new("courier")).try_get_matches_from(argv)?;
+    A::from_arg_matches(&matches)
+}
+
+fn parse(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
+    parse_group(flags)
 }
 
 #[test]
@@ -111,13 +112,7 @@ fn the_bind_address_may_name_a_host() {
 }
 
 fn parse_tracing(flags: &[&str]) -> Result<TracingArgs, clap::Error> {
-    #[derive(Parser)]
-    struct Only {
-        #[command(flatten)]
-        tracing: TracingArgs,
-    }
-    let argv = std::iter::once("courier").chain(flags.iter().copied());
-    Only::try_parse_from(argv).map(|only| only.tracing)
+    parse_group(flags)
 }
 
 /// An OpenTelemetry setting that is set but empty counts as unset, as OpenTelemetry's SDKs
