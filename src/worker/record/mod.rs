@@ -309,7 +309,8 @@ async fn record_in(
         txn.execute_raw(Statement::from_sql_and_values(backend, sql, values))
             .await?;
     }
-    // Every attempt counts toward its endpoint's last hour (`Endpoint.health`).
+    // Every attempt counts toward its endpoint's last hour (`Endpoint.health`), written
+    // last (see below).
     let mut minutes = recent_health::Minutes::new();
     for (index, ..) in requested {
         let attempt = &attempts[*index];
@@ -323,7 +324,6 @@ async fn record_in(
             i64::try_from(outcome.duration.as_millis()).unwrap_or(i64::MAX),
         );
     }
-    minutes.write(txn, backend).await?;
 
     let mut changes = Vec::new();
     let mut results: Vec<Option<Recorded>> = vec![None; attempts.len()];
@@ -444,6 +444,11 @@ async fn record_in(
         );
     }
     tally.write(txn, backend).await?;
+    // The health minutes after every endpoint row this transaction locks (failure runs,
+    // disables, pauses, the listeners of operational events): written before them, a
+    // minute's row inserted here could be waited on by a recorder holding an endpoint
+    // this transaction then waits for, a deadlock.
+    minutes.write(txn, backend).await?;
     changes.extend(announced);
     let staged = bus.stage(txn, changes).await?;
     Ok((
