@@ -5,9 +5,11 @@
 
 use std::time::Duration;
 
+use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde_json::json;
 
 use crate::support::fixtures::{count, endpoint_on, eventually, quick_worker, settle, submit};
+use crate::support::operational::ops_endpoint;
 use crate::support::ordering::submit_keyed;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -40,6 +42,96 @@ async fn recorders_across_instances_lock_endpoints_in_one_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keyed_recorders_across_instances_lock_endpoints_in_one_order() {
     settle_across_instances(|n| Some(format!("k{}", n % 10))).await;
+}
+
+/// A recording that waits for an endpoint row (here the share lock its
+/// `courier.delivery.failed` event takes on a listening endpoint, which another session
+/// holds) has written no row of the endpoints' shared counters yet: the health minutes and
+/// settled counts are written last, after every endpoint lock. Written before, a recorder
+/// holding the listener and adding to the same minute would wait for this one, and this one
+/// for it, a deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recorder_waiting_for_an_endpoint_holds_no_shared_counter() {
+    let db = TestDb::new(Backend::Postgres).await;
+    // The submission (`{"n": 1}`) fails; the operational event it causes is taken.
+    let receiver = Receiver::start_by_body(|body, _| {
+        Reply::status(if body.get("n").is_some() { 500 } else { 200 })
+    })
+    .await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.max_attempts = Some(1);
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let failing = endpoint_on(&app, &admin, &receiver, "failing").await;
+    let listener = ops_endpoint(
+        &app,
+        &admin,
+        &receiver,
+        "listener",
+        None,
+        &["courier.delivery.failed"],
+    )
+    .await;
+
+    let holder = db.connect(1).await;
+    let probe = db.connect(1).await;
+    let lock = holder.conn().begin().await.expect("begin");
+    let holder_pid = lock
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pg_backend_pid() AS pid FROM endpoints WHERE id = $1::uuid FOR NO KEY UPDATE",
+            [listener.clone().into()],
+        ))
+        .await
+        .expect("lock the listener")
+        .expect("the listener")
+        .try_get::<i32>("", "pid")
+        .expect("pid");
+
+    let body = submit(&app, &admin, &failing, json!({ "n": 1 }), None).await;
+    assert!(body["errors"].is_null(), "{body}");
+    let blocked = format!(
+        "SELECT COALESCE(MAX(pid), 0)::int8 AS n FROM pg_stat_activity WHERE datname = current_database() \
+         AND {holder_pid} = ANY(pg_blocking_pids(pid))"
+    );
+    eventually(
+        "the recording waits for the listener",
+        Duration::from_secs(20),
+        || async { count(&probe, &blocked, vec![]).await > 0 },
+    )
+    .await;
+    let recorder = count(&probe, &blocked, vec![]).await;
+    let counters = format!(
+        "SELECT COUNT(*) AS n FROM pg_locks WHERE pid = {recorder} AND relation IN \
+         ('endpoint_health_minutes'::regclass, 'endpoint_settled_counts'::regclass)"
+    );
+    assert_eq!(
+        count(&probe, &counters, vec![]).await,
+        0,
+        "the waiting recording has written no health minute or settled count"
+    );
+
+    lock.commit().await.expect("release the listener");
+    let failed = "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'failed'";
+    eventually(
+        "the failure is recorded once the listener is free",
+        Duration::from_secs(20),
+        || async { count(&probe, failed, vec![]).await == 1 },
+    )
+    .await;
+    let minutes = format!(
+        "SELECT COALESCE(SUM(attempts), 0)::int8 AS n FROM endpoint_health_minutes \
+         WHERE endpoint_id = '{failing}'"
+    );
+    assert_eq!(
+        count(&probe, &minutes, vec![]).await,
+        1,
+        "the attempt counted"
+    );
+    settle([app]).await;
+    assert_eq!(deadlocks(&db).await, 0, "PostgreSQL broke no deadlock");
 }
 
 /// Submits 240 deliveries (with the ordering key `key_of` gives each) through three

@@ -84,7 +84,11 @@ async fn a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour(backen
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let body = loop {
         let body = app.graphql(&admin, query, json!({ "id": endpoint })).await;
-        if body["data"]["deliveries"]["edges"][0]["node"]["cycleAttempts"] == 1 {
+        // The pause and the attempt commit together, but the two root fields are read
+        // concurrently (each its own read), so one may be read just before the commit.
+        if body["data"]["deliveries"]["edges"][0]["node"]["cycleAttempts"] == 1
+            && !body["data"]["endpoint"]["pausedUntil"].is_null()
+        {
             break body;
         }
         assert!(
