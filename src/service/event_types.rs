@@ -15,8 +15,11 @@ pub const MAX_EVENT_TYPE_CHARS: usize = 255;
 pub const MAX_SUBSCRIBED_TYPES: usize = 100;
 
 /// Checks one event type: 1 to 255 characters, no whitespace or control characters
-/// (invisible formatting characters included: a zero-width space, a direction override).
+/// (invisible formatting characters included: a zero-width space, a direction override),
+/// and gives it in Unicode's composed form (NFC), the form it is stored, matched and
+/// filtered in: `café` typed with a combining accent is the same type as with `é`.
 pub fn validate(event_type: &str) -> Result<String> {
+    let event_type: String = event_type.nfc().collect();
     let chars = event_type.chars().count();
     if chars == 0 || chars > MAX_EVENT_TYPE_CHARS {
         return Err(Error::bad_input(format!(
@@ -30,7 +33,7 @@ pub fn validate(event_type: &str) -> Result<String> {
             "an event type must not contain whitespace or control characters",
         ));
     }
-    Ok(event_type.to_owned())
+    Ok(event_type)
 }
 
 /// What `text` looks like to a reader, as a string to compare: each character replaced
@@ -178,6 +181,16 @@ mod tests {
         }
         assert!(!skeleton("couriers.x").starts_with(&plain));
         assert!(!skeleton("order.paid").starts_with(&plain));
+    }
+
+    #[test]
+    fn types_are_kept_composed() {
+        assert_eq!(validate("cafe\u{301}.paid").unwrap(), "caf\u{e9}.paid");
+        assert_eq!(validate("caf\u{e9}.paid").unwrap(), "caf\u{e9}.paid");
+        // Only canonical equivalents are one type: a fullwidth letter stays itself.
+        assert_eq!(validate("\u{ff41}").unwrap(), "\u{ff41}");
+        let stored = subscription(vec!["cafe\u{301}".into(), "caf\u{e9}".into()]).unwrap();
+        assert_eq!(subscribed(&stored), vec!["caf\u{e9}"]);
     }
 
     #[test]

@@ -40,9 +40,11 @@ impl Deliveries {
             "filter.createdAfter",
             "filter.createdBefore",
         )?;
-        if let Some(event_type) = &filter.event_type {
-            crate::service::event_types::validate(event_type)?;
-        }
+        let event_type = filter
+            .event_type
+            .as_deref()
+            .map(crate::service::event_types::validate)
+            .transpose()?;
         // A listing by time is ordered by creation time (ids follow it closely, not
         // exactly), so that the time index serves both the range and the order.
         let by_time = filter.created_after.is_some() || filter.created_before.is_some();
@@ -84,7 +86,7 @@ impl Deliveries {
         if let Some(before) = filter.created_before {
             query = query.filter(webhook_delivery::Column::CreatedAt.lt(before));
         }
-        if let Some(event_type) = filter.event_type {
+        if let Some(event_type) = event_type {
             query = query.filter(webhook_delivery::Column::EventType.eq(event_type));
         }
         // An event's deliveries are one per endpoint it reached: few, and found by the event.

@@ -169,9 +169,14 @@ impl Deliveries {
         progress: Option<&Progress>,
     ) -> Result<u64> {
         time_range::validate(filter.since, filter.until, "filter.since", "filter.until")?;
-        if let Some(event_type) = &filter.event_type {
-            crate::service::event_types::validate(event_type)?;
-        }
+        let filter = &ReplayFilter {
+            event_type: filter
+                .event_type
+                .as_deref()
+                .map(crate::service::event_types::validate)
+                .transpose()?,
+            ..filter.clone()
+        };
         let scope = match (filter.endpoint_id, caller.visible()) {
             (Some(endpoint), _) => {
                 self.access.require_existing(caller, endpoint).await?;

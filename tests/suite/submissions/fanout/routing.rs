@@ -227,7 +227,65 @@ async fn publish_is_idempotent_per_api_key(backend: Backend) {
     );
 }
 
+/// An event type is one type however its accents are encoded: a publish spelling `café`
+/// with a combining accent reaches the endpoint subscribed to it with a composed `é`, and
+/// the type reads back composed everywhere (the event, the subscription, a filter).
+async fn a_type_is_matched_in_its_composed_form(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let composed = "caf\u{e9}.paid";
+    let decomposed = "cafe\u{301}.paid";
+    let subscribed = endpoint_with_types(
+        &app,
+        &admin,
+        "https://example.com/cafe",
+        Some(vec![decomposed]),
+    )
+    .await;
+    let body = app
+        .graphql(
+            &admin,
+            "query($id: ID!) { endpoint(id: $id) { eventTypes } }",
+            json!({ "id": subscribed }),
+        )
+        .await;
+    assert_eq!(
+        body["data"]["endpoint"]["eventTypes"],
+        json!([composed]),
+        "{body}"
+    );
+
+    let body = publish(&app, &admin, decomposed, json!({ "n": 1 }), None).await;
+    let event = &body["data"]["publish"]["event"];
+    assert_eq!(event["eventType"], composed, "{body}");
+    let edges = event["deliveries"]["edges"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(edges.len(), 1, "{body}");
+    assert_eq!(
+        edges[0]["node"]["endpoint"]["id"],
+        json!(subscribed),
+        "{body}"
+    );
+
+    let body = app
+        .graphql(
+            &admin,
+            "query($type: String!) { deliveries(filter: {eventType: $type}) { edges { node { id } } } }",
+            json!({ "type": decomposed }),
+        )
+        .await;
+    assert_eq!(
+        body["data"]["deliveries"]["edges"].as_array().map(Vec::len),
+        Some(1),
+        "{body}"
+    );
+}
+
 on_both_backends!(
+    a_type_is_matched_in_its_composed_form,
     publish_routes_by_type_state_and_scope,
     publish_is_idempotent_per_api_key,
 );
