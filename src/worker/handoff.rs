@@ -28,9 +28,11 @@ use crate::error::error_chain;
 
 /// What a running worker offers for hand-offs.
 pub(crate) trait Starter: Send + Sync {
-    /// A free slot, if the worker has one to spare: it runs, is not stopping, and no
-    /// backlog waits for its slots (that work is shared round robin by the claiming loop).
-    fn reserve(&self) -> Option<OwnedSemaphorePermit>;
+    /// A free slot for a delivery of `endpoint_id`, if the worker has one to spare: it
+    /// runs, is not stopping, no backlog waits for its slots (that work is shared round
+    /// robin by the claiming loop), and the endpoint does not hold its whole share of them
+    /// (see [`super::share`]).
+    fn reserve(&self, endpoint_id: Uuid) -> Option<OwnedSemaphorePermit>;
     /// A claim of one delivery of `endpoint_id`, under the worker's own settings.
     fn request(&self, endpoint_id: Uuid) -> ClaimRequest;
     /// The keys that open the endpoints' secrets.
@@ -72,10 +74,11 @@ impl Handoff {
             .clone()
     }
 
-    /// A slot of the local worker for a claim at submit, if it has one to spare.
-    pub fn reserve(&self) -> Option<Reservation> {
+    /// A slot of the local worker for a claim at submit of a delivery to `endpoint_id`, if
+    /// it has one to spare.
+    pub fn reserve(&self, endpoint_id: Uuid) -> Option<Reservation> {
         let starter = self.starter()?;
-        let slot = starter.reserve()?;
+        let slot = starter.reserve(endpoint_id)?;
         Some(Reservation {
             slot: Some(slot),
             starter,

@@ -24,6 +24,7 @@ pub mod retention;
 pub mod retry_after;
 mod running;
 pub mod schedule;
+pub mod share;
 pub(crate) mod targets;
 pub mod turns;
 
@@ -45,6 +46,7 @@ use self::ended::EndedRequests;
 use self::recorder::{Finished, Recorder};
 use self::running::Running;
 use self::schedule::RetryPolicy;
+use self::share::Shares;
 use self::targets::Target;
 use crate::error::error_chain;
 use crate::state::AppState;
@@ -75,6 +77,8 @@ pub struct Worker {
     recording: Arc<Semaphore>,
     concurrency: usize,
     ended: EndedRequests,
+    /// What each endpoint holds of the slots (see [`share`]).
+    shares: Arc<Shares>,
     /// The claims' own thread and connections, on PostgreSQL (see [`claimer`]).
     claimer: Option<Claimer>,
 }
@@ -110,6 +114,7 @@ impl Worker {
             recording: Arc::new(Semaphore::new(2 * concurrency)),
             concurrency,
             ended: EndedRequests::default(),
+            shares: Arc::new(Shares::new(concurrency, state.wakeup.clone())),
             claimer,
             state,
         })
@@ -287,6 +292,7 @@ impl Worker {
             default_max_in_flight: self.state.config.endpoint_max_in_flight,
             ended: self.ended.snapshot(),
             only: None,
+            shares: self.shares.snapshot(),
         };
         let began = std::time::Instant::now();
         let claiming = claimer::claim(self.claimer.as_ref(), db, &self.state.bus, keys, request);

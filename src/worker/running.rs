@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::claim::{Claim, ClaimRequest, Claimed};
 use super::handoff::Starter;
 use super::recorder::Finished;
+use super::share::Held;
 use super::targets::Target;
 use super::Worker;
 use crate::crypto::sealing::SecretKeys;
@@ -54,7 +55,8 @@ impl Running {
         };
         let (worker, abandon) = (Arc::clone(&self.worker), self.abandon.clone());
         let delivery_id = claim.delivery_id;
-        let slot = Sending::counted(slot, &worker.state.metrics.in_flight);
+        let held = worker.shares.started(claim.endpoint_id);
+        let slot = Sending::counted(slot, &worker.state.metrics.in_flight, held);
         self.tasks.spawn(async move {
             let sending =
                 AssertUnwindSafe(Arc::clone(&worker).send_and_report(claim, target, slot, results))
@@ -76,20 +78,22 @@ impl Running {
     }
 }
 
-/// A delivery's slot while its request is under way, counted in the in-flight gauge for
-/// as long as it is held (dropped when the request ends, with the task that unwinds, or
-/// with the task abandoned at shutdown).
+/// A delivery's slot while its request is under way, counted in the in-flight gauge and in
+/// its endpoint's share for as long as it is held (dropped when the request ends, with the
+/// task that unwinds, or with the task abandoned at shutdown).
 pub(super) struct Sending {
     _slot: OwnedSemaphorePermit,
+    _held: Held,
     gauge: Gauge,
 }
 
 impl Sending {
-    /// `slot`, counted in `gauge` from now on.
-    fn counted(slot: OwnedSemaphorePermit, gauge: &Gauge) -> Self {
+    /// `slot`, counted in `gauge` from now on, and `held` in its endpoint's share.
+    fn counted(slot: OwnedSemaphorePermit, gauge: &Gauge, held: Held) -> Self {
         gauge.inc();
         Self {
             _slot: slot,
+            _held: held,
             gauge: gauge.clone(),
         }
     }
@@ -111,11 +115,12 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 }
 
 impl Starter for Running {
-    fn reserve(&self) -> Option<OwnedSemaphorePermit> {
+    fn reserve(&self, endpoint_id: Uuid) -> Option<OwnedSemaphorePermit> {
         let worker = &self.worker;
         if !worker.state.config.claim_at_submit
             || worker.state.shutdown.is_cancelled()
             || self.backlogged.load(Ordering::Relaxed)
+            || worker.shares.is_full(endpoint_id)
         {
             return None;
         }
@@ -147,6 +152,7 @@ impl Starter for Running {
             default_max_in_flight: config.endpoint_max_in_flight,
             ended,
             only: Some(endpoint_id),
+            shares: self.worker.shares.snapshot_of(endpoint_id),
         }
     }
 

@@ -20,7 +20,8 @@ use crate::service::flow::{self, Facts, Rate, Standing, Turn};
 /// The ready endpoints' turns, longest waiting first, locked (PostgreSQL: skipping turns
 /// another claim holds, never waiting), with what limits them. `$1`: the most to take;
 /// `{revisit}`: full endpoints this process has since freed a slot of, whatever their turn;
-/// `{only}`: the one endpoint a claim at submit looks at (see [`Turns::Of`]). An endpoint
+/// `{only}`: the one endpoint a claim at submit looks at (see [`Turns::Of`]), or the
+/// endpoints the claiming loop leaves to other processes (see [`Turns::Ready`]). An endpoint
 /// counts as paused until the later of its pause and its turn's hold (a `Retry-After` not
 /// yet recorded, see [`flow::HOLD_TURN`], or a rate limit's wait, which allows no start
 /// before it either), so a turn revisited early starts nothing in a hold.
@@ -60,9 +61,15 @@ pub enum Commit {
 /// Which turns a claim looks at.
 #[derive(Debug, Clone, Copy)]
 pub enum Turns<'a> {
-    /// The ready endpoints, longest waiting first, and these full ones this process has
-    /// since freed a slot of (the claiming loop).
-    Ready(&'a [Uuid]),
+    /// The ready endpoints, longest waiting first, and the full ones this process has
+    /// since freed a slot of (`revisit`), but none of `except` (endpoints holding their
+    /// whole share of this process's slots, see [`super::share`]): the claiming loop.
+    Ready {
+        /// Full endpoints to look at whatever their turn.
+        revisit: &'a [Uuid],
+        /// Endpoints whose turns this claim leaves to other processes.
+        except: &'a [Uuid],
+    },
     /// This one endpoint, if its turn has come (a submission claiming its own fresh
     /// delivery, see [`crate::worker::handoff`]).
     Of(Uuid),
@@ -147,11 +154,20 @@ pub async fn lock_turns(
     };
     let mut values = vec![Value::from(i64::from(limit))];
     let (revisit_sql, only_sql) = match turns {
-        Turns::Ready([]) => (String::new(), String::new()),
-        Turns::Ready(revisit) => {
-            let (list, ids) = Db::id_list(backend, 2, revisit, false);
-            values.extend(ids);
-            (format!("OR f.endpoint_id {list}"), String::new())
+        Turns::Ready { revisit, except } => {
+            let mut revisit_sql = String::new();
+            if !revisit.is_empty() {
+                let (list, ids) = Db::id_list(backend, values.len() + 1, revisit, false);
+                values.extend(ids);
+                revisit_sql = format!("OR f.endpoint_id {list}");
+            }
+            let mut except_sql = String::new();
+            if !except.is_empty() {
+                let (list, ids) = Db::id_list(backend, values.len() + 1, except, true);
+                values.extend(ids);
+                except_sql = format!("AND f.endpoint_id {list}");
+            }
+            (revisit_sql, except_sql)
         }
         Turns::Of(endpoint_id) => {
             values.push(Value::from(endpoint_id));

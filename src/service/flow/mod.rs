@@ -134,10 +134,19 @@ impl Standing {
 /// How many deliveries a claim of `limit` asks of each endpoint in `standings` (in turn
 /// order): what each could start now, but no more than an even share of the claim among
 /// the endpoints that could start anything, so one endpoint's backlog never fills a claim
-/// while another waits. The endpoint's free slots are counted by the claim itself. A claim
-/// locks at most `limit` endpoints, so the wants add up to at most `limit`.
-pub fn wants(standings: &[Standing], now: DateTime<Utc>, limit: u32) -> Vec<u32> {
-    let potential: Vec<u32> = standings.iter().map(|s| s.potential(now, limit)).collect();
+/// while another waits, and no more than the `room` it has left of the process's slots
+/// (see [`crate::worker::share`]). The endpoint's free slots are counted by the claim
+/// itself. A claim locks at most `limit` endpoints, so the wants add up to at most `limit`.
+pub fn wants(
+    standings: &[Standing],
+    now: DateTime<Utc>,
+    limit: u32,
+    room: impl Fn(Uuid) -> u32,
+) -> Vec<u32> {
+    let potential: Vec<u32> = standings
+        .iter()
+        .map(|s| s.potential(now, limit).min(room(s.endpoint_id)))
+        .collect();
     let active = potential.iter().filter(|&&p| p > 0).count().max(1);
     let share = (limit / u32::try_from(active).unwrap_or(u32::MAX)).max(1);
     potential.into_iter().map(|p| p.min(share)).collect()
@@ -309,20 +318,31 @@ mod tests {
         let small_cap = standing(None, 2);
         let limited = standing(Some(5), 32);
         let standings = [paused, disabled, busy, small_cap, limited];
-        assert_eq!(wants(&standings, now, 64), vec![0, 0, 21, 2, 1]);
         assert_eq!(
-            wants(&standings[2..3], now, 64),
+            wants(&standings, now, 64, |_| u32::MAX),
+            vec![0, 0, 21, 2, 1]
+        );
+        assert_eq!(
+            wants(&standings[2..3], now, 64, |_| u32::MAX),
             vec![32],
             "one endpoint: its cap"
         );
         assert_eq!(
-            wants(&standings[2..3], now, 10),
+            wants(&standings[2..3], now, 10, |_| u32::MAX),
             vec![10],
             "one endpoint: the claim"
         );
         // As many endpoints as slots (a claim never locks more): one each.
         let many: Vec<Standing> = (0..4).map(|_| standing(None, 32)).collect();
-        assert_eq!(wants(&many, now, 4), vec![1; 4]);
+        assert_eq!(wants(&many, now, 4, |_| u32::MAX), vec![1; 4]);
+        // An endpoint holding most of this process's slots asks only for the room it has
+        // left, and counts for nothing in the share once it has none.
+        let (hog, other) = (standing(None, 1000), standing(None, 32));
+        let hog_id = hog.endpoint_id;
+        let both = [hog, other];
+        let room = |left: u32| move |id: Uuid| if id == hog_id { left } else { u32::MAX };
+        assert_eq!(wants(&both, now, 16, room(3)), vec![3, 8]);
+        assert_eq!(wants(&both, now, 16, room(0)), vec![0, 16]);
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl GroupCommit {
         let Some(jobs) = &self.jobs else {
             // Boxed: the write's future is large, and unboxed it would sit in every future
             // of the request that awaits it.
-            return Ok(match self.handoff.reserve() {
+            return Ok(match self.handoff.reserve(rows.submission.endpoint_id) {
                 Some(reservation) => {
                     Box::pin(store_claiming(&self.db, &self.bus, rows, reservation)).await?
                 }
@@ -138,7 +138,7 @@ impl Committer {
             self.metrics.submissions_queued.dec_by(jobs.len() as i64);
             if jobs.len() == 1 {
                 if let Some(job) = jobs.pop() {
-                    let reservation = self.handoff.reserve();
+                    let reservation = self.handoff.reserve(job.rows.submission.endpoint_id);
                     let stored = store_checked(&self.db, &self.bus, job.rows, reservation).await;
                     let _ = job.reply.send(stored);
                 }

@@ -30,6 +30,7 @@ pub use self::release::release;
 
 use self::sqlite::claim_sqlite;
 use super::ended::Snapshot;
+use super::share;
 use super::targets::{self, load_targets, Target};
 use super::turns::{self, Commit, FollowUp, Turns};
 use crate::bus::{ChangeBus, Staged, StateChange};
@@ -106,6 +107,9 @@ pub struct ClaimRequest {
     /// Look only at this endpoint's turn (a submission claiming its own fresh delivery,
     /// see [`super::handoff`]); `None`: every ready endpoint's.
     pub only: Option<Uuid>,
+    /// What each endpoint holds of this process's slots (see [`super::share`]): an
+    /// endpoint holding its whole share is left to other processes' claims.
+    pub shares: share::Snapshot,
 }
 
 /// What a claim did.
@@ -177,6 +181,7 @@ pub async fn claim_due(
         default_max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         ended: Snapshot::default(),
         only: None,
+        shares: share::Snapshot::default(),
     };
     let mut claimed = claim(db, bus, request).await?;
     claimed.follow_up().run(db, bus).await?;
@@ -296,9 +301,13 @@ pub(crate) async fn claim_in(
 ) -> Result<(Claimed, Vec<StateChange>), DbErr> {
     let most = request.limit.min(MAX_TURNS);
     let ended = &request.ended;
+    let except = request.shares.full();
     let turns = match request.only {
         Some(endpoint_id) => Turns::Of(endpoint_id),
-        None => Turns::Ready(&ended.revisit),
+        None => Turns::Ready {
+            revisit: &ended.revisit,
+            except: &except,
+        },
     };
     let (standings, now) =
         turns::lock_turns(txn, db, most, turns, request.default_max_in_flight, commit).await?;
@@ -321,7 +330,9 @@ pub(crate) async fn claim_in(
         }
         return Ok((claimed, Vec::new()));
     }
-    let wants = flow::wants(&standings, now, request.limit);
+    let wants = flow::wants(&standings, now, request.limit, |endpoint_id| {
+        request.shares.room(endpoint_id)
+    });
     let (taken, rows, facts) = match db.backend() {
         DbBackend::Postgres => {
             let here =
@@ -452,7 +463,10 @@ pub async fn warm_claiming_loop(txn: &DatabaseTransaction, db: &Db) -> Result<()
             txn,
             db,
             1,
-            Turns::Ready(revisit),
+            Turns::Ready {
+                revisit,
+                except: &[],
+            },
             DEFAULT_MAX_IN_FLIGHT,
             Commit::Relaxed,
         )

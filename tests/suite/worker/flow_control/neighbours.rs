@@ -211,3 +211,59 @@ async fn a_backlog_is_claimed_through_the_few_slots_a_hanging_neighbour_leaves()
     each_once(&fast, "quick", 40);
     app.stop().await;
 }
+
+/// A hanging receiver whose cap (1,000) is above the worker's slots holds all but an eighth
+/// of them, however long its backlog: claims, and claims at submit, leave it alone once it
+/// holds its share, and every other endpoint's deliveries arrive at once through the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hanging_neighbour_with_a_large_cap_leaves_an_eighth_of_the_slots() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = Receiver::start(|_| Reply {
+        body: Default::default(),
+        status: 200,
+        headers: Vec::new(),
+        delay: Duration::from_secs(30),
+    })
+    .await;
+    let fast = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = 8;
+        config.request_timeout_ms = 30_000;
+        config.lease_secs = 60;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let stuck = endpoint_with(
+        &app,
+        &admin,
+        &hanging,
+        "stuck",
+        json!({ "maxInFlight": 1000 }),
+    )
+    .await;
+    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    submit_many(&app, &admin, &stuck, 30).await;
+    eventually(
+        "the hanging endpoint holds its share",
+        Duration::from_secs(5),
+        || async { hanging.in_flight("stuck") >= 7 },
+    )
+    .await;
+    // More of its deliveries, each a chance for a claim at submit to take the last slot.
+    submit_many(&app, &admin, &stuck, 5).await;
+    let waited = latencies(&app, &admin, &fast, &quick, "quick", 8).await;
+    let worst = waited.iter().max().expect("latencies");
+    assert!(
+        *worst < Duration::from_millis(500),
+        "a fast delivery waited {worst:?} beside a hanging endpoint with a large cap: {waited:?}"
+    );
+    assert_eq!(
+        hanging.most_in_flight("stuck"),
+        7,
+        "seven of the eight slots"
+    );
+    each_once(&fast, "quick", 8);
+    drop(hanging);
+    app.stop().await;
+}
