@@ -60,6 +60,7 @@ impl Worker {
                     .dispatcher
                     .send(&Webhook {
                         id: claim.delivery_id,
+                        endpoint_id: claim.endpoint_id,
                         url: &target.url,
                         secret: &target.secret,
                         previous_secret: target.previous_secret.as_deref(),

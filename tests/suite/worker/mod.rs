@@ -4,6 +4,7 @@
 //! several processes that never deadlock.
 
 mod answers;
+mod broken_receivers;
 mod claimer;
 mod claims;
 mod delivery;
