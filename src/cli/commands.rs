@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use crate::app::App;
 use sea_orm::ActiveEnum as _;
 
-use super::signals;
+use super::{serve_lock, signals};
 use crate::auth::{self, RevokeOutcome};
 use crate::config::{
     ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, ServeArgs, TenantCommand,
@@ -47,6 +47,9 @@ pub enum CommandError {
         /// Why it could not be had.
         reason: String,
     },
+    /// Another process serves the same SQLite file.
+    #[error(transparent)]
+    AlreadyServed(#[from] serve_lock::AlreadyServed),
     /// Serving or printing failed.
     #[error("I/O error")]
     Io(#[from] std::io::Error),
@@ -155,6 +158,8 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
         signals::terminate_signal(),
     ));
     tracing::info!(database = %db::location(&database.database_url), "starting");
+    // Held until the process exits.
+    let _serving = serve_lock::hold(&database.database_url)?;
     let start = start(database, &config);
     let (db, listener) = tokio::select! {
         started = start => started?,

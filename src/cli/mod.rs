@@ -2,4 +2,5 @@
 
 pub mod commands;
 pub mod fatal;
+mod serve_lock;
 mod signals;

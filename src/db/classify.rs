@@ -47,9 +47,13 @@ pub fn classify(err: &DbErr) -> Failure {
     };
     match cause {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => Failure::Unavailable,
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => {
-            Failure::MaybeCommitted { unreachable: true }
-        }
+        // A peer that does not speak PostgreSQL's protocol (`Protocol`: a proxy or pooler
+        // whose server is down, answering a connection's TLS request with a stray byte or
+        // a close) is a database out of reach too.
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => Failure::MaybeCommitted { unreachable: true },
         sqlx::Error::Database(db_err) => {
             let code = db_err.code().unwrap_or_default();
             let code = code.as_ref();
@@ -133,5 +137,16 @@ mod tests {
             "an unreadable answer may follow a commit"
         );
         assert!(!is_transient(&decode));
+    }
+
+    #[test]
+    fn a_peer_that_does_not_speak_postgresql_is_out_of_reach() {
+        let stray = sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into());
+        let err = DbErr::Conn(RuntimeErr::SqlxError(Arc::new(stray)));
+        assert!(is_unavailable(&err));
+        assert!(
+            may_have_committed(&err),
+            "mid-statement, it may have committed"
+        );
     }
 }

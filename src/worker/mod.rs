@@ -207,6 +207,12 @@ impl Worker {
                     this.start(claimed.claims, targets, &running, Some(held));
                     this.follow_up(follow_up);
                 }
+                // A database out of reach is an outage, a warning like every other failure
+                // it causes; anything else is a fault.
+                Err(err) if crate::db::is_unavailable(&err) => {
+                    tracing::warn!(error = %error_chain(&err),
+                        "claiming deliveries failed: the database is unavailable")
+                }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")
                 }

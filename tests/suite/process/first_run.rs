@@ -182,3 +182,31 @@ fn unreadable_urls_and_incomplete_commands_exit_2() {
     let line = fatal_line(&output);
     assert!(line.contains("COURIER_RETRY_BASE_MS (5000)"), "{line}");
 }
+
+/// A second `courier serve` on a SQLite file another serves is refused at once, naming the
+/// file and the rule (one process per SQLite file); once the first has stopped, the file
+/// serves again. `courier api-key` beside a running server still works.
+#[test]
+fn a_second_server_on_one_sqlite_file_is_refused() {
+    use crate::support::process::Served;
+
+    let dir = TempDir::new();
+    let url = format!("sqlite://{}?mode=rwc", dir.0.join("shared.db").display());
+    let first = Served::start(&url, &[]);
+    let mut second = plain_courier(&url);
+    second.arg("serve").env("COURIER_BIND", "127.0.0.1:0");
+    let output = run_to_end(second);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let line = fatal_line(&output);
+    assert!(line.contains("shared.db"), "{line}");
+    assert!(line.contains("one process per SQLite file"), "{line}");
+
+    let mut key = plain_courier(&url);
+    key.args(["api-key", "create", "--name", "beside", "--role", "admin"]);
+    let created = run_to_end(key);
+    assert!(created.status.success(), "{created:?}");
+
+    drop(first);
+    let again = Served::start(&url, &[]);
+    drop(again);
+}

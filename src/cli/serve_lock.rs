@@ -1,0 +1,94 @@
+//! One `courier serve` per SQLite file: a second is refused at start-up. Each process tells
+//! its own subscribers of its own changes only (PostgreSQL's notifications carry them
+//! between processes; SQLite has none), so a second process on the file would leave the
+//! first one's dashboards blind to what it delivered.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+
+use crate::db;
+
+/// The lock a serving process holds on its SQLite file, released when it exits (however it
+/// exits: the system drops the lock with the process).
+#[derive(Debug)]
+pub struct ServeLock {
+    _file: File,
+}
+
+/// Why a process may not serve this SQLite file.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "another `courier serve` is using the SQLite database {}: run one process per SQLite file \
+     (several processes on one database need PostgreSQL)",
+    database.display()
+)]
+pub struct AlreadyServed {
+    /// The database file.
+    pub database: PathBuf,
+}
+
+/// Takes the serving lock of the SQLite file `database_url` names (`None` for PostgreSQL,
+/// an in-memory database, or a lock file that cannot be made, in which case opening the
+/// database tells what is wrong).
+pub fn hold(database_url: &str) -> Result<Option<ServeLock>, AlreadyServed> {
+    let Some(database) = db::sqlite_path(database_url) else {
+        return Ok(None);
+    };
+    let path = lock_path(&database);
+    let file = match OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+    {
+        Ok(file) => file,
+        Err(err) => {
+            tracing::debug!(path = %path.display(), error = %err, "no serving lock file");
+            return Ok(None);
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(ServeLock { _file: file })),
+        Err(TryLockError::WouldBlock) => Err(AlreadyServed { database }),
+        Err(TryLockError::Error(err)) => {
+            tracing::debug!(path = %path.display(), error = %err, "no serving lock");
+            Ok(None)
+        }
+    }
+}
+
+/// The lock file beside `database`: its name with `.serve-lock` added.
+fn lock_path(database: &Path) -> PathBuf {
+    let mut name = database.as_os_str().to_owned();
+    name.push(".serve-lock");
+    PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_of_one_file_is_refused_until_the_first_lets_go() {
+        let dir = std::env::temp_dir().join(format!("courier-lock-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.join("courier.db").display());
+        let first = hold(&url).unwrap();
+        assert!(first.is_some());
+        let refused = hold(&url).unwrap_err();
+        assert!(
+            refused.to_string().contains("one process per SQLite file"),
+            "{refused}"
+        );
+        let other = format!("sqlite://{}?mode=rwc", dir.join("other.db").display());
+        assert!(
+            hold(&other).unwrap().is_some(),
+            "another file is another lock"
+        );
+        drop(first);
+        assert!(hold(&url).unwrap().is_some());
+        assert!(hold("sqlite::memory:").unwrap().is_none());
+        assert!(hold("postgres://localhost/courier").unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
