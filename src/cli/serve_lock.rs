@@ -34,6 +34,7 @@ pub fn hold(database_url: &str) -> Result<Option<ServeLock>, AlreadyServed> {
     let Some(database) = db::sqlite_path(database_url) else {
         return Ok(None);
     };
+    let database = resolved(&database);
     let path = lock_path(&database);
     let file = match OpenOptions::new()
         .create(true)
@@ -54,6 +55,21 @@ pub fn hold(database_url: &str) -> Result<Option<ServeLock>, AlreadyServed> {
             tracing::debug!(path = %path.display(), error = %err, "no serving lock");
             Ok(None)
         }
+    }
+}
+
+/// `database` with every symbolic link resolved (in its directories and, once it exists,
+/// the file itself), so that every name of one file takes one lock. A hard link is another
+/// name the system cannot tell apart: SQLite itself must not be used through one.
+fn resolved(database: &Path) -> PathBuf {
+    if let Ok(file) = std::fs::canonicalize(database) {
+        return file;
+    }
+    match (database.parent(), database.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|dir| dir.join(name))
+            .unwrap_or_else(|_| database.to_owned()),
+        _ => database.to_owned(),
     }
 }
 
@@ -85,6 +101,10 @@ mod tests {
             hold(&other).unwrap().is_some(),
             "another file is another lock"
         );
+        std::fs::write(dir.join("courier.db"), b"").unwrap();
+        std::os::unix::fs::symlink(dir.join("courier.db"), dir.join("link.db")).unwrap();
+        let link = format!("sqlite://{}?mode=rwc", dir.join("link.db").display());
+        assert!(hold(&link).is_err(), "a symbolic link names the same file");
         drop(first);
         assert!(hold(&url).unwrap().is_some());
         assert!(hold("sqlite::memory:").unwrap().is_none());
