@@ -3,16 +3,15 @@
 //! guard applied at connect time.
 
 use std::net::{IpAddr, SocketAddr};
-use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use reqwest::redirect::Policy;
 use uuid::Uuid;
 
 use super::answer::ReceiverAnswer;
+use super::endpoint_clients::EndpointClients;
 use super::retry_after;
 use crate::destination;
 use crate::service::lines;
@@ -96,30 +95,12 @@ pub struct Webhook<'a> {
     pub traceparent: Option<&'a str>,
 }
 
-/// Sends webhooks, each endpoint through an HTTP client of its own.
-///
-/// Kept-alive connections are never shared between endpoints, even on one host: a
-/// receiver that breaks HTTP on a connection (a second response after the first, an answer
-/// before the request's body was read) then spoils only its own endpoint's next request,
-/// never another endpoint's. A connection shared across endpoints handed the stray bytes to
-/// the next request on it, whatever its endpoint, so a `500` could be recorded as another
-/// endpoint's success.
-#[derive(Clone)]
+/// Sends webhooks, each endpoint through an HTTP client of its own (see
+/// [`super::endpoint_clients`]).
+#[derive(Clone, Debug)]
 pub struct Dispatcher {
-    clients: Arc<Mutex<lru::LruCache<Uuid, reqwest::Client>>>,
-    timeout: Duration,
-    resolver: Arc<GuardedResolver>,
-    tls: Arc<rustls::ClientConfig>,
+    clients: Arc<EndpointClients>,
     allow_private: bool,
-}
-
-impl std::fmt::Debug for Dispatcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dispatcher")
-            .field("timeout", &self.timeout)
-            .field("allow_private", &self.allow_private)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Why the dispatcher could not be built.
@@ -133,62 +114,14 @@ pub enum DispatcherError {
     Tls(#[from] rustls::Error),
 }
 
-/// The most headers a receiver's answer may carry (its head stays within hyper's buffer
-/// limit however many there are).
-const MAX_RESPONSE_HEADERS: usize = 1_000;
-
-/// Endpoints whose clients (and idle connections) are kept; the least recently used beyond
-/// it is dropped, its idle connections closed.
-const CLIENTS_KEPT: NonZeroUsize = match NonZeroUsize::new(1_024) {
-    Some(kept) => kept,
-    None => NonZeroUsize::MIN,
-};
-
 impl Dispatcher {
     /// A dispatcher with `timeout` for connecting and for the whole request.
     pub fn new(timeout: Duration, allow_private: bool) -> Result<Self, DispatcherError> {
-        crate::crypto::install_tls_provider();
-        let dispatcher = Dispatcher {
-            clients: Arc::new(Mutex::new(lru::LruCache::new(CLIENTS_KEPT))),
-            timeout,
-            resolver: Arc::new(GuardedResolver { allow_private }),
-            tls: Arc::new(tls_config()?),
+        let resolver: Arc<dyn Resolve> = Arc::new(GuardedResolver { allow_private });
+        Ok(Dispatcher {
+            clients: Arc::new(EndpointClients::new(timeout, resolver)?),
             allow_private,
-        };
-        // Settings a client refuses are told at start-up, not at the first webhook.
-        dispatcher.build_client()?;
-        Ok(dispatcher)
-    }
-
-    /// `endpoint_id`'s client, made on first use.
-    fn client_for(&self, endpoint_id: Uuid) -> Result<reqwest::Client, reqwest::Error> {
-        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(client) = clients.get(&endpoint_id) {
-            return Ok(client.clone());
-        }
-        let client = self.build_client()?;
-        clients.put(endpoint_id, client.clone());
-        Ok(client)
-    }
-
-    /// One endpoint's client: the shared settings, resolver and TLS configuration (one
-    /// certificate store, one session cache), its own connection pool.
-    fn build_client(&self) -> Result<reqwest::Client, reqwest::Error> {
-        reqwest::Client::builder()
-            .user_agent(concat!("Courier/", env!("CARGO_PKG_VERSION")))
-            .redirect(Policy::none())
-            .no_proxy()
-            .connect_timeout(self.timeout)
-            .timeout(self.timeout)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true)
-            // Any 2xx is a success, however the answer's head is dressed: many headers
-            // (hyper's own limit is 100), or a malformed one, do not fail it.
-            .http1_max_headers(MAX_RESPONSE_HEADERS)
-            .http1_ignore_invalid_headers_in_responses(true)
-            .dns_resolver(self.resolver.clone())
-            .tls_backend_preconfigured((*self.tls).clone())
-            .build()
+        })
     }
 
     /// Signs and POSTs one webhook. Never fails: every problem is an outcome to record.
@@ -216,7 +149,7 @@ impl Dispatcher {
             Ok(headers) => headers,
             Err(err) => return finish(OutcomeKind::Connection, None, Some(err), None, None),
         };
-        let client = match self.client_for(webhook.endpoint_id) {
+        let client = match self.clients.client_for(webhook.endpoint_id) {
             Ok(client) => client,
             Err(err) => {
                 let (kind, message) = classify(err);
@@ -287,24 +220,6 @@ impl Dispatcher {
             )
         })
     }
-}
-
-/// The TLS configuration every endpoint's client shares, as reqwest makes its own: the
-/// process's crypto provider, its safe protocol versions, the platform's certificate
-/// verifier, HTTP/1.1.
-fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
-    let provider = match rustls::crypto::CryptoProvider::get_default() {
-        Some(provider) => provider.clone(),
-        None => Arc::new(rustls::crypto::ring::default_provider()),
-    };
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())?;
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
 }
 
 /// The Standard Webhooks headers for `webhook`, signed now: `v1,<sig>` with the current

@@ -15,6 +15,7 @@ pub mod claim;
 pub mod claimer;
 pub mod dispatch;
 pub mod ended;
+mod endpoint_clients;
 pub mod handoff;
 pub mod health;
 mod hold;

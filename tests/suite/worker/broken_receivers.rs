@@ -117,6 +117,17 @@ async fn submit_and_wait(
     delivery_id(&body)
 }
 
+/// An app whose deliveries get one attempt, and its admin token.
+async fn one_attempt_app(db: &TestDb) -> (TestApp, String) {
+    let app = TestApp::spawn_with(db, |config| {
+        quick_worker(config);
+        config.max_attempts = Some(1);
+    })
+    .await;
+    let admin = app.admin_token().await;
+    (app, admin)
+}
+
 /// The state and attempt statuses of delivery `id`, once it has settled.
 async fn settled(app: &TestApp, admin: &str, id: &str) -> serde_json::Value {
     let query = "query($id: ID!) { delivery(id: $id) { state attempts { statusCode error } } }";
@@ -139,12 +150,7 @@ async fn settled(app: &TestApp, admin: &str, id: &str) -> serde_json::Value {
 async fn a_stray_answer_is_never_another_endpoints(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (base, requests) = broken_receiver().await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-    })
-    .await;
-    let admin = app.admin_token().await;
+    let (app, admin) = one_attempt_app(&db).await;
     let (stray, _) = app.create_endpoint(&admin, &format!("{base}/stray")).await;
     let (failing, _) = app
         .create_endpoint(&admin, &format!("{base}/failing"))
@@ -173,12 +179,7 @@ async fn a_stray_answer_is_never_another_endpoints(backend: Backend) {
 async fn an_answer_before_the_body_spoils_no_other_endpoint(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (base, requests) = broken_receiver().await;
-    let app = TestApp::spawn_with(&db, |config| {
-        quick_worker(config);
-        config.max_attempts = Some(1);
-    })
-    .await;
-    let admin = app.admin_token().await;
+    let (app, admin) = one_attempt_app(&db).await;
     let (early, _) = app.create_endpoint(&admin, &format!("{base}/early")).await;
     let (good, _) = app.create_endpoint(&admin, &format!("{base}/good")).await;
     let large = json!({ "filler": "x".repeat(200_000) });
