@@ -10,6 +10,17 @@ use super::{each_once, endpoint_with, submit_many};
 use crate::support::fixtures::{eventually, quick_worker, rarely_polling_worker, submit};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
+/// A receiver that answers `200` after `delay` (past the request timeout: one that hangs).
+async fn answering_after(delay: Duration) -> Receiver {
+    Receiver::start(move |_| Reply {
+        body: Default::default(),
+        status: 200,
+        headers: Vec::new(),
+        delay,
+    })
+    .await
+}
+
 /// Submits `count` payloads to `endpoint` `gap` apart and returns, for each, how long it
 /// took from the submit to its arrival at `path`.
 async fn latencies(
@@ -77,13 +88,7 @@ fn arrivals(started: Instant, receivers: &[(&str, &Receiver)]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_neighbour_waits_its_turn() {
     let db = TestDb::new(Backend::Postgres).await;
-    let receiver = Receiver::start(|_| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: Duration::from_secs(1),
-    })
-    .await;
+    let receiver = answering_after(Duration::from_secs(1)).await;
     let fast = Receiver::accepting().await;
     let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
         quick_worker(config);
@@ -124,13 +129,7 @@ async fn a_slow_neighbour_waits_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hanging_neighbour_holds_only_its_cap() {
     let db = TestDb::new(Backend::Postgres).await;
-    let hanging = Receiver::start(|_| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: Duration::from_secs(30),
-    })
-    .await;
+    let hanging = answering_after(Duration::from_secs(30)).await;
     let fast = Receiver::accepting().await;
     let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
         quick_worker(config);
@@ -168,13 +167,7 @@ async fn a_hanging_neighbour_holds_only_its_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backlog_is_claimed_through_the_few_slots_a_hanging_neighbour_leaves() {
     let db = TestDb::new(Backend::Postgres).await;
-    let hanging = Receiver::start(|_| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: Duration::from_secs(60),
-    })
-    .await;
+    let hanging = answering_after(Duration::from_secs(60)).await;
     let fast = Receiver::accepting().await;
     let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
         rarely_polling_worker(config);
@@ -218,13 +211,7 @@ async fn a_backlog_is_claimed_through_the_few_slots_a_hanging_neighbour_leaves()
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hanging_neighbour_with_a_large_cap_leaves_an_eighth_of_the_slots() {
     let db = TestDb::new(Backend::Postgres).await;
-    let hanging = Receiver::start(|_| Reply {
-        body: Default::default(),
-        status: 200,
-        headers: Vec::new(),
-        delay: Duration::from_secs(30),
-    })
-    .await;
+    let hanging = answering_after(Duration::from_secs(30)).await;
     let fast = Receiver::accepting().await;
     let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
         quick_worker(config);
