@@ -316,11 +316,12 @@ pub(crate) async fn claim_in(
         ..Claimed::default()
     };
     claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
+    // An endpoint left out for holding its share was not missed: it was not asked for.
     claimed.missed_revisit = request.only.is_none()
         && ended
             .revisit
             .iter()
-            .any(|id| !standings.iter().any(|s| s.endpoint_id == *id));
+            .any(|id| !except.contains(id) && !standings.iter().any(|s| s.endpoint_id == *id));
     if standings.is_empty() {
         if let Some(endpoint_id) = request.only {
             // A claim at submit that found its endpoint's turn held by another claim, or
