@@ -28,41 +28,8 @@ impl<E: Into<Error>> From<E> for ApiError {
 
 /// How often a request answered `SERVICE_UNAVAILABLE` is logged: an outage under load
 /// would otherwise write a line per request (tens of thousands in a few seconds).
-static UNAVAILABLE_LOG: Throttle = Throttle::new(std::time::Duration::from_secs(1));
-
-/// Tells at most once per interval, counting what it held back meanwhile.
-struct Throttle {
-    every: std::time::Duration,
-    state: std::sync::Mutex<(Option<std::time::Instant>, u64)>,
-}
-
-impl Throttle {
-    const fn new(every: std::time::Duration) -> Self {
-        Throttle {
-            every,
-            state: std::sync::Mutex::new((None, 0)),
-        }
-    }
-
-    /// `Some(held back since the last one)` when this one is to be told, else `None`.
-    fn tell(&self) -> Option<u64> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = std::time::Instant::now();
-        if state
-            .0
-            .is_some_and(|at| now.duration_since(at) < self.every)
-        {
-            state.1 += 1;
-            return None;
-        }
-        let held_back = std::mem::take(&mut state.1);
-        state.0 = Some(now);
-        Some(held_back)
-    }
-}
+static UNAVAILABLE_LOG: crate::telemetry::throttle::Throttle =
+    crate::telemetry::throttle::Throttle::new(std::time::Duration::from_secs(1));
 
 /// Maps a service error to its GraphQL form; internal causes are logged, never sent.
 fn to_graphql(err: Error) -> async_graphql::Error {
@@ -94,21 +61,5 @@ fn to_graphql(err: Error) -> async_graphql::Error {
             })
         }
         _ => async_graphql::Error::new(err.to_string()).extend_with(|_, e| e.set("code", code)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_throttle_tells_once_per_interval_with_what_it_held_back() {
-        let throttle = Throttle::new(std::time::Duration::from_millis(200));
-        assert_eq!(throttle.tell(), Some(0));
-        assert_eq!(throttle.tell(), None);
-        assert_eq!(throttle.tell(), None);
-        std::thread::sleep(std::time::Duration::from_millis(250));
-        assert_eq!(throttle.tell(), Some(2));
-        assert_eq!(throttle.tell(), None);
     }
 }

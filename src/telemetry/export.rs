@@ -1,7 +1,6 @@
 //! The OTLP trace pipeline: spans batched off the request path and posted as protobuf to
 //! the collector by Courier's own HTTP client, on the process's runtime.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,6 +16,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
 use super::spans::TARGET;
+use super::throttle::Throttle;
 
 /// Longest one export may take, connecting included: past it the batch is dropped, and
 /// the spans after it wait in the bounded queue (or are dropped when it is full).
@@ -76,8 +76,7 @@ impl Traces {
             .with_http_client(OnRuntime {
                 client,
                 runtime,
-                started: std::time::Instant::now(),
-                last_failure_logged: AtomicU64::new(0),
+                failures: Throttle::new(FAILURE_LOG_EVERY),
             })
             .build()?;
         let resource = Resource::builder()
@@ -120,10 +119,8 @@ impl Traces {
 struct OnRuntime {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
-    /// When this client was made, the origin of `last_failure_logged`.
-    started: std::time::Instant,
-    /// Seconds from `started`, plus one, when a failed export was last told; 0 for never.
-    last_failure_logged: AtomicU64,
+    /// Failed exports, told at most once per [`FAILURE_LOG_EVERY`].
+    failures: Throttle,
 }
 
 #[async_trait]
@@ -157,15 +154,7 @@ impl OnRuntime {
     /// Tells that an export failed (its spans are dropped), at most once per
     /// [`FAILURE_LOG_EVERY`], so an unreachable collector is noticed without a flood.
     fn failed(&self, reason: &str) {
-        let now = self.started.elapsed().as_secs().saturating_add(1);
-        let last = self.last_failure_logged.load(Ordering::Relaxed);
-        let due = last == 0 || now.saturating_sub(last) >= FAILURE_LOG_EVERY.as_secs();
-        if due
-            && self
-                .last_failure_logged
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.failures.tell().is_some() {
             tracing::warn!(
                 error = reason,
                 "exporting spans failed; they are dropped (told at most once a minute)"

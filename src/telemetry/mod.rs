@@ -8,6 +8,7 @@ pub mod context;
 mod export;
 pub mod sink;
 pub mod spans;
+pub mod throttle;
 
 use std::io::IsTerminal as _;
 

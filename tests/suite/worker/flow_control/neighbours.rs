@@ -21,6 +21,20 @@ async fn answering_after(delay: Duration) -> Receiver {
     .await
 }
 
+/// An endpoint `stuck` at `hanging` whose cap (1,000) is above any test's slots, and an
+/// endpoint `quick` at `fast` with the default cap.
+async fn stuck_and_quick(
+    app: &TestApp,
+    admin: &str,
+    hanging: &Receiver,
+    fast: &Receiver,
+) -> (String, String) {
+    let large_cap = json!({ "maxInFlight": 1000 });
+    let stuck = endpoint_with(app, admin, hanging, "stuck", large_cap).await;
+    let quick = endpoint_with(app, admin, fast, "quick", json!({})).await;
+    (stuck, quick)
+}
+
 /// Submits `count` payloads to `endpoint` `gap` apart and returns, for each, how long it
 /// took from the submit to its arrival at `path`.
 async fn latencies(
@@ -178,15 +192,7 @@ async fn a_backlog_is_claimed_through_the_few_slots_a_hanging_neighbour_leaves()
     })
     .await;
     let admin = app.admin_token().await;
-    let stuck = endpoint_with(
-        &app,
-        &admin,
-        &hanging,
-        "stuck",
-        json!({ "maxInFlight": 1000 }),
-    )
-    .await;
-    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
     submit_many(&app, &admin, &stuck, 7).await;
     eventually(
         "the hanging endpoint holds seven of the eight slots",
@@ -221,15 +227,7 @@ async fn a_hanging_neighbour_with_a_large_cap_leaves_an_eighth_of_the_slots() {
     })
     .await;
     let admin = app.admin_token().await;
-    let stuck = endpoint_with(
-        &app,
-        &admin,
-        &hanging,
-        "stuck",
-        json!({ "maxInFlight": 1000 }),
-    )
-    .await;
-    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
     submit_many(&app, &admin, &stuck, 30).await;
     eventually(
         "the hanging endpoint holds its share",
