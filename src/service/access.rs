@@ -66,7 +66,10 @@ impl Access {
         Ok(match caller.visible() {
             Visible::Everything => true,
             Visible::Endpoints(scope) => scope.contains(&endpoint_id),
-            Visible::Tenant(tenant) => self.tenant_of(endpoint_id).await? == Some(Some(tenant)),
+            Visible::Tenant(tenant) => {
+                allowed_from_memory(tenant, self.remembered(endpoint_id))
+                    || self.read_tenant(endpoint_id).await? == Some(Some(tenant))
+            }
         })
     }
 
@@ -199,14 +202,22 @@ impl Access {
     /// The tenant of an endpoint: `None` if there is no such endpoint, `Some(None)` for
     /// one without a tenant.
     async fn tenant_of(&self, endpoint_id: Uuid) -> Result<Option<Option<Uuid>>> {
-        if let Some(known) = self
-            .tenants
+        match self.remembered(endpoint_id) {
+            Some(known) => Ok(Some(known)),
+            None => self.read_tenant(endpoint_id).await,
+        }
+    }
+
+    /// The tenant of an endpoint as remembered: `None` if it is not (yet) remembered.
+    fn remembered(&self, endpoint_id: Uuid) -> Option<Option<Uuid>> {
+        self.tenants
             .lock()
             .ok()
             .and_then(|tenants| tenants.get(&endpoint_id).copied())
-        {
-            return Ok(Some(known));
-        }
+    }
+
+    /// [`Access::tenant_of`], read from the database (and remembered when found).
+    async fn read_tenant(&self, endpoint_id: Uuid) -> Result<Option<Option<Uuid>>> {
         let Some(db) = &self.db else {
             return Ok(None);
         };
@@ -241,6 +252,14 @@ pub fn in_tenant(column: impl ColumnTrait, tenant: Uuid) -> SimpleExpr {
             .filter(endpoint::Column::TenantId.eq(tenant))
             .into_query(),
     )
+}
+
+/// Whether memory alone allows a tenant's key an endpoint: only one remembered as the
+/// tenant's own. Every other answer (another tenant's endpoint, one without a tenant, one
+/// not remembered) is read from the database, so that a refusal takes as long whether the
+/// endpoint exists, and may be remembered, or does not: its time tells nothing either.
+fn allowed_from_memory(tenant: Uuid, remembered: Option<Option<Uuid>>) -> bool {
+    remembered == Some(Some(tenant))
 }
 
 /// The scope rule on an endpoint whose tenant is known.
@@ -279,6 +298,16 @@ mod tests {
         assert!(rule(&tenants, Uuid::now_v7(), Some(tenant)));
         assert!(!rule(&tenants, endpoint, Some(other)));
         assert!(!rule(&tenants, endpoint, None));
+    }
+
+    #[test]
+    fn only_a_tenants_own_remembered_endpoint_is_decided_from_memory() {
+        let (tenant, other) = (Uuid::now_v7(), Uuid::now_v7());
+        assert!(allowed_from_memory(tenant, Some(Some(tenant))));
+        // Another tenant's, an untenanted and an unknown endpoint all go to the database.
+        assert!(!allowed_from_memory(tenant, Some(Some(other))));
+        assert!(!allowed_from_memory(tenant, Some(None)));
+        assert!(!allowed_from_memory(tenant, None));
     }
 
     #[test]
