@@ -7,6 +7,7 @@ mod clock;
 mod deadline;
 mod diagnose;
 pub(crate) mod parking;
+mod scrub;
 mod session_lock;
 pub(crate) mod shard;
 pub(crate) mod sql;

@@ -51,7 +51,7 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
         }
         let rows: Vec<(Uuid, String, Option<String>)> = query.into_tuple().all(db.conn()).await?;
         let Some(last) = rows.last() else {
-            return Ok(resealed);
+            break;
         };
         after = Some(last.0);
         for (id, current, previous) in &rows {
@@ -80,4 +80,14 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
             }
         }
     }
+    if resealed.secrets > 0 {
+        // What the secrets were before must not stay readable in the file (SQLite).
+        if let Err(err) = db.scrub_freed_space().await {
+            tracing::warn!(error = %err,
+                "the signing secrets are sealed, but their earlier form may remain in the \
+                 SQLite file's free space: with Courier stopped, run \
+                 `sqlite3 <file> 'VACUUM; PRAGMA wal_checkpoint(TRUNCATE);'`");
+        }
+    }
+    Ok(resealed)
 }

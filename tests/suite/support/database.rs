@@ -41,6 +41,14 @@ impl TestDb {
         }
     }
 
+    /// The database's file, on SQLite (`None` on PostgreSQL).
+    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match &self.cleanup {
+            Cleanup::SqliteFile(path) => Some(path),
+            Cleanup::PostgresDatabase { .. } => None,
+        }
+    }
+
     /// Creates an empty database and applies the migrations to it.
     pub async fn new(backend: Backend) -> TestDb {
         let test_db = Self::new_unmigrated(backend).await;

@@ -162,6 +162,41 @@ on_both_backends!(
     start_up_seals_plaintext_and_moves_secrets_to_the_first_key,
 );
 
+/// Sealing leaves no earlier, plaintext form of a secret in the SQLite file or its
+/// write-ahead log: a row rewritten in place leaves its old bytes in the page's free space
+/// (and the log keeps old pages) until the file is rebuilt.
+#[tokio::test]
+async fn sealing_leaves_no_plaintext_in_the_sqlite_files() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let plain_app = TestApp::spawn(&db).await;
+    let admin = plain_app.admin_token().await;
+    let mut secrets = Vec::new();
+    for n in 0..20 {
+        let url = format!("https://example.com/hook/{n}");
+        secrets.push(plain_app.create_endpoint(&admin, &url).await.1);
+    }
+    plain_app.stop().await;
+    let path = db.sqlite_path().expect("an SQLite file").to_owned();
+    // How many of the secrets can be read in the database's files, as bytes.
+    let readable = |secrets: &[String]| {
+        let mut bytes = std::fs::read(&path).expect("the database file");
+        bytes.extend(std::fs::read(path.with_extension("db-wal")).unwrap_or_default());
+        let text = String::from_utf8_lossy(&bytes);
+        secrets
+            .iter()
+            .filter(|secret| text.contains(material(secret)))
+            .count()
+    };
+    assert_eq!(readable(&secrets), secrets.len(), "in clear, at first");
+
+    let pool = db.connect(2).await;
+    let keys = SecretKeys::parse(&new_key()).unwrap();
+    assert_eq!(seal_at_rest(&pool, &keys).await.unwrap().secrets, 20);
+    // Read while the pool is open: closing its last connection would empty the log anyway.
+    assert_eq!(readable(&secrets), 0, "a secret can still be read in clear");
+    pool.close().await.unwrap();
+}
+
 /// `courier serve` with a key that cannot open the stored secrets exits at once with an
 /// error naming `COURIER_ENCRYPTION_KEY`; with the right key it starts and seals nothing twice.
 #[tokio::test]
