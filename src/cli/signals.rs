@@ -1,37 +1,62 @@
-//! The signals that stop `serve`: the first SIGTERM or Ctrl-C shuts down gracefully, a
-//! second stops at once.
+//! The signals that stop `serve`: the first SIGTERM, SIGHUP (its terminal went away) or
+//! Ctrl-C shuts down gracefully, a second stops at once.
 
 use tokio_util::sync::CancellationToken;
 
-/// SIGTERM, listened for from now on (so it no longer ends the process by default), or
-/// why it cannot be.
+/// SIGTERM and SIGHUP, listened for from now on (so they no longer end the process by
+/// default), or why each cannot be.
 #[cfg(unix)]
-pub(super) type Terminate = std::io::Result<tokio::signal::unix::Signal>;
+pub(super) struct Terminate {
+    terminate: std::io::Result<tokio::signal::unix::Signal>,
+    hangup: std::io::Result<tokio::signal::unix::Signal>,
+}
 #[cfg(not(unix))]
 pub(super) type Terminate = ();
 
-/// Starts listening for SIGTERM at once (see [`Terminate`]).
+/// Starts listening for SIGTERM and SIGHUP at once (see [`Terminate`]).
 pub(super) fn terminate_signal() -> Terminate {
     #[cfg(unix)]
     {
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        use tokio::signal::unix::{signal, SignalKind};
+        Terminate {
+            terminate: signal(SignalKind::terminate()),
+            hangup: signal(SignalKind::hangup()),
+        }
     }
 }
 
-/// The signals that stop `serve`: SIGTERM and Ctrl-C, each as often as it comes.
+/// The signals that stop `serve`: SIGTERM, SIGHUP and Ctrl-C, each as often as it comes.
 struct StopSignals {
     #[cfg(unix)]
     terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+/// The next occurrence of `signal`, or never if it could not be listened for.
+#[cfg(unix)]
+async fn next_of(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 impl StopSignals {
     fn new(terminate: Terminate) -> Self {
         #[cfg(unix)]
         {
-            let terminate = terminate
-                .map_err(|err| tracing::error!(error = %err, "cannot listen for SIGTERM"))
-                .ok();
-            Self { terminate }
+            let listened = |signal: std::io::Result<_>, name: &str| {
+                signal
+                    .map_err(|err| tracing::error!(error = %err, "cannot listen for {name}"))
+                    .ok()
+            };
+            Self {
+                terminate: listened(terminate.terminate, "SIGTERM"),
+                hangup: listened(terminate.hangup, "SIGHUP"),
+            }
         }
         #[cfg(not(unix))]
         {
@@ -49,26 +74,24 @@ impl StopSignals {
             }
         };
         #[cfg(unix)]
-        let terminate = async {
-            match self.terminate.as_mut() {
-                Some(signal) => {
-                    signal.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
+        let (terminate, hangup) = (
+            next_of(self.terminate.as_mut()),
+            next_of(self.hangup.as_mut()),
+        );
         #[cfg(not(unix))]
-        let terminate = std::future::pending::<()>();
+        let (terminate, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
         tokio::select! {
             () = ctrl_c => ("Ctrl-C", 130),
             () = terminate => ("SIGTERM", 143),
+            () = hangup => ("SIGHUP", 129),
         }
     }
 }
 
-/// Cancels `shutdown` on the first SIGTERM or Ctrl-C. A second one ends the process at
-/// once, with the code the signal's default action gives (130 or 143): whatever was in
-/// flight is sent again after its lease, by this process's successor or another.
+/// Cancels `shutdown` on the first SIGTERM, SIGHUP or Ctrl-C. A second one ends the
+/// process at once, with the code the signal's default action gives (130, 143 or 129):
+/// whatever was in flight is sent again after its lease, by this process's successor or
+/// another.
 pub(super) async fn cancel_on_signal(shutdown: CancellationToken, terminate: Terminate) {
     let mut signals = StopSignals::new(terminate);
     let (signal, _) = signals.next().await;

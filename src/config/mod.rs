@@ -79,7 +79,8 @@ pub enum Command {
     Tenant(TenantCommand),
 }
 
-/// Parses COURIER_PUBLIC_URL: an `http` or `https` URL with a host, no query or fragment.
+/// Parses COURIER_PUBLIC_URL: an `http` or `https` URL with a host, no query, fragment,
+/// user name or password.
 fn parse_public_url(text: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text.trim()).map_err(|err| format!("not a URL: {err}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
@@ -87,6 +88,10 @@ fn parse_public_url(text: &str) -> Result<url::Url, String> {
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err("must have no query or fragment".to_owned());
+    }
+    // Portal links made from it are handed to tenants.
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must have no user name or password".to_owned());
     }
     Ok(url)
 }
@@ -97,17 +102,56 @@ fn parse_public_url(text: &str) -> Result<url::Url, String> {
 pub struct TracingArgs {
     /// The collector's base URL (traces are sent to `<URL>/v1/traces`). Unset: no
     /// tracing, and no cost.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_parser = parse_collector_url, global = true)]
+    /// (Its value is never shown in `--help`: it may hold a password.)
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", hide_env_values = true, value_parser = parse_collector_url, global = true)]
     pub otlp_endpoint: Option<CollectorUrl>,
 
     /// The full URL traces are sent to, instead of the one `--otlp-endpoint` gives.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_parser = parse_collector_url, global = true)]
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", hide_env_values = true, value_parser = parse_collector_url, global = true)]
     pub otlp_traces_endpoint: Option<CollectorUrl>,
 
     /// The `service.name` spans are exported under [default: the `service.name` of
     /// `OTEL_RESOURCE_ATTRIBUTES`, else `courier`].
     #[arg(long, env = "OTEL_SERVICE_NAME", global = true)]
     pub otel_service_name: Option<String>,
+
+    /// Spans kept waiting for export at most, 1 to 1,000,000; past it, new spans are
+    /// dropped [default: 2048].
+    #[arg(long, env = "OTEL_BSP_MAX_QUEUE_SIZE", value_parser = batch_setting(MAX_QUEUED_SPANS), global = true)]
+    pub otel_bsp_max_queue_size: Option<BatchSetting>,
+
+    /// Spans sent in one export at most, 1 to 1,000,000 (no more than the queue holds)
+    /// [default: 512].
+    #[arg(long, env = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", value_parser = batch_setting(MAX_QUEUED_SPANS), global = true)]
+    pub otel_bsp_max_export_batch_size: Option<BatchSetting>,
+
+    /// Milliseconds between exports, 1 to 86,400,000 [default: 5000].
+    #[arg(long, env = "OTEL_BSP_SCHEDULE_DELAY", value_parser = batch_setting(MAX_BATCH_MILLIS), global = true)]
+    pub otel_bsp_schedule_delay: Option<BatchSetting>,
+}
+
+/// The most spans `OTEL_BSP_MAX_QUEUE_SIZE` may hold (the queue is allocated whole).
+const MAX_QUEUED_SPANS: u64 = 1_000_000;
+/// The longest `OTEL_BSP_SCHEDULE_DELAY`: a day.
+const MAX_BATCH_MILLIS: u64 = 86_400_000;
+
+/// One `OTEL_BSP_*` number as given: `None` when the setting is empty (unset, as
+/// OpenTelemetry's SDKs read it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSetting(pub Option<u64>);
+
+/// Parses an `OTEL_BSP_*` number from 1 to `max`. OpenTelemetry's SDK would take anything
+/// unreadable for its default, and allocate whatever queue it is given.
+fn batch_setting(max: u64) -> impl Fn(&str) -> Result<BatchSetting, String> + Clone {
+    move |text| {
+        if text.is_empty() {
+            return Ok(BatchSetting(None));
+        }
+        match text.parse::<u64>() {
+            Ok(value) if (1..=max).contains(&value) => Ok(BatchSetting(Some(value))),
+            _ => Err(format!("must be a whole number from 1 to {max}")),
+        }
+    }
 }
 
 /// A collector URL as given: `None` when the setting is empty.
@@ -115,6 +159,24 @@ pub struct TracingArgs {
 pub struct CollectorUrl(Option<url::Url>);
 
 impl TracingArgs {
+    /// How spans are batched for export: the `OTEL_BSP_*` settings given, the SDK's
+    /// defaults for the rest.
+    pub fn batch_config(&self) -> opentelemetry_sdk::trace::BatchConfig {
+        let given = |setting: &Option<BatchSetting>| setting.and_then(|BatchSetting(value)| value);
+        let mut config = opentelemetry_sdk::trace::BatchConfigBuilder::default();
+        if let Some(spans) = given(&self.otel_bsp_max_queue_size) {
+            config = config.with_max_queue_size(usize::try_from(spans).unwrap_or(usize::MAX));
+        }
+        if let Some(spans) = given(&self.otel_bsp_max_export_batch_size) {
+            config =
+                config.with_max_export_batch_size(usize::try_from(spans).unwrap_or(usize::MAX));
+        }
+        if let Some(millis) = given(&self.otel_bsp_schedule_delay) {
+            config = config.with_scheduled_delay(Duration::from_millis(millis));
+        }
+        config.build()
+    }
+
     /// The URL traces are sent to, if tracing is on.
     pub fn traces_url(&self) -> Option<String> {
         if let Some(CollectorUrl(Some(url))) = &self.otlp_traces_endpoint {
@@ -172,12 +234,13 @@ pub struct DatabaseArgs {
     )]
     pub database_url: String,
 
-    /// Connections in this process's database pool (1 to 1000).
+    /// Connections in this process's database pool (2 to 1000: start-up holds one while it
+    /// reads with another).
     #[arg(
         long,
         env = "COURIER_DB_POOL_SIZE",
         default_value_t = 10,
-        value_parser = clap::value_parser!(u32).range(1..=MAX_DB_POOL_SIZE),
+        value_parser = clap::value_parser!(u32).range(2..=MAX_DB_POOL_SIZE),
         global = true
     )]
     pub db_pool_size: u32,

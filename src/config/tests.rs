@@ -69,7 +69,8 @@ fn a_pool_size_out_of_range_is_refused_not_allocated() {
     let pool =
         |size: &str| Only::try_parse_from(["courier", "--db-pool-size", size]).map(|o| o.database);
     assert_eq!(pool("1000").map(|d| d.db_pool_size).ok(), Some(1000));
-    for refused in ["0", "1001", "4294967295", "-1", "many"] {
+    assert_eq!(pool("2").map(|d| d.db_pool_size).ok(), Some(2));
+    for refused in ["0", "1", "1001", "4294967295", "-1", "many"] {
         assert!(pool(refused).is_err(), "{refused}");
     }
 }
@@ -146,4 +147,51 @@ fn empty_tracing_settings_count_as_unset() {
         named.service_name(Some("from-attributes".into())),
         "billing-hooks"
     );
+}
+
+#[test]
+fn a_public_url_with_credentials_is_refused() {
+    assert!(parse_public_url("https://courier.example.com/ops/").is_ok());
+    for refused in [
+        "https://user:pw@courier.example.com/",
+        "https://user@courier.example.com/",
+        "https://courier.example.com/?a=b",
+        "ftp://courier.example.com/",
+    ] {
+        assert!(parse_public_url(refused).is_err(), "{refused}");
+    }
+}
+
+/// The span batching settings are held to ranges a queue can be allocated for: the SDK
+/// itself allocates whatever it is given (a queue of `u64::MAX` spans aborted start-up)
+/// and takes anything unreadable for its default.
+#[test]
+fn span_batching_settings_are_held_to_their_ranges() {
+    let given = parse_tracing(&[
+        "--otel-bsp-max-queue-size",
+        "4096",
+        "--otel-bsp-max-export-batch-size",
+        "",
+        "--otel-bsp-schedule-delay",
+        "250",
+    ])
+    .unwrap();
+    assert_eq!(
+        given.otel_bsp_max_queue_size,
+        Some(BatchSetting(Some(4096)))
+    );
+    assert_eq!(
+        given.otel_bsp_max_export_batch_size,
+        Some(BatchSetting(None))
+    );
+    let config = format!("{:?}", given.batch_config());
+    assert!(config.contains("max_queue_size: 4096"), "{config}");
+    assert!(config.contains("scheduled_delay: 250ms"), "{config}");
+    for refused in ["0", "1000001", "18446744073709551615", "-1", "many", " 5"] {
+        assert!(
+            parse_tracing(&["--otel-bsp-max-queue-size", refused]).is_err(),
+            "{refused}"
+        );
+    }
+    assert!(parse_tracing(&["--otel-bsp-schedule-delay", "86400001"]).is_err());
 }

@@ -7,12 +7,14 @@ mod clock;
 mod deadline;
 mod diagnose;
 pub(crate) mod parking;
+mod redact;
 mod scrub;
 mod session_lock;
 pub(crate) mod shard;
 pub(crate) mod sql;
 mod transaction;
 mod warmup;
+pub use self::redact::redact;
 pub use self::session_lock::SessionLock;
 pub use self::warmup::{warm_statements, warm_up};
 
@@ -324,32 +326,6 @@ impl Db {
 /// what no decision depends on (labels, measurements); decisions use [`Db::clock`].
 pub fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
-}
-
-/// Hides the password of a database URL for error messages and logs.
-pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        Ok(_) => url.to_owned(),
-        // Unreadable (a bad port, say), yet it may still hold a password: everything after
-        // the user name up to the last `@` is hidden.
-        Err(_) => match url.split_once("://") {
-            Some((scheme, rest)) => match rest.rfind('@') {
-                Some(at) => {
-                    let (userinfo, host) = rest.split_at(at);
-                    match userinfo.split_once(':') {
-                        Some((user, _)) => format!("{scheme}://{user}:***{host}"),
-                        None => url.to_owned(),
-                    }
-                }
-                None => url.to_owned(),
-            },
-            None => url.to_owned(),
-        },
-    }
 }
 
 fn sqlx_err(err: sqlx::Error) -> DbErr {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig as _, WithHttpConfig as _};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchConfig, BatchSpanProcessor, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tracing::Subscriber;
 use tracing_subscriber::filter::Targets;
@@ -61,7 +61,7 @@ impl Traces {
     /// Starts exporting to `url` (the full traces URL) as `service_name`. Batching follows
     /// the `OTEL_BSP_*` variables (by default a queue of 2,048 spans sent every 5 s), and
     /// headers `OTEL_EXPORTER_OTLP_HEADERS`.
-    pub fn start(url: &str, service_name: &str) -> Result<Self, ExportError> {
+    pub fn start(url: &str, service_name: &str, batch: BatchConfig) -> Result<Self, ExportError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ExportError::NoRuntime)?;
         crate::crypto::install_tls_provider();
         let client = reqwest::Client::builder()
@@ -82,8 +82,11 @@ impl Traces {
         let resource = Resource::builder()
             .with_service_name(service_name.to_owned())
             .build();
+        let processor = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(batch)
+            .build();
         let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_span_processor(processor)
             .with_resource(resource)
             .build();
         Ok(Traces { provider })

@@ -66,7 +66,8 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
         .traces_url()
         .map(|url| {
             let service_name = tracing.service_name(export::service_name_in_resource_attributes());
-            export::Traces::start(&url, &service_name).map(|traces| (traces, url, service_name))
+            export::Traces::start(&url, &service_name, tracing.batch_config())
+                .map(|traces| (traces, url, service_name))
         })
         .transpose()?;
     let spans = traces.as_ref().map(|(traces, _, _)| traces.layer());
@@ -77,6 +78,7 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
         .try_init();
     // Said once logging works, so that an operator can see tracing is on, and where to.
     let traces = traces.map(|(traces, url, service_name)| {
+        let url = crate::db::redact(&url);
         tracing::info!(%url, service_name, "exporting traces over OTLP/HTTP");
         context::enable();
         traces

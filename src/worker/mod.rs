@@ -137,6 +137,7 @@ impl Worker {
             abandon: CancellationToken::new(),
             backlogged: AtomicBool::new(false),
             reserved: std::sync::atomic::AtomicUsize::new(0),
+            reservation_settled: tokio::sync::Notify::new(),
         });
         this.state.handoff.attach(running.clone());
         tracing::info!(concurrency = this.concurrency, "delivery worker started");
@@ -412,6 +413,8 @@ impl Worker {
     /// Lets in-flight deliveries finish, and their outcomes be recorded, within the grace period.
     async fn drain(&self, running: &Running, recorder: tokio::task::JoinHandle<()>) {
         let grace = self.state.config.shutdown_grace();
+        let deadline = tokio::time::Instant::now() + grace;
+        running.reservations_settled(deadline).await;
         running.tasks.close();
         let remaining = running.tasks.len();
         if remaining > 0 {
@@ -421,7 +424,6 @@ impl Worker {
                 "delivery worker stopping: letting in-flight deliveries finish"
             );
         }
-        let deadline = tokio::time::Instant::now() + grace;
         if tokio::time::timeout_at(deadline, running.tasks.wait())
             .await
             .is_err()

@@ -38,6 +38,34 @@ pub(super) struct Running {
     pub(super) backlogged: AtomicBool,
     /// Slots reserved by submissions that have not handed them back yet.
     pub(super) reserved: AtomicUsize,
+    /// Told each time a reservation is handed back (its delivery started, or its slot
+    /// given back unused): shutdown waits for the last.
+    pub(super) reservation_settled: tokio::sync::Notify,
+}
+
+impl Running {
+    /// A reservation was handed back.
+    fn settle_reservation(&self) {
+        self.reserved.fetch_sub(1, Ordering::AcqRel);
+        self.reservation_settled.notify_waiters();
+    }
+
+    /// Waits, until `deadline` at the latest, for every slot reserved by a submission to be
+    /// handed back: a submission that reserved one before the stop may still be storing its
+    /// claim, and the delivery it claims must start here (or its slot come back), not wait
+    /// out its lease with nobody to send it. No slot is reserved once the stop has begun.
+    pub(super) async fn reservations_settled(&self, deadline: tokio::time::Instant) {
+        loop {
+            // Made before the count is read, so a hand-back in between is not missed.
+            let settled = self.reservation_settled.notified();
+            if self.reserved.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 impl Running {
@@ -167,7 +195,6 @@ impl Starter for Running {
         mut targets: HashMap<Uuid, Target>,
         at_submit: bool,
     ) {
-        self.reserved.fetch_sub(1, Ordering::AcqRel);
         let worker = &self.worker;
         // A claim at submit takes one delivery: nothing is gained by waiting for more.
         let worth = worker.ended.visited(
@@ -202,10 +229,12 @@ impl Starter for Running {
                 worker.slot_freed();
             }
         }
+        // Settled once its delivery is among the tasks a stop waits for.
+        self.settle_reservation();
     }
 
     fn released(&self) {
-        self.reserved.fetch_sub(1, Ordering::AcqRel);
+        self.settle_reservation();
         self.worker.slot_freed();
     }
 

@@ -1,4 +1,4 @@
-//! SIGTERM and Ctrl-C to the built binary: a graceful stop that loses nothing, within its
+//! SIGTERM, SIGHUP and Ctrl-C to the built binary: a graceful stop that loses nothing, within its
 //! deadline even when the database has gone silent, during start-up, and at once on a
 //! second signal.
 
@@ -64,22 +64,26 @@ async fn terminate(child: Child, within: Duration) -> Option<i32> {
     exit_code_within(child, within).await
 }
 
-/// `courier serve` on the SQLite default answers, and exits 0 on SIGTERM.
+/// `courier serve` on the SQLite default answers, and exits 0 on SIGTERM, and so on
+/// SIGHUP (the terminal it was started from went away), rather than being killed by it.
 #[tokio::test]
 async fn serve_answers_and_exits_cleanly_on_sigterm() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let (child, addr) = spawn_serve(&db.url, &[]);
-    let health = crate::support::http_client()
-        .get(format!("http://{addr}/healthz"))
-        .send()
-        .await
-        .expect("healthz answers");
-    assert!(health.status().is_success());
-    assert_eq!(
-        terminate(child, Duration::from_secs(10)).await,
-        Some(0),
-        "SIGTERM exits 0"
-    );
+    for signal in ["TERM", "HUP"] {
+        let (child, addr) = spawn_serve(&db.url, &[]);
+        let health = crate::support::http_client()
+            .get(format!("http://{addr}/healthz"))
+            .send()
+            .await
+            .expect("healthz answers");
+        assert!(health.status().is_success());
+        send(&child, signal);
+        assert_eq!(
+            exit_code_within(child, Duration::from_secs(10)).await,
+            Some(0),
+            "SIG{signal} exits 0"
+        );
+    }
 }
 
 /// SIGTERM while deliveries are in flight: the process exits 0 after its grace period, and

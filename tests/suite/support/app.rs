@@ -140,6 +140,12 @@ impl TestApp {
         (id.to_owned(), secret.to_owned())
     }
 
+    /// Begins to stop the instance (as a first SIGTERM does), without waiting: requests in
+    /// flight go on, and [`TestApp::stop`] waits for the rest.
+    pub fn begin_stop(&self) {
+        self.shutdown.cancel();
+    }
+
     /// Stops the instance and waits for its server to finish.
     pub async fn stop(mut self) {
         self.shutdown.cancel();

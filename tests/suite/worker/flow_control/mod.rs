@@ -9,6 +9,7 @@ mod across_instances;
 mod at_submit;
 mod at_submit_crash;
 mod at_submit_fence;
+mod at_submit_stop;
 mod claiming;
 mod neighbours;
 mod pace;
