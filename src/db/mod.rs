@@ -69,6 +69,22 @@ fn pg_pool_options(size: u32, timeouts: Timeouts, missed: &Arc<MissedDeadlines>)
         .after_release(check_on_release(missed.clone(), timeouts.acquire))
 }
 
+/// A PostgreSQL URL's connection options. A host written as an IPv6 literal
+/// (`postgres://[::1]/courier`) keeps its brackets in sqlx's reading, which then looks
+/// it up as a name and fails: it is given without them.
+fn pg_options(url: &str) -> Result<PgConnectOptions, DbErr> {
+    let options = PgConnectOptions::from_str(url).map_err(sqlx_err)?;
+    let literal = options
+        .get_host()
+        .strip_prefix('[')
+        .and_then(|host| host.strip_suffix(']'))
+        .map(str::to_owned);
+    Ok(match literal {
+        Some(address) => options.host(&address),
+        None => options,
+    })
+}
+
 impl Db {
     /// Opens a pool for `url` (`postgres://` or `sqlite:`) with `pool_size` connections
     /// and the default [`Timeouts`].
@@ -102,7 +118,7 @@ impl Db {
             // round trip less), and a statement run on its own, outside a transaction, is
             // settled at READ COMMITTED too (at REPEATABLE READ a row changed meanwhile
             // fails it with a serialization error rather than re-checking it).
-            let options = PgConnectOptions::from_str(url).map_err(sqlx_err)?.options([
+            let options = pg_options(url)?.options([
                 ("plan_cache_mode", "force_generic_plan"),
                 ("default_transaction_isolation", "read committed"),
             ]);
@@ -330,4 +346,18 @@ pub fn now() -> DateTime<Utc> {
 
 fn sqlx_err(err: sqlx::Error) -> DbErr {
     DbErr::Conn(sea_orm::RuntimeErr::SqlxError(err.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_host_is_given_without_its_brackets() {
+        let options = pg_options("postgres://app@[::1]:5433/courier").expect("readable");
+        assert_eq!(options.get_host(), "::1");
+        assert_eq!(options.get_port(), 5433);
+        let named = pg_options("postgres://app@db.internal/courier").expect("readable");
+        assert_eq!(named.get_host(), "db.internal");
+    }
 }
