@@ -66,7 +66,7 @@ pub async fn explain_connect_error(url: &str, err: &DbErr, timeouts: Timeouts) -
     if url.starts_with("sqlite:") {
         return explain_sqlite(url, err, cause);
     }
-    let Ok(options) = PgConnectOptions::from_str(url) else {
+    let Ok(options) = super::pg_options(url) else {
         return describe(err);
     };
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {

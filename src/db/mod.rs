@@ -72,7 +72,7 @@ fn pg_pool_options(size: u32, timeouts: Timeouts, missed: &Arc<MissedDeadlines>)
 /// A PostgreSQL URL's connection options. A host written as an IPv6 literal
 /// (`postgres://[::1]/courier`) keeps its brackets in sqlx's reading, which then looks
 /// it up as a name and fails: it is given without them.
-fn pg_options(url: &str) -> Result<PgConnectOptions, DbErr> {
+pub(super) fn pg_options(url: &str) -> Result<PgConnectOptions, DbErr> {
     let options = PgConnectOptions::from_str(url).map_err(sqlx_err)?;
     let literal = options
         .get_host()
