@@ -251,7 +251,7 @@ impl Db {
             ))
             .await?;
         }
-        Migrator::up(&txn, None).await?;
+        Migrator::up(&txn, None).await.map_err(newer_schema)?;
         txn.commit().await
     }
 
@@ -348,9 +348,45 @@ fn sqlx_err(err: sqlx::Error) -> DbErr {
     DbErr::Conn(sea_orm::RuntimeErr::SqlxError(err.into()))
 }
 
+/// Migrations' own word for a database migrated by a later version (one it holds as
+/// applied that this version does not know), told as what it means: run a later version.
+fn newer_schema(err: DbErr) -> DbErr {
+    let DbErr::Custom(message) = &err else {
+        return err;
+    };
+    let unknown: Vec<&str> = message
+        .lines()
+        .filter(|line| line.ends_with("this migration has been applied but its file is missing"))
+        .filter_map(|line| line.split('\'').nth(1))
+        .collect();
+    if unknown.is_empty() {
+        return err;
+    }
+    DbErr::Custom(format!(
+        "the database's schema is newer than this version of Courier (it has migration {} \
+         applied, which this version does not know): run the version that migrated it, or a \
+         later one",
+        unknown.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_schema_from_a_later_version_is_told_as_such() {
+        let told = newer_schema(DbErr::Custom(
+            "Migration file of version 'm20991231_000001_later' is missing, this migration has \
+             been applied but its file is missing"
+                .to_owned(),
+        ))
+        .to_string();
+        assert!(told.contains("newer than this version of Courier"), "{told}");
+        assert!(told.contains("m20991231_000001_later"), "{told}");
+        let other = newer_schema(DbErr::Custom("something else".to_owned())).to_string();
+        assert!(other.contains("something else"), "{other}");
+    }
 
     #[test]
     fn an_ipv6_host_is_given_without_its_brackets() {
