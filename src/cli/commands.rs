@@ -226,6 +226,13 @@ async fn create_api_key(
     database: &DatabaseArgs,
     args: CreateApiKeyArgs,
 ) -> Result<(), CommandError> {
+    // The token is shown once, on stdout: with nowhere to show it, no key is made.
+    if !stdout_shows_anything() {
+        return Err(CommandError::Io(std::io::Error::other(
+            "stdout is closed or /dev/null: the new key's token, shown only once, would be \
+             lost; no key was created",
+        )));
+    }
     let db = connect(database).await?;
     let role = args.role;
     let limits = auth::KeyLimits {
@@ -234,6 +241,13 @@ async fn create_api_key(
         expires_in: None,
     };
     let key = auth::create_api_key(&db, &args.name, role, limits).await?;
+    if let Err(err) = print_stdout(&key.token) {
+        // Nobody will ever hold this token: the key must not stay usable.
+        auth::revoke_api_key(&db, key.id).await?;
+        db.close().await?;
+        tracing::warn!(api_key_id = %key.id, "the token could not be shown, so the key was revoked");
+        return Err(err.into());
+    }
     db.close().await?;
     tracing::info!(
         api_key_id = %key.id,
@@ -241,8 +255,31 @@ async fn create_api_key(
         database = %db::location(&database.database_url),
         "API key created; the token is shown once"
     );
-    print_stdout(&key.token)?;
     Ok(())
+}
+
+/// Whether what is written to stdout can be seen: not when it is closed (which the Rust
+/// runtime turns into `/dev/null` at start-up) nor when it is `/dev/null`.
+fn stdout_shows_anything() -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let Ok(stdout) = std::io::stdout().as_fd().try_clone_to_owned() else {
+            return false;
+        };
+        let (Ok(stdout), Ok(null)) = (
+            std::fs::File::from(stdout).metadata(),
+            std::fs::metadata("/dev/null"),
+        ) else {
+            return true;
+        };
+        !(stdout.file_type() == null.file_type() && stdout.rdev() == null.rdev())
+    }
+    #[cfg(not(unix))]
+    {
+        true
+    }
 }
 
 /// Prints every key, one tab-separated line each: id, name, role, endpoints, created,

@@ -382,7 +382,10 @@ mod tests {
                 .to_owned(),
         ))
         .to_string();
-        assert!(told.contains("newer than this version of Courier"), "{told}");
+        assert!(
+            told.contains("newer than this version of Courier"),
+            "{told}"
+        );
         assert!(told.contains("m20991231_000001_later"), "{told}");
         let other = newer_schema(DbErr::Custom("something else".to_owned())).to_string();
         assert!(other.contains("something else"), "{other}");

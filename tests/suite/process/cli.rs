@@ -69,6 +69,10 @@ fn help_never_shows_a_secret_setting() {
                 "COURIER_ENCRYPTION_KEY",
                 "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTI=",
             )
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "https://traces:hunter2@collector.example.com:4318",
+            )
             .output()
             .expect("run --help");
         let help = String::from_utf8_lossy(&output.stdout);
@@ -115,6 +119,20 @@ async fn api_key_create_prints_only_the_token_and_stores_its_hash() {
         partner_without_scope.stdout.is_empty(),
         "no token printed on failure"
     );
+
+    // A token nobody can see would be a key nobody holds: none is made.
+    let unseen = courier_command(&db.url)
+        .args(["api-key", "create", "--name", "lost", "--role", "admin"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!unseen.status.success());
+    let listed = courier_command(&db.url)
+        .args(["api-key", "list"])
+        .output()
+        .expect("run api-key list");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(!listed.contains("\tlost\t"), "{listed}");
 
     let unknown_endpoint = courier_command(&db.url)
         .args([
