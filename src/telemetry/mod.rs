@@ -48,7 +48,14 @@ impl Telemetry {
 /// URL that cannot be used is an error; one that is merely unreachable is not (spans are
 /// dropped, never waited for).
 pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, ExportError> {
-    let (filter, unreadable) = log_filter(std::env::var("RUST_LOG").ok().as_deref());
+    let (filter, unreadable) = match std::env::var("RUST_LOG") {
+        Ok(value) => log_filter(Some(&value)),
+        Err(std::env::VarError::NotPresent) => log_filter(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            let (filter, _) = log_filter(None);
+            (filter, Some("it is not UTF-8".to_owned()))
+        }
+    };
     // The exported spans are not log lines, nor prefixes of them.
     let filter = match format!("{}=off", spans::TARGET).parse() {
         Ok(quiet) => filter.add_directive(quiet),
