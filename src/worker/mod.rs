@@ -22,6 +22,7 @@ mod hold;
 pub mod record;
 mod recorder;
 pub mod retention;
+pub mod retired_secrets;
 pub mod retry_after;
 mod running;
 pub mod schedule;

@@ -229,7 +229,8 @@ async fn untally(
 }
 
 /// Prunes every `interval` until `shutdown` (history not at all when `days` is 0; the
-/// minutes of `Endpoint.health` that left its hour always).
+/// minutes of `Endpoint.health` that left its hour, and previous secrets past their grace
+/// period, always).
 pub async fn run(db: Db, days: u32, interval: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -240,6 +241,12 @@ pub async fn run(db: Db, days: u32, interval: Duration, shutdown: CancellationTo
         }
         if let Err(err) = db.within_deadline(recent_health::prune(&db)).await {
             tracing::warn!(error = %error_chain(&err), "pruning endpoint health minutes failed; retrying later");
+        }
+        if let Err(err) = db
+            .within_deadline(super::retired_secrets::forget(&db))
+            .await
+        {
+            tracing::warn!(error = %error_chain(&err), "forgetting expired previous secrets failed; retrying later");
         }
         if days == 0 {
             continue;

@@ -116,4 +116,43 @@ async fn both_secrets_sign_until_the_grace_period_ends(backend: Backend) {
     );
 }
 
-on_both_backends!(both_secrets_sign_until_the_grace_period_ends);
+/// Once its grace period is over, a previous secret is forgotten (nothing signs with it any
+/// more, and it is not kept for good); one still within its grace period is kept.
+async fn a_previous_secret_is_forgotten_once_its_grace_period_ends(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (short, _) = app
+        .create_endpoint(&admin, "https://example.com/short")
+        .await;
+    let (long, _) = app
+        .create_endpoint(&admin, "https://example.com/long")
+        .await;
+    minted(&rotate(&app, &admin, &short, Some(1)).await);
+    minted(&rotate(&app, &admin, &long, Some(600)).await);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    courier::worker::retired_secrets::forget(&app.state.db)
+        .await
+        .expect("forgets");
+    let kept = rows(
+        &app.state.db,
+        "SELECT id FROM endpoints WHERE previous_signing_secret IS NOT NULL \
+         OR previous_secret_expires_at IS NOT NULL",
+        vec![],
+    )
+    .await;
+    let kept: Vec<String> = kept
+        .iter()
+        .map(|row| {
+            row.try_get::<uuid::Uuid>("", "id")
+                .expect("an id")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kept, vec![long], "only the one within its grace period");
+}
+
+on_both_backends!(
+    both_secrets_sign_until_the_grace_period_ends,
+    a_previous_secret_is_forgotten_once_its_grace_period_ends,
+);
