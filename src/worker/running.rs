@@ -66,9 +66,7 @@ impl Running {
             }
         }
     }
-}
 
-impl Running {
     /// Sends `claim` in `slot` as a task of its own. After shutdown nothing starts: the
     /// delivery is reclaimed after its lease.
     pub(super) fn spawn(&self, claim: Claim, target: Option<Target>, slot: OwnedSemaphorePermit) {
@@ -163,9 +161,14 @@ impl Starter for Running {
         if taken.is_err() {
             return None;
         }
+        // A stop that began meanwhile may have found no reservation to wait for: none now.
+        if worker.state.shutdown.is_cancelled() {
+            self.settle_reservation();
+            return None;
+        }
         let slot = worker.slots.clone().try_acquire_owned().ok();
         if slot.is_none() {
-            self.reserved.fetch_sub(1, Ordering::AcqRel);
+            self.settle_reservation();
         }
         slot
     }
