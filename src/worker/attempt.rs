@@ -75,7 +75,14 @@ impl Worker {
             }
             None => AttemptOutcome {
                 status: None,
-                error: Some("the delivery's submission or endpoint could not be read".into()),
+                // Nothing was sent: what to send could not be read, or the endpoint's
+                // signing secret not opened (this process's log says which).
+                error: Some(
+                    "not sent: the delivery's submission or endpoint could not be read, or the \
+                     endpoint's signing secret could not be opened with this process's \
+                     COURIER_ENCRYPTION_KEY"
+                        .into(),
+                ),
                 retry_after: None,
                 duration: Duration::ZERO,
                 kind: OutcomeKind::Connection,
