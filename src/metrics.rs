@@ -112,6 +112,9 @@ pub struct Metrics {
     /// Claims at submit that failed, failing their transaction: each submission was then
     /// stored again without a claim.
     pub claims_at_submit_failed: Counter,
+    /// Claims handed back because their endpoint's signing secret did not open with this
+    /// process's `COURIER_ENCRYPTION_KEY`.
+    pub claims_unopened: Counter,
     /// Delivery attempts by outcome.
     pub attempts: Family<OutcomeLabels, Counter>,
     /// Results that arrived after their claim was superseded.
@@ -221,6 +224,7 @@ impl Metrics {
         let claim_rounds = Counter::default();
         let claims_at_submit = Counter::default();
         let claims_at_submit_failed = Counter::default();
+        let claims_unopened = Counter::default();
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let superseded = Counter::default();
         let outcomes_given_up = Counter::default();
@@ -247,6 +251,11 @@ impl Metrics {
             "delivery_claims_at_submit_failed",
             "Claims at submit that failed; each submission was stored again without a claim",
             claims_at_submit_failed.clone(),
+        );
+        registry.register(
+            "delivery_claims_unopened",
+            "Claims handed back because their endpoint's signing secret did not open with this process's COURIER_ENCRYPTION_KEY",
+            claims_unopened.clone(),
         );
         registry.register(
             "delivery_attempts",
@@ -344,6 +353,7 @@ impl Metrics {
             claim_rounds,
             claims_at_submit,
             claims_at_submit_failed,
+            claims_unopened,
             attempts,
             superseded,
             outcomes_given_up,

@@ -75,13 +75,10 @@ impl Worker {
             }
             None => AttemptOutcome {
                 status: None,
-                // Nothing was sent: what to send could not be read, or the endpoint's
-                // signing secret not opened (this process's log says which).
+                // Nothing was sent: what to send could not be read (a claim whose secret
+                // does not open here is handed back instead, see `super::unopened`).
                 error: Some(
-                    "not sent: the delivery's submission or endpoint could not be read, or the \
-                     endpoint's signing secret could not be opened with this process's \
-                     COURIER_ENCRYPTION_KEY"
-                        .into(),
+                    "not sent: the delivery's submission or endpoint could not be read".into(),
                 ),
                 retry_after: None,
                 duration: Duration::ZERO,

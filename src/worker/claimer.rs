@@ -6,16 +6,13 @@
 //! pause, spent more time in that queue than in the database. Here each answer is taken up
 //! at once. The requests and the recording stay on the main runtime.
 
-use std::collections::HashMap;
-
 use sea_orm::DbErr;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio_util::task::AbortOnDropHandle;
-use uuid::Uuid;
 
 use super::claim::{claim_due_with_targets, warm_claiming_loop, ClaimError, ClaimRequest, Claimed};
-use super::targets::Target;
+use super::targets::Targets;
 use crate::bus::ChangeBus;
 use crate::crypto::sealing::SecretKeys;
 use crate::db::Db;
@@ -101,7 +98,7 @@ impl Claimer {
         bus: &ChangeBus,
         keys: SecretKeys,
         request: ClaimRequest,
-    ) -> Result<(Claimed, HashMap<Uuid, Target>), ClaimError> {
+    ) -> Result<(Claimed, Targets), ClaimError> {
         let (db, bus) = (self.db.clone(), bus.clone());
         // A claim given up on (its deadline passed) is stopped and rolled back, as it would
         // be on the caller's runtime, rather than left to commit claims nobody starts.
@@ -128,7 +125,7 @@ pub async fn claim(
     bus: &ChangeBus,
     keys: SecretKeys,
     request: ClaimRequest,
-) -> Result<(Claimed, HashMap<Uuid, Target>), ClaimError> {
+) -> Result<(Claimed, Targets), ClaimError> {
     match claimer {
         Some(claimer) => claimer.claim(bus, keys, request).await,
         None => claim_due_with_targets(db, bus, &keys, request).await,

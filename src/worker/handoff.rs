@@ -10,7 +10,6 @@
 //! delivery and to the submission's endpoint. Either way, if the process dies before the
 //! request leaves, the lease runs out and any worker takes the delivery again.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -19,7 +18,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
 use super::claim::{claim_in, settle, ClaimRequest, Claimed};
-use super::targets::Target;
+use super::targets::Targets;
 use super::turns::Commit;
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
@@ -44,7 +43,7 @@ pub(crate) trait Starter: Send + Sync {
         &self,
         slot: OwnedSemaphorePermit,
         claimed: Claimed,
-        targets: HashMap<Uuid, Target>,
+        targets: Targets,
         at_submit: bool,
     );
     /// A reserved slot was given back unused.
@@ -127,17 +126,17 @@ impl Reservation {
 
     /// Starts what the committed claim made at submit holds in the reserved slot (given
     /// back if it holds nothing), and runs the claim's follow-up.
-    pub fn start(self, claimed: Claimed, targets: HashMap<Uuid, Target>) {
+    pub fn start(self, claimed: Claimed, targets: Targets) {
         self.start_as(claimed, targets, true);
     }
 
     /// [`Reservation::start`] for an ordinary claim made right after the submission
     /// committed (counted among claims, not among claims at submit).
-    pub fn start_after_submit(self, claimed: Claimed, targets: HashMap<Uuid, Target>) {
+    pub fn start_after_submit(self, claimed: Claimed, targets: Targets) {
         self.start_as(claimed, targets, false);
     }
 
-    fn start_as(mut self, claimed: Claimed, targets: HashMap<Uuid, Target>, at_submit: bool) {
+    fn start_as(mut self, claimed: Claimed, targets: Targets, at_submit: bool) {
         if let Some(slot) = self.slot.take() {
             self.starter.start(slot, claimed, targets, at_submit);
         }

@@ -29,8 +29,8 @@ pub mod schedule;
 pub mod share;
 pub(crate) mod targets;
 pub mod turns;
+pub mod unopened;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -39,7 +39,6 @@ use sea_orm::DbErr;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use uuid::Uuid;
 
 use self::claim::{release, Claim, ClaimError, ClaimRequest, Claimed};
 use self::claimer::Claimer;
@@ -49,7 +48,8 @@ use self::recorder::{Finished, Recorder};
 use self::running::Running;
 use self::schedule::RetryPolicy;
 use self::share::Shares;
-use self::targets::Target;
+use self::targets::{Found, Target, Targets};
+use self::unopened::UnopenedEndpoints;
 use crate::error::error_chain;
 use crate::state::AppState;
 
@@ -83,6 +83,8 @@ pub struct Worker {
     shares: Arc<Shares>,
     /// The claims' own thread and connections, on PostgreSQL (see [`claimer`]).
     claimer: Option<Claimer>,
+    /// Endpoints whose secret this process could not open lately (see [`unopened`]).
+    unopened: UnopenedEndpoints,
 }
 
 impl Worker {
@@ -118,6 +120,7 @@ impl Worker {
             ended: EndedRequests::default(),
             shares: Arc::new(Shares::new(concurrency, state.wakeup.clone())),
             claimer,
+            unopened: UnopenedEndpoints::default(),
             state,
         })
     }
@@ -292,7 +295,7 @@ impl Worker {
     /// Claims up to `limit` due deliveries with what to send for each. A claim the database
     /// does not confirm within the deadline is given up; if it did happen, its rows are
     /// reclaimed after their lease. Claims whose targets could not be read are released.
-    async fn claim(&self, limit: usize) -> Result<(Claimed, HashMap<Uuid, Target>), DbErr> {
+    async fn claim(&self, limit: usize) -> Result<(Claimed, Targets), DbErr> {
         let db = &self.state.db;
         let keys = self.state.config.secret_keys();
         let request = ClaimRequest {
@@ -302,6 +305,7 @@ impl Worker {
             ended: self.ended.snapshot(),
             only: None,
             shares: self.shares.snapshot(),
+            left_alone: self.unopened.snapshot(),
         };
         let began = std::time::Instant::now();
         let claiming = claimer::claim(self.claimer.as_ref(), db, &self.state.bus, keys, request);
@@ -331,21 +335,31 @@ impl Worker {
                     // They stay `processing` and are reclaimed after their lease.
                     tracing::error!(error = %error_chain(&err), "releasing claims failed");
                 }
-                Ok((Claimed::default(), HashMap::new()))
+                Ok((Claimed::default(), Targets::default()))
             }
         }
     }
 
     /// Starts one task per claim, each in one of the `held` slots (or a free one); the
-    /// held slots left over are freed.
+    /// held slots left over are freed. Claims whose secret does not open here are handed
+    /// back (see [`unopened`]).
     fn start(
         self: &Arc<Self>,
         claims: Vec<Claim>,
-        mut targets: HashMap<Uuid, Target>,
+        mut targets: Targets,
         running: &Running,
         mut held: Option<OwnedSemaphorePermit>,
     ) {
+        let mut unopened = Vec::new();
         for claim in claims {
+            let target = match targets.take(claim.delivery_id) {
+                Found::Ready(target) => Some(target),
+                Found::Missing => None,
+                Found::Unopened => {
+                    unopened.push(claim);
+                    continue;
+                }
+            };
             let slot = match held.take() {
                 Some(mut permits) if permits.num_permits() > 1 => {
                     let one = permits.split(1);
@@ -359,9 +373,9 @@ impl Worker {
                 tracing::error!(delivery_id = %claim.delivery_id, "no free slot for a claimed delivery");
                 continue;
             };
-            let target = targets.remove(&claim.delivery_id);
             running.spawn(claim, target, slot);
         }
+        self.hand_back_unopened(unopened);
     }
 
     /// Sends one claimed delivery in `slot`, then hands its outcome to the recorder.

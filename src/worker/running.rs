@@ -3,7 +3,6 @@
 //! [`super::handoff`]).
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,7 +19,7 @@ use super::claim::{Claim, ClaimRequest, Claimed};
 use super::handoff::Starter;
 use super::recorder::Finished;
 use super::share::Held;
-use super::targets::Target;
+use super::targets::{Found, Target, Targets};
 use super::Worker;
 use crate::crypto::sealing::SecretKeys;
 
@@ -147,6 +146,7 @@ impl Starter for Running {
             || worker.state.shutdown.is_cancelled()
             || self.backlogged.load(Ordering::Relaxed)
             || worker.shares.is_full(endpoint_id)
+            || worker.unopened.contains(endpoint_id)
         {
             return None;
         }
@@ -184,6 +184,7 @@ impl Starter for Running {
             ended,
             only: Some(endpoint_id),
             shares: self.worker.shares.snapshot_of(endpoint_id),
+            left_alone: Vec::new(),
         }
     }
 
@@ -195,7 +196,7 @@ impl Starter for Running {
         &self,
         slot: OwnedSemaphorePermit,
         mut claimed: Claimed,
-        mut targets: HashMap<Uuid, Target>,
+        mut targets: Targets,
         at_submit: bool,
     ) {
         let worker = &self.worker;
@@ -220,9 +221,18 @@ impl Starter for Running {
         }
         worker.follow_up(claimed.follow_up());
         let mut claims = std::mem::take(&mut claimed.claims).into_iter();
-        match claims.next() {
-            Some(claim) => {
-                let target = targets.remove(&claim.delivery_id);
+        let first = claims.next();
+        let (first, unopened) = match first {
+            Some(claim) => match targets.take(claim.delivery_id) {
+                Found::Ready(target) => (Some((claim, Some(target))), None),
+                Found::Missing => (Some((claim, None)), None),
+                Found::Unopened => (None, Some(claim)),
+            },
+            None => (None, None),
+        };
+        worker.hand_back_unopened(unopened.into_iter().collect());
+        match first {
+            Some((claim, target)) => {
                 self.spawn(claim, target, slot);
                 // A claim at submit asks for one; were there more, they take free slots.
                 worker.start(claims.collect(), targets, self, None);
@@ -230,6 +240,7 @@ impl Starter for Running {
             None => {
                 drop(slot);
                 worker.slot_freed();
+                worker.start(claims.collect(), targets, self, None);
             }
         }
         // Settled once its delivery is among the tasks a stop waits for.

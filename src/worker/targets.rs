@@ -1,7 +1,7 @@
 //! Loading what to send for a batch of claims: payload, URL and secrets, read (and opened)
 //! just before sending.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sea_orm::{ConnectionTrait, DbErr, QueryResult};
 use uuid::Uuid;
@@ -53,16 +53,50 @@ pub struct Target {
     pub trace_context: Option<String>,
 }
 
+/// What to send for a batch of claims: a target for each claim whose row was read and whose
+/// endpoint's secrets opened.
+#[derive(Debug, Default)]
+pub struct Targets {
+    ready: HashMap<Uuid, Target>,
+    /// Claims whose endpoint's secret this process's keys could not open.
+    unopened: HashSet<Uuid>,
+}
+
+/// What [`Targets::take`] found for one claim.
+#[derive(Debug)]
+pub enum Found {
+    /// What to send.
+    Ready(Target),
+    /// Its endpoint's secret could not be opened with this process's keys (a process that
+    /// does not know a newer `COURIER_ENCRYPTION_KEY`): it is never signed with anything
+    /// else; the claim is handed back for a process that holds the key.
+    Unopened,
+    /// Its row could not be read.
+    Missing,
+}
+
+impl Targets {
+    /// What to send for `delivery_id`, if it was found and its secrets opened.
+    pub fn get(&self, delivery_id: &Uuid) -> Option<&Target> {
+        self.ready.get(delivery_id)
+    }
+
+    /// Takes what was found for `delivery_id`.
+    pub fn take(&mut self, delivery_id: Uuid) -> Found {
+        match self.ready.remove(&delivery_id) {
+            Some(target) => Found::Ready(target),
+            None if self.unopened.remove(&delivery_id) => Found::Unopened,
+            None => Found::Missing,
+        }
+    }
+}
+
 /// Reads the payload, URL and secrets of each claimed delivery in one query. A delivery
-/// whose secret cannot be opened with `keys` is left out (and logged): it is never signed
-/// with anything else, and its attempt is recorded as failed.
-pub async fn load_targets(
-    db: &Db,
-    keys: &SecretKeys,
-    claims: &[Claim],
-) -> Result<HashMap<Uuid, Target>, DbErr> {
+/// whose secret cannot be opened with `keys` is marked so (and logged): it is never signed
+/// with anything else.
+pub async fn load_targets(db: &Db, keys: &SecretKeys, claims: &[Claim]) -> Result<Targets, DbErr> {
     if claims.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(Targets::default());
     }
     let ids: Vec<Uuid> = claims.iter().map(|claim| claim.delivery_id).collect();
     let (list, values) = Db::id_list(db.backend(), 1, &ids, false);
@@ -79,8 +113,11 @@ pub fn from_rows(
     keys: &SecretKeys,
     claims: &[Claim],
     rows: &[QueryResult],
-) -> Result<HashMap<Uuid, Target>, DbErr> {
-    let mut targets = HashMap::with_capacity(rows.len());
+) -> Result<Targets, DbErr> {
+    let mut targets = Targets {
+        ready: HashMap::with_capacity(rows.len()),
+        unopened: HashSet::new(),
+    };
     for row in rows {
         let id: Uuid = row.try_get("", "id")?;
         // A row parked rather than claimed needs nothing.
@@ -105,11 +142,13 @@ pub fn from_rows(
             Ok(secrets) => secrets,
             Err(err) => {
                 tracing::error!(delivery_id = %id, %endpoint_id, error = %err,
-                    "cannot open the endpoint's signing secret; not sending");
+                    "cannot open the endpoint's signing secret with COURIER_ENCRYPTION_KEY; \
+                     not sending, handing the delivery back for a process that holds the key");
+                targets.unopened.insert(id);
                 continue;
             }
         };
-        targets.insert(
+        targets.ready.insert(
             id,
             Target {
                 url: row.try_get("", "url")?,

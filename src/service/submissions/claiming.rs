@@ -4,8 +4,6 @@
 //! it (see [`super::claim_in_store`]); one with a key, and every one on SQLite, in the
 //! transaction that stores it.
 
-use std::collections::HashMap;
-
 use sea_orm::{ConnectionTrait, DbBackend, DbErr};
 
 use super::claim_in_store::{store_and_claim, ClaimInStore};
@@ -19,6 +17,7 @@ use crate::db::{classify, Failure};
 use crate::error::error_chain;
 use crate::worker::claim::{claim, release, targets_of, ClaimRequest, Claimed};
 use crate::worker::handoff::{claim_at_submit, FailedClaim, Reservation};
+use crate::worker::targets::Targets;
 
 /// Stores one submission, as [`super::store::store`] does, and claims its endpoint's due
 /// work for the local worker's `reservation` as it stores it (the new delivery, unless it
@@ -119,7 +118,7 @@ async fn store_claiming_in_statement(
                 }
             });
         }
-        ClaimInStore::Full(left) => reservation.start(*left, HashMap::new()),
+        ClaimInStore::Full(left) => reservation.start(*left, Targets::default()),
         ClaimInStore::NotStored => drop(reservation),
     }
     Ok(stored)
@@ -133,7 +132,7 @@ fn look_again_unless_claimed(stored: &Stored, request: &ClaimRequest, reservatio
         if !delivery.waiting {
             let look_again =
                 Claimed::looking_again(delivery.endpoint_id, request.default_max_in_flight);
-            reservation.start(look_again, HashMap::new());
+            reservation.start(look_again, Targets::default());
         }
     }
 }

@@ -31,7 +31,7 @@ pub use self::release::release;
 use self::sqlite::claim_sqlite;
 use super::ended::Snapshot;
 use super::share;
-use super::targets::{self, load_targets, Target};
+use super::targets::{self, load_targets, Targets};
 use super::turns::{self, Commit, FollowUp, Turns};
 use crate::bus::{ChangeBus, Staged, StateChange};
 use crate::crypto::sealing::SecretKeys;
@@ -110,6 +110,9 @@ pub struct ClaimRequest {
     /// What each endpoint holds of this process's slots (see [`super::share`]): an
     /// endpoint holding its whole share is left to other processes' claims.
     pub shares: share::Snapshot,
+    /// Endpoints whose secret this process could not open lately (see
+    /// [`super::unopened`]): left to other processes' claims.
+    pub left_alone: Vec<Uuid>,
 }
 
 /// What a claim did.
@@ -182,6 +185,7 @@ pub async fn claim_due(
         ended: Snapshot::default(),
         only: None,
         shares: share::Snapshot::default(),
+        left_alone: Vec::new(),
     };
     let mut claimed = claim(db, bus, request).await?;
     claimed.follow_up().run(db, bus).await?;
@@ -195,7 +199,7 @@ pub async fn claim_due_with_targets(
     bus: &ChangeBus,
     keys: &SecretKeys,
     request: ClaimRequest,
-) -> Result<(Claimed, HashMap<Uuid, Target>), ClaimError> {
+) -> Result<(Claimed, Targets), ClaimError> {
     let mut claimed = claim(db, bus, request).await?;
     match targets_of(db, keys, &mut claimed).await {
         Ok(targets) => Ok((claimed, targets)),
@@ -209,7 +213,7 @@ pub(crate) async fn targets_of(
     db: &Db,
     keys: &SecretKeys,
     claimed: &mut Claimed,
-) -> Result<HashMap<Uuid, Target>, DbErr> {
+) -> Result<Targets, DbErr> {
     let rows = std::mem::take(&mut claimed.rows);
     match db.backend() {
         DbBackend::Postgres => targets::from_rows(keys, &claimed.claims, &rows),
@@ -301,7 +305,12 @@ pub(crate) async fn claim_in(
 ) -> Result<(Claimed, Vec<StateChange>), DbErr> {
     let most = request.limit.min(MAX_TURNS);
     let ended = &request.ended;
-    let except = request.shares.full();
+    let mut except = request.shares.full();
+    if !request.left_alone.is_empty() {
+        except.extend(&request.left_alone);
+        except.sort();
+        except.dedup();
+    }
     let turns = match request.only {
         Some(endpoint_id) => Turns::Of(endpoint_id),
         None => Turns::Ready {

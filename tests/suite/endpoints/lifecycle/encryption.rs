@@ -16,7 +16,7 @@ use crate::on_both_backends;
 use crate::support::fixtures::delivery_id;
 use crate::support::fixtures::rows;
 use crate::support::fixtures::submit;
-use crate::support::fixtures::{quick_worker, wait_for_state};
+use crate::support::fixtures::{eventually, quick_worker, wait_for_state};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 fn new_key() -> String {
@@ -157,9 +157,85 @@ async fn stored_secrets_of(pool: &courier::db::Db) -> String {
         .unwrap()
 }
 
+/// A process that does not know the key an endpoint's secret is sealed under (a rolling key
+/// rotation that skipped its first step) hands its claims back with no attempt recorded,
+/// leaves the endpoint to other processes, and one that holds the key delivers them.
+async fn a_process_without_the_key_hands_its_claims_back(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (old, new) = (new_key(), new_key());
+    let stale = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.encryption_key = Some(SecretKeys::parse(&old).unwrap());
+    })
+    .await;
+    let both = SecretKeys::parse(&format!("{new},{old}")).unwrap();
+    let api = TestApp::spawn_with(&db, |config| config.encryption_key = Some(both.clone())).await;
+    let admin = api.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (endpoint, secret) = api.create_endpoint(&admin, &receiver.url("new-key")).await;
+    let mut deliveries = Vec::new();
+    // The first through the stale process itself: its claim at submit hands it back too.
+    for (n, through) in [&stale, &api, &api].into_iter().enumerate() {
+        let submitted = submit(through, &admin, &endpoint, json!({ "n": n }), None).await;
+        deliveries.push(delivery_id(&submitted));
+    }
+    assert_eq!(stale.state.metrics.claims_at_submit.get(), 1);
+
+    let handed_back = || stale.state.metrics.claims_unopened.get();
+    eventually(
+        "the stale process claims",
+        Duration::from_secs(10),
+        || async { handed_back() >= 1 },
+    )
+    .await;
+    let pending = "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'pending'";
+    let count = |sql: &'static str| {
+        let pool = api.state.db.clone();
+        async move {
+            let found = rows(&pool, sql, vec![]).await;
+            found[0].try_get::<i64>("", "n").unwrap()
+        }
+    };
+    eventually(
+        "its claims are handed back",
+        Duration::from_secs(10),
+        || async { count(pending).await == 3 },
+    )
+    .await;
+    let after_first_look = handed_back();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        handed_back(),
+        after_first_look,
+        "it leaves the endpoint alone rather than claiming again"
+    );
+    assert!(after_first_look <= 3, "each delivery handed back once");
+    let attempts = "SELECT COUNT(*) AS n FROM delivery_attempts";
+    assert_eq!(count(attempts).await, 0, "no attempt recorded");
+    assert!(
+        receiver.received().is_empty(),
+        "nothing signed with anything else"
+    );
+
+    let _holder = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.encryption_key = Some(both);
+    })
+    .await;
+    for delivery in &deliveries {
+        wait_for_state(&api, &admin, delivery, "DELIVERED", Duration::from_secs(10)).await;
+    }
+    let received = receiver.wait_for(3, Duration::from_secs(5)).await;
+    assert!(received
+        .iter()
+        .all(|webhook| webhook.verifies_with(&secret)));
+    assert_eq!(count(attempts).await, 3, "one attempt each");
+}
+
 on_both_backends!(
     no_secret_is_stored_in_clear_and_webhooks_still_verify,
     start_up_seals_plaintext_and_moves_secrets_to_the_first_key,
+    a_process_without_the_key_hands_its_claims_back,
 );
 
 /// Sealing leaves no earlier, plaintext form of a secret in the SQLite file or its

@@ -132,6 +132,7 @@ async fn an_ended_request_frees_its_slot_for_its_own_process(backend: Backend) {
         },
         only: None,
         shares: Default::default(),
+        left_alone: Vec::new(),
     };
     let events = events_for(pool);
     let refilled = claim_with(pool, &events, request(vec![held[0].delivery_id]))
