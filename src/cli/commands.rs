@@ -140,6 +140,12 @@ async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
     };
     db.migrate().await?;
     tracing::info!(database = %db::location(url), "database open");
+    if db::sqlite_in_memory(url) {
+        tracing::warn!(
+            "the database is in memory: everything stored is lost when this process \
+            stops, and no other process can share it"
+        );
+    }
     Ok(db)
 }
 

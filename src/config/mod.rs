@@ -409,7 +409,7 @@ fn parse_bind(value: &str) -> Result<SocketAddr, String> {
 /// `COURIER_RATE_LIMIT`: a positive number. Zero would refuse every submission, which is
 /// never what an operator means; leaving the setting unset means unlimited.
 fn parse_rate_limit(value: &str) -> Result<u32, String> {
-    match value.trim().parse::<u32>() {
+    match value.parse::<u32>() {
         Ok(0) => Err(
             "0 would refuse every submission; set at least 1, or unset COURIER_RATE_LIMIT for no limit"
                 .to_owned(),

@@ -87,6 +87,14 @@ fn the_base_above_the_cap_is_refused_only_when_doubling() {
 }
 
 #[test]
+fn the_rate_limit_is_a_positive_whole_number_like_every_other() {
+    assert_eq!(parse(&["--rate-limit", "5"]).unwrap().rate_limit, Some(5));
+    for refused in ["0", " 5", "5 ", "-1", "4294967296", "five"] {
+        assert!(parse(&["--rate-limit", refused]).is_err(), "{refused:?}");
+    }
+}
+
+#[test]
 fn body_and_payload_sizes_of_zero_or_beyond_a_gibibyte_are_refused() {
     let sizes = parse(&["--max-body-bytes", "4096", "--max-payload-bytes", "2"]).unwrap();
     assert_eq!((sizes.max_body_bytes, sizes.max_payload_bytes), (4096, 2));

@@ -27,9 +27,14 @@ pub fn location(url: &str) -> String {
     )
 }
 
+/// Whether `url` names an in-memory SQLite database: one per connection, gone when it closes.
+pub fn sqlite_in_memory(url: &str) -> bool {
+    url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))
+}
+
 /// The absolute path of a SQLite database file, or `None` for other URLs and in-memory databases.
 pub fn sqlite_path(url: &str) -> Option<PathBuf> {
-    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+    if !url.starts_with("sqlite:") || sqlite_in_memory(url) {
         return None;
     }
     let options = SqliteConnectOptions::from_str(url).ok()?;
@@ -165,6 +170,10 @@ mod tests {
             Some(PathBuf::from("/var/lib/courier.db"))
         );
         assert_eq!(sqlite_path("sqlite::memory:"), None);
+        assert!(sqlite_in_memory("sqlite::memory:"));
+        assert!(sqlite_in_memory("sqlite://file?mode=memory"));
+        assert!(!sqlite_in_memory("sqlite://courier.db?mode=rwc"));
+        assert!(!sqlite_in_memory("postgres://u@h/memory"));
         assert_eq!(sqlite_path("postgres://u@h/db"), None);
         assert_eq!(
             location("postgres://u:secret@h/db"),

@@ -39,7 +39,8 @@ pub use self::clock::{fixed_window_start, Clock};
 use self::deadline::{check_on_release, ping_if_idle, MissedDeadlines};
 pub use self::deadline::{deadline_missed, Progress, Timeouts, PING_WHEN_IDLE_FOR};
 pub use self::diagnose::{
-    check_url, describe, explain_connect_error, location, sqlite_path, sqlx_message,
+    check_url, describe, explain_connect_error, location, sqlite_in_memory, sqlite_path,
+    sqlx_message,
 };
 pub use self::transaction::{Txn, MAX_TRIES};
 
@@ -147,7 +148,7 @@ impl Db {
                 .busy_timeout(Duration::from_secs(10))
                 .foreign_keys(true);
             // Each connection to an in-memory database is a database of its own: keep one.
-            let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+            let in_memory = sqlite_in_memory(url);
             let pool_size = if in_memory { 1 } else { pool_size };
             let pool = SqlitePoolOptions::new()
                 .max_connections(pool_size)
