@@ -154,7 +154,7 @@ async fn connect(database: &DatabaseArgs) -> Result<Db, CommandError> {
 /// without it (the operating system closes its socket).
 const CLOSE_POOLS_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
-async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), CommandError> {
+async fn serve(database: &DatabaseArgs, mut config: ServeArgs) -> Result<(), CommandError> {
     config.check().map_err(CommandError::Settings)?;
     // Listening for SIGTERM from the first moment (before saying it starts): one during
     // start-up stops it, exit 0.
@@ -174,6 +174,13 @@ async fn serve(database: &DatabaseArgs, config: ServeArgs) -> Result<(), Command
             return Ok(());
         }
     };
+    if let Ok(listening) = listener.local_addr() {
+        if let Some(base) = config.settle_public_url(listening) {
+            tracing::warn!(%base, "COURIER_PUBLIC_URL is unset and the server listens on every \
+                interface: portal links point at this machine only; set COURIER_PUBLIC_URL to \
+                where users reach Courier");
+        }
+    }
     App::new(db.clone(), config, shutdown)
         .serve(listener)
         .await?;

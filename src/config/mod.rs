@@ -1,7 +1,7 @@
 //! Every tunable, documented once: the command line, each flag backed by an environment variable.
 
 pub use crate::http::cors::CorsOrigins;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use clap::builder::{BoolishValueParser, RangedU64ValueParser};
@@ -335,6 +335,26 @@ impl ServeArgs {
             Some(url) => url.as_str().trim_end_matches('/').to_owned(),
             None => format!("http://{}", self.bind),
         }
+    }
+
+    /// Fills in the default COURIER_PUBLIC_URL from the address the server listens on,
+    /// once it is bound (`listening`): the port it got for a port-0 bind, and the loopback
+    /// address for one on every interface (`0.0.0.0` or `::`), which is no address a
+    /// browser can be sent to. Returns the URL when it points at this machine only, while
+    /// the server listens beyond it: portal links then reach no one else.
+    pub fn settle_public_url(&mut self, listening: SocketAddr) -> Option<String> {
+        if self.public_url.is_some() {
+            return None;
+        }
+        let everywhere = listening.ip().is_unspecified();
+        let host = match listening.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        let base = format!("http://{}", SocketAddr::new(host, listening.port()));
+        self.public_url = url::Url::parse(&base).ok();
+        everywhere.then_some(base)
     }
 
     /// How deliveries are retried: the listed schedule when COURIER_RETRY_SCHEDULE is set,

@@ -87,6 +87,27 @@ fn the_base_above_the_cap_is_refused_only_when_doubling() {
 }
 
 #[test]
+fn the_default_public_url_is_one_a_browser_can_open() {
+    let settled = |bind: &str, listening: &str| {
+        let mut config = parse(&["--bind", bind]).unwrap();
+        let warned = config.settle_public_url(listening.parse().unwrap());
+        (config.public_url(), warned.is_some())
+    };
+    let local = settled("127.0.0.1:8080", "127.0.0.1:8080");
+    assert_eq!(local, ("http://127.0.0.1:8080".to_owned(), false));
+    let any_port = settled("127.0.0.1:0", "127.0.0.1:41234");
+    assert_eq!(any_port, ("http://127.0.0.1:41234".to_owned(), false));
+    let everywhere = settled("0.0.0.0:8080", "0.0.0.0:8080");
+    assert_eq!(everywhere, ("http://127.0.0.1:8080".to_owned(), true));
+    let everywhere_v6 = settled("[::]:8080", "[::]:8080");
+    assert_eq!(everywhere_v6, ("http://[::1]:8080".to_owned(), true));
+
+    let mut set = parse(&["--bind", "0.0.0.0:0", "--public-url", "https://c.example/x"]).unwrap();
+    assert_eq!(set.settle_public_url("0.0.0.0:5000".parse().unwrap()), None);
+    assert_eq!(set.public_url(), "https://c.example/x");
+}
+
+#[test]
 fn the_rate_limit_is_a_positive_whole_number_like_every_other() {
     assert_eq!(parse(&["--rate-limit", "5"]).unwrap().rate_limit, Some(5));
     for refused in ["0", " 5", "5 ", "-1", "4294967296", "five"] {
