@@ -207,6 +207,14 @@ async fn start(
              link-local addresses, this host and its network included"
         );
     }
+    if config.max_payload_bytes > config.max_body_bytes {
+        tracing::warn!(
+            max_payload_bytes = config.max_payload_bytes,
+            max_body_bytes = config.max_body_bytes,
+            "COURIER_MAX_PAYLOAD_BYTES is above COURIER_MAX_BODY_BYTES: a request body holds \
+             its payload, so no payload above COURIER_MAX_BODY_BYTES can be submitted"
+        );
+    }
     crate::http::connections::warn_if_over_file_limit(
         config.max_connections,
         u64::from(config.worker_concurrency).saturating_add(u64::from(database.db_pool_size)),
