@@ -79,16 +79,22 @@ impl Drop for Running {
 
 /// Plain `courier --bind ...` serves like `courier serve --bind ...`; `yes` and `1` are true,
 /// and allowing private destinations is warned about; a relative SQLite default is logged
-/// by its absolute path.
+/// by its absolute path. So are settings at odds: a payload limit above the body limit, and
+/// a bind on every interface with no public URL for portal links.
 #[test]
 fn plain_courier_serves_with_flags_and_boolean_words() {
     let dir = TempDir::new();
     for (value, warned) in [("yes", true), ("1", true), ("no", false)] {
         let mut command = plain_courier("sqlite://courier.db?mode=rwc");
+        let (bind, payload) = match warned {
+            true => ("0.0.0.0:0", "2000000"),
+            false => ("127.0.0.1:0", "262144"),
+        };
         command
             .current_dir(&dir.0)
-            .args(["--bind", "127.0.0.1:0"])
+            .args(["--bind", bind])
             .env("COURIER_ALLOW_PRIVATE_DESTINATIONS", value)
+            .env("COURIER_MAX_PAYLOAD_BYTES", payload)
             .env("COURIER_WORKER_CONCURRENCY", "0");
         let running = Running::start(command);
         let lines = running.lines();
@@ -101,16 +107,21 @@ fn plain_courier_serves_with_flags_and_boolean_words() {
             format!("sqlite://{}", dir.0.join("courier.db").display()),
             "the absolute path of the database"
         );
-        let warning = lines.iter().any(|line| {
-            line["level"] == "WARN"
-                && line["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("COURIER_ALLOW_PRIVATE_DESTINATIONS"))
-        });
-        assert_eq!(
-            warning, warned,
-            "COURIER_ALLOW_PRIVATE_DESTINATIONS={value}"
-        );
+        let warned_of = |setting: &str| {
+            lines.iter().any(|line| {
+                line["level"] == "WARN"
+                    && line["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(setting))
+            })
+        };
+        for setting in [
+            "COURIER_ALLOW_PRIVATE_DESTINATIONS",
+            "COURIER_MAX_PAYLOAD_BYTES",
+            "COURIER_PUBLIC_URL",
+        ] {
+            assert_eq!(warned_of(setting), warned, "{setting}, given {value}");
+        }
     }
 }
 
