@@ -215,7 +215,7 @@ async fn start(
              its payload, so no payload above COURIER_MAX_BODY_BYTES can be submitted"
         );
     }
-    crate::http::connections::warn_if_over_file_limit(
+    crate::http::connections::raise_file_limit(
         config.max_connections,
         u64::from(config.worker_concurrency).saturating_add(u64::from(database.db_pool_size)),
     );

@@ -159,10 +159,16 @@ impl Drop for Open {
     }
 }
 
-/// Warns at start-up when `max_connections`, with the process's other descriptors
-/// (`others`: the worker's webhook connections and the database pool), could need more
-/// open files than the process may have (its soft limit, where the system tells it).
-pub fn warn_if_over_file_limit(max_connections: u64, others: u64) {
+/// At start-up, raises the process's soft limit on open files to its hard limit (each
+/// connection is one, and the usual soft default of 1,024 would refuse connections long
+/// before `COURIER_MAX_CONNECTIONS`), then warns when `max_connections`, with the process's
+/// other descriptors (`others`: the worker's webhook connections and the database pool),
+/// could still need more open files than the process may have.
+pub fn raise_file_limit(max_connections: u64, others: u64) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(open_file_limit = limit, "open file limit"),
+        Err(err) => tracing::debug!(error = %err, "the open file limit could not be raised"),
+    }
     let Some(limit) = open_file_limit() else {
         return;
     };
@@ -173,8 +179,8 @@ pub fn warn_if_over_file_limit(max_connections: u64, others: u64) {
             max_connections,
             open_file_limit = limit,
             "COURIER_MAX_CONNECTIONS, with the worker's connections and the database pool, may \
-             need more open files than this process may have: raise its limit (ulimit -n) or \
-             lower COURIER_MAX_CONNECTIONS"
+             need more open files than this process may have: raise its hard limit (ulimit -Hn, \
+             LimitNOFILE=) or lower COURIER_MAX_CONNECTIONS"
         );
     }
 }

@@ -125,6 +125,45 @@ fn plain_courier_serves_with_flags_and_boolean_words() {
     }
 }
 
+/// A soft open-file limit below the connection cap (the usual default, 1,024, is below the
+/// default cap of 4,096) is raised to the hard limit at start-up, so the cap, not the
+/// limit, decides when a connection is refused; nothing is warned about then.
+#[test]
+fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+    let dir = TempDir::new();
+    let courier = plain_courier("sqlite://courier.db?mode=rwc");
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", r#"ulimit -S -n 256 && exec "$0" "$@""#])
+        .arg(courier.get_program())
+        .args(["--bind", "127.0.0.1:0"])
+        .envs(courier.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("COURIER_WORKER_CONCURRENCY", "0")
+        .current_dir(&dir.0);
+    let running = Running::start(command);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", running.child.id()))
+        .expect("the child's limits");
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("an open files line")
+        .split_whitespace()
+        .collect();
+    let (soft, hard) = (open_files[3], open_files[4]);
+    assert_ne!(soft, "256", "raised");
+    assert_eq!(soft, hard, "to the hard limit");
+    let warned = running.lines().iter().any(|line| {
+        line["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("COURIER_MAX_CONNECTIONS"))
+    });
+    let enough = hard == "unlimited" || hard.parse::<u64>().is_ok_and(|n| n >= 4_096 + 64 + 64);
+    assert_eq!(
+        warned, !enough,
+        "warned only if even the hard limit is too low"
+    );
+}
+
 /// Tracing being on is told at start-up (where spans go, under which service name: here
 /// the `service.name` of `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME` being empty), a
 /// collector that refuses every export is told in the log (once, not per export), and a
