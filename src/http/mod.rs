@@ -4,6 +4,7 @@
 pub mod connections;
 mod console;
 pub mod cors;
+mod exposition;
 mod graphql;
 mod negotiate;
 mod websocket;
@@ -13,7 +14,7 @@ mod ws_gate;
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -134,8 +135,9 @@ async fn readyz(State(state): State<HttpState>) -> Response {
     }
 }
 
-/// Prometheus scrape endpoint. The due-queue depth is measured now, for this scrape.
-async fn metrics(State(state): State<HttpState>) -> Response {
+/// Prometheus scrape endpoint: OpenMetrics when the scraper asks for it, the Prometheus text
+/// format otherwise (see [`exposition`]). The due-queue depth is measured now, for this scrape.
+async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
     let due = state.app.deliveries.due_count();
     match state.app.db.within(PROBE_TIMEOUT, due).await {
         Ok(due) => {
@@ -146,12 +148,12 @@ async fn metrics(State(state): State<HttpState>) -> Response {
         }
     }
     match state.app.metrics.render() {
+        Ok(text) if exposition::wants_openmetrics(&headers) => {
+            ([(header::CONTENT_TYPE, exposition::OPENMETRICS)], text).into_response()
+        }
         Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
+            [(header::CONTENT_TYPE, exposition::PROMETHEUS_TEXT)],
+            exposition::to_prometheus_text(&text),
         )
             .into_response(),
         Err(err) => {

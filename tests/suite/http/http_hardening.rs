@@ -410,6 +410,27 @@ async fn graphiql_health_readiness_and_metrics_answer_without_a_key() {
         text.contains("courier_http_request_duration_seconds_bucket"),
         "{text}"
     );
+    // The Prometheus text format unless OpenMetrics is asked for, as Prometheus asks.
+    assert!(
+        text.contains("# TYPE courier_http_requests_total counter\n") && !text.contains("# EOF"),
+        "{text}"
+    );
+    let openmetrics = app
+        .request(Method::GET, "/metrics")
+        .header(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )
+        .send()
+        .await
+        .expect("answered");
+    let kind = openmetrics.headers()["content-type"].to_str().unwrap_or("");
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    let text = openmetrics.text().await.unwrap_or_default();
+    assert!(
+        text.contains("# TYPE courier_http_requests counter\n") && text.ends_with("# EOF\n"),
+        "{text}"
+    );
 
     let missing = app
         .request(Method::GET, "/no-such-page")
