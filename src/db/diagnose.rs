@@ -77,10 +77,17 @@ pub async fn explain_connect_error(url: &str, err: &DbErr, timeouts: Timeouts) -
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return describe(err);
     }
+    // A `host` (or `?host=`) that is a directory names the server's Unix socket there.
+    let at = match options.get_socket() {
+        Some(dir) => format!(
+            "the socket {}",
+            dir.join(format!(".s.PGSQL.{}", options.get_port()))
+                .display()
+        ),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
     let target = format!(
-        "PostgreSQL at {}:{} (database {:?}, user {:?})",
-        options.get_host(),
-        options.get_port(),
+        "PostgreSQL at {at} (database {:?}, user {:?})",
         options.get_database().unwrap_or(options.get_username()),
         options.get_username(),
     );

@@ -34,6 +34,23 @@ fn an_unreachable_postgres_is_told_by_its_real_cause_and_host() {
     assert!(line.to_lowercase().contains("connection refused"), "{line}");
     assert!(!line.contains("pool timed out"), "{line}");
     assert!(line.contains("DATABASE_URL"), "{line}");
+
+    // A socket directory is told as the socket, not as a host.
+    let dir = TempDir::new();
+    let url = format!(
+        "postgres://postgres@localhost/courier?host={}",
+        dir.0.display()
+    );
+    let mut command = plain_courier(&url);
+    command
+        .arg("migrate")
+        .env("COURIER_DB_ACQUIRE_TIMEOUT_MS", "300");
+    let line = fatal_line(&run_to_end(command));
+    let socket = dir.0.join(".s.PGSQL.5432");
+    assert!(
+        line.contains(&format!("the socket {}", socket.display())),
+        "{line}"
+    );
 }
 
 #[tokio::test]
