@@ -9,7 +9,6 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_http::{HttpClient, HttpError};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::{BatchConfig, BatchSpanProcessor, SdkTracerProvider};
-use opentelemetry_sdk::Resource;
 use tracing::Subscriber;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::registry::LookupSpan;
@@ -48,15 +47,6 @@ pub struct Traces {
     provider: SdkTracerProvider,
 }
 
-/// The `service.name` among `OTEL_RESOURCE_ATTRIBUTES`, as OpenTelemetry reads them.
-pub fn service_name_in_resource_attributes() -> Option<String> {
-    use opentelemetry_sdk::resource::{EnvResourceDetector, ResourceDetector as _};
-    EnvResourceDetector::new()
-        .detect()
-        .get(&opentelemetry::Key::new("service.name"))
-        .map(|name| name.to_string())
-}
-
 impl Traces {
     /// Starts exporting to `url` (the full traces URL) as `service_name`. Batching follows
     /// the `OTEL_BSP_*` variables (by default a queue of 2,048 spans sent every 5 s), and
@@ -79,9 +69,7 @@ impl Traces {
                 failures: Throttle::new(FAILURE_LOG_EVERY),
             })
             .build()?;
-        let resource = Resource::builder()
-            .with_service_name(service_name.to_owned())
-            .build();
+        let resource = super::resource::resource(service_name);
         let processor = BatchSpanProcessor::builder(exporter)
             .with_batch_config(batch)
             .build();

@@ -6,6 +6,7 @@
 
 pub mod context;
 mod export;
+mod resource;
 pub mod sink;
 pub mod spans;
 pub mod throttle;
@@ -72,7 +73,7 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
     let traces = tracing
         .traces_url()
         .map(|url| {
-            let service_name = tracing.service_name(export::service_name_in_resource_attributes());
+            let service_name = tracing.service_name(resource::service_name_in_env());
             export::Traces::start(&url, &service_name, tracing.batch_config())
                 .map(|traces| (traces, url, service_name))
         })

@@ -185,7 +185,7 @@ async fn a_refused_collector_and_an_unreadable_rust_log_are_told() {
         .env("OTEL_SERVICE_NAME", "")
         .env(
             "OTEL_RESOURCE_ATTRIBUTES",
-            "service.name=hooks-eu,team=payments",
+            "service.name=hooks%2Deu,team=payments",
         )
         .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
         .env("COURIER_WORKER_CONCURRENCY", "0");
