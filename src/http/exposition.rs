@@ -1,7 +1,7 @@
 //! The two text formats `/metrics` answers in, chosen by the scraper's `Accept`: OpenMetrics
 //! when it asks for it (as Prometheus does), the Prometheus text format (0.0.4) otherwise.
 
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 
 /// The `Content-Type` of OpenMetrics text.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -12,18 +12,7 @@ pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// type is offered, with a quality above zero and no lower than plain text's.
 pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
     let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
-    let ranges = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','));
-    for range in ranges {
-        let mut parts = range.split(';');
-        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-        let quality = parts
-            .filter_map(|p| p.trim().strip_prefix("q="))
-            .find_map(|q| q.trim().parse::<f32>().ok())
-            .unwrap_or(1.0);
+    for (media, quality) in super::negotiate::accepted(headers) {
         match media.as_str() {
             "application/openmetrics-text" => openmetrics = openmetrics.max(quality),
             "text/plain" | "text/*" | "*/*" => text = text.max(quality),
@@ -93,7 +82,7 @@ fn family_name(name: &str, kind: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use axum::http::{header, HeaderValue};
 
     fn accepting(accept: Option<&str>) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -31,22 +31,16 @@ impl MediaType {
 /// not ask for the newer type can be assumed to understand, as the specification advises);
 /// `application/graphql-response+json` is chosen when named, and wins ties with `application/json`.
 pub fn response_media_type(headers: &HeaderMap) -> Option<MediaType> {
-    let accept: Vec<&str> = headers
+    // No `Accept` it can read: as if there were none.
+    if headers
         .get_all(header::ACCEPT)
         .iter()
-        .filter_map(|value| value.to_str().ok())
-        .collect();
-    if accept.is_empty() {
+        .all(|value| value.to_str().is_err())
+    {
         return Some(MediaType::Json);
     }
     let mut best: Option<(f32, MediaType)> = None;
-    for range in accept.iter().flat_map(|value| value.split(',')) {
-        let mut parts = range.split(';');
-        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-        let quality = parts
-            .filter_map(|p| p.trim().strip_prefix("q="))
-            .find_map(|q| q.trim().parse::<f32>().ok())
-            .unwrap_or(1.0);
+    for (media, quality) in accepted(headers) {
         let candidate = match media.as_str() {
             GRAPHQL_RESPONSE_JSON => MediaType::GraphqlResponse,
             APPLICATION_JSON | "*/*" | "application/*" => MediaType::Json,
@@ -69,6 +63,25 @@ pub fn response_media_type(headers: &HeaderMap) -> Option<MediaType> {
         }
     }
     best.map(|(_, media)| media)
+}
+
+/// Each media range of the request's `Accept` headers, lowercased, with its quality (`q`,
+/// 1 when not given).
+pub fn accepted(headers: &HeaderMap) -> impl Iterator<Item = (String, f32)> + '_ {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|range| {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let quality = parts
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            (media, quality)
+        })
 }
 
 /// Whether a request body is declared as JSON (`application/json`, any parameters).

@@ -340,9 +340,11 @@ pub(crate) async fn claim_in(
         }
         return Ok((claimed, Vec::new()));
     }
-    let wants = flow::wants(&standings, now, request.limit, |endpoint_id| {
+    let mut wants = flow::wants(&standings, now, request.limit, |endpoint_id| {
         request.shares.room(endpoint_id)
     });
+    let endpoints: Vec<Uuid> = standings.iter().map(|s| s.endpoint_id).collect();
+    request.shares.fit(&endpoints, &mut wants);
     let (taken, rows, facts) = match db.backend() {
         DbBackend::Postgres => {
             let here =

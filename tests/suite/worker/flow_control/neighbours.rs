@@ -252,3 +252,55 @@ async fn a_hanging_neighbour_with_a_large_cap_leaves_an_eighth_of_the_slots() {
     drop(hanging);
     app.stop().await;
 }
+
+/// Two hanging receivers with large caps share what one may hold (all but an eighth of the
+/// slots) rather than each taking its own share of them: together they leave the kept
+/// slots to endpoints holding few requests, and every other endpoint's deliveries arrive
+/// at once through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hanging_neighbours_leave_an_eighth_of_the_slots_together() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = answering_after(Duration::from_secs(30)).await;
+    let fast = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = 16;
+        config.request_timeout_ms = 30_000;
+        config.lease_secs = 60;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
+    let also_stuck = endpoint_with(
+        &app,
+        &admin,
+        &hanging,
+        "also-stuck",
+        json!({ "maxInFlight": 1000 }),
+    )
+    .await;
+    submit_many(&app, &admin, &stuck, 20).await;
+    submit_many(&app, &admin, &also_stuck, 20).await;
+    let held = || hanging.in_flight("stuck") + hanging.in_flight("also-stuck");
+    eventually(
+        "the hanging endpoints hold their share",
+        Duration::from_secs(5),
+        || async { held() >= 14 },
+    )
+    .await;
+    // More of theirs, each a chance for a claim at submit to take a kept slot.
+    submit_many(&app, &admin, &stuck, 3).await;
+    submit_many(&app, &admin, &also_stuck, 3).await;
+    let waited = latencies(&app, &admin, &fast, &quick, "quick", 8).await;
+    let worst = waited.iter().max().expect("latencies");
+    assert!(
+        *worst < Duration::from_millis(500),
+        "a fast delivery waited {worst:?} beside two hanging endpoints: {waited:?}"
+    );
+    // Fourteen of the sixteen slots together; of the two kept, one endpoint holding fewer
+    // than two (light) may take one.
+    assert!(held() <= 15, "{} of the sixteen slots", held());
+    each_once(&fast, "quick", 8);
+    drop(hanging);
+    app.stop().await;
+}
