@@ -33,6 +33,30 @@ SET state = 'pending', cycle_attempts = 0, updated_at = {now},
 WHERE id = $1 AND state = $2
 RETURNING *";
 
+/// [`RESTART`] on PostgreSQL, saying what it found: the row is locked first (`seen`, which
+/// waits for a concurrent replay's commit and then reads what it wrote), the restart
+/// matches only if that state is `$2`, and the one row returned holds the state it found
+/// (`seen_state`) with the restarted row's columns, null when it did not match. A loser
+/// so reports the state it lost to, not a later one (the winner's cycle may have ended
+/// by the time a second read would run). No row: no such delivery.
+const RESTART_REPORTING: &str = "\
+WITH seen AS MATERIALIZED (
+    SELECT id, state FROM webhook_deliveries WHERE id = $1 FOR UPDATE
+), restarted AS (
+    UPDATE webhook_deliveries
+    SET state = 'pending', cycle_attempts = 0, updated_at = {now},
+        next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
+    FROM seen
+    WHERE webhook_deliveries.id = seen.id AND seen.state = $2
+    RETURNING webhook_deliveries.*
+)
+SELECT seen.state AS seen_state, restarted.*
+FROM seen LEFT JOIN restarted ON restarted.id = seen.id";
+
+/// On SQLite, the state a restart that matched nothing found: read in its transaction,
+/// which holds the write lock its UPDATE took, so no other write came between.
+const STATE_OF: &str = "SELECT state AS seen_state FROM webhook_deliveries WHERE id = $1";
+
 /// The next batch of failed deliveries a bulk replay looks at: ids after the cursor `$1`,
 /// in id order (the failed-only indexes), narrowed by `{filters}`. Read without locks: the
 /// replay itself re-checks each row under its lock.
@@ -62,6 +86,16 @@ pub const REPLAY_BATCH: usize = 500;
 /// After each batch a bulk replay rests as long as the batch took, so it takes at most
 /// half of the database's time and claims for other endpoints keep most of theirs.
 const REST_PER_BATCH: u32 = 1;
+
+/// What one restart did.
+enum Restart {
+    /// It matched: the restarted row, and its announcement.
+    Done(Box<webhook_delivery::Model>, Staged),
+    /// The delivery was in this other state.
+    Refused(DeliveryState),
+    /// There is no such delivery.
+    Missing,
+}
 
 /// Which failed deliveries a bulk replay takes.
 #[derive(Debug, Clone, Default)]
@@ -116,15 +150,36 @@ impl Deliveries {
         let (db, bus) = (&self.db, &self.bus);
         let restarted = db
             .transaction(|txn| async move {
-                let sql = with_parking(db.backend(), RESTART);
+                let postgres = db.backend() == DbBackend::Postgres;
+                let template = if postgres { RESTART_REPORTING } else { RESTART };
+                let sql = with_parking(db.backend(), template);
                 let values = [Value::from(id), Value::from(from.to_value())];
-                let Some(row) = txn
+                let row = txn
                     .query_one_raw(db.clock().statement(&sql, values))
-                    .await?
-                else {
-                    return Ok(None);
+                    .await?;
+                let restarted_row = match row {
+                    // PostgreSQL: the state it found, and the row if it matched.
+                    Some(row) if postgres => {
+                        let restarted: Option<Uuid> = row.try_get("", "id")?;
+                        if restarted.is_none() {
+                            let seen: DeliveryState = row.try_get("", "seen_state")?;
+                            return Ok(Restart::Refused(seen));
+                        }
+                        row
+                    }
+                    Some(row) => row,
+                    None if postgres => return Ok(Restart::Missing),
+                    None => {
+                        let seen = txn
+                            .query_one_raw(db.clock().statement(STATE_OF, [Value::from(id)]))
+                            .await?;
+                        return Ok(match seen {
+                            Some(seen) => Restart::Refused(seen.try_get("", "seen_state")?),
+                            None => Restart::Missing,
+                        });
+                    }
                 };
-                let mut restarted = webhook_delivery::Model::from_query_result(&row, "")?;
+                let mut restarted = webhook_delivery::Model::from_query_result(&restarted_row, "")?;
                 // A restarted delivery is unsettled again: it rejoins its line.
                 let places = lines::rejoin(&*txn, db.backend(), &[restarted.id]).await?;
                 if let Some(place) = places.get(&restarted.id) {
@@ -138,16 +193,14 @@ impl Deliveries {
                     &[(restarted.id, restarted.endpoint_id, restarted.updated_at)],
                 )
                 .await?;
-                Ok(Some((restarted, staged)))
+                Ok(Restart::Done(Box::new(restarted), staged))
             })
             .await?;
-        let Some((restarted, staged)) = restarted else {
-            // Every loser reads the state the database settled on.
-            let current = self.load(id).await?.ok_or(Error::NotFound("delivery"))?;
-            return Err(Error::NotReplayable {
-                state: current.state,
-                needs: from,
-            });
+        let (restarted, staged) = match restarted {
+            Restart::Done(restarted, staged) => (*restarted, staged),
+            // Every loser is told the state the database settled on when it lost.
+            Restart::Refused(state) => return Err(Error::NotReplayable { state, needs: from }),
+            Restart::Missing => return Err(Error::NotFound("delivery")),
         };
         staged.committed();
         self.wakeup.hint();

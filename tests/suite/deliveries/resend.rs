@@ -81,6 +81,63 @@ async fn resend_sends_a_delivered_delivery_again(backend: Backend) {
     assert_eq!(gql_error_code(&unknown), Some("NOT_FOUND"), "{unknown}");
 }
 
+/// A resend that loses the race is told the state it lost to, even when the winner's cycle
+/// has ended by the time it could read the row again: here one transaction holds the
+/// delivery `pending` (uncommitted) as a winning resend would, while the resend waits for
+/// it, and another, queued behind the resend, sets it `delivered` again (not waiting for
+/// its flush) the moment the row is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_losing_resend_is_told_the_state_it_lost_to() {
+    use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, quick_worker).await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "raced").await;
+    let id = delivery_id(&submit(&app, &admin, &endpoint, json!({ "n": 1 }), None).await);
+    wait_for_state(&app, &admin, &id, "DELIVERED", Duration::from_secs(10)).await;
+
+    let other = db.connect(2).await;
+    let set =
+        |state: &str| format!("UPDATE webhook_deliveries SET state = '{state}' WHERE id = '{id}'");
+    let winner = other.conn().begin().await.expect("begin");
+    winner
+        .execute_unprepared(&set("pending"))
+        .await
+        .expect("hold it pending");
+    let settler = other.conn().begin().await.expect("begin");
+    settler
+        .execute_unprepared("SET LOCAL synchronous_commit = off")
+        .await
+        .expect("no flush");
+    let resend = {
+        let (app, admin, id) = (&app, admin.clone(), id.clone());
+        async move { app.graphql(&admin, RESEND, json!({ "id": id })).await }
+    };
+    let racing = async {
+        // The resend waits on the row by now; the settler queues behind it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let settled = async {
+            settler
+                .execute_unprepared(&set("delivered"))
+                .await
+                .expect("delivered again");
+            settler.commit().await.expect("commit");
+        };
+        let released = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            winner.commit().await.expect("commit");
+        };
+        tokio::join!(settled, released);
+    };
+    let (lost, ()) = tokio::join!(resend, racing);
+    assert_not_replayable(
+        &lost,
+        "PENDING",
+        Some("delivery is pending, only delivered deliveries can be resent"),
+    );
+}
+
 /// A test event is a signed `courier.test` webhook, recorded like any delivery.
 async fn a_test_event_is_signed_and_recorded(backend: Backend) {
     let db = TestDb::new(backend).await;
