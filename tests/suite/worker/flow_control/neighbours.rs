@@ -76,6 +76,35 @@ async fn latencies(
     latencies
 }
 
+/// An instance with `slots` slots whose requests may hang 30 s (the lease outlives them).
+async fn beside_hanging(db: &TestDb, slots: u32) -> TestApp {
+    TestApp::spawn_with(db, |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = slots;
+        config.request_timeout_ms = 30_000;
+        config.lease_secs = 60;
+    })
+    .await
+}
+
+/// Eight deliveries to `quick` at `fast`, each arriving within half a second of its submit
+/// (`beside`: what they were sent beside, for the failure message), and each once.
+async fn quick_ones_arrive_at_once(
+    app: &TestApp,
+    admin: &str,
+    fast: &Receiver,
+    quick: &str,
+    beside: &str,
+) {
+    let waited = latencies(app, admin, fast, quick, "quick", 8).await;
+    let worst = waited.iter().max().expect("latencies");
+    assert!(
+        *worst < Duration::from_millis(500),
+        "a fast delivery waited {worst:?} beside {beside}: {waited:?}"
+    );
+    each_once(fast, "quick", 8);
+}
+
 /// Every request `receivers` got, in order of arrival, in milliseconds since `started`: what
 /// a failed fairness check shows of the rounds that led to it.
 fn arrivals(started: Instant, receivers: &[(&str, &Receiver)]) -> String {
@@ -219,13 +248,7 @@ async fn a_hanging_neighbour_with_a_large_cap_leaves_an_eighth_of_the_slots() {
     let db = TestDb::new(Backend::Postgres).await;
     let hanging = answering_after(Duration::from_secs(30)).await;
     let fast = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
-        quick_worker(config);
-        config.worker_concurrency = 8;
-        config.request_timeout_ms = 30_000;
-        config.lease_secs = 60;
-    })
-    .await;
+    let app = beside_hanging(&db, 8).await;
     let admin = app.admin_token().await;
     let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
     submit_many(&app, &admin, &stuck, 30).await;
@@ -237,18 +260,12 @@ async fn a_hanging_neighbour_with_a_large_cap_leaves_an_eighth_of_the_slots() {
     .await;
     // More of its deliveries, each a chance for a claim at submit to take the last slot.
     submit_many(&app, &admin, &stuck, 5).await;
-    let waited = latencies(&app, &admin, &fast, &quick, "quick", 8).await;
-    let worst = waited.iter().max().expect("latencies");
-    assert!(
-        *worst < Duration::from_millis(500),
-        "a fast delivery waited {worst:?} beside a hanging endpoint with a large cap: {waited:?}"
-    );
+    quick_ones_arrive_at_once(&app, &admin, &fast, &quick, "a hanging endpoint").await;
     assert_eq!(
         hanging.most_in_flight("stuck"),
         7,
         "seven of the eight slots"
     );
-    each_once(&fast, "quick", 8);
     drop(hanging);
     app.stop().await;
 }
@@ -262,23 +279,11 @@ async fn two_hanging_neighbours_leave_an_eighth_of_the_slots_together() {
     let db = TestDb::new(Backend::Postgres).await;
     let hanging = answering_after(Duration::from_secs(30)).await;
     let fast = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
-        quick_worker(config);
-        config.worker_concurrency = 16;
-        config.request_timeout_ms = 30_000;
-        config.lease_secs = 60;
-    })
-    .await;
+    let app = beside_hanging(&db, 16).await;
     let admin = app.admin_token().await;
     let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
-    let also_stuck = endpoint_with(
-        &app,
-        &admin,
-        &hanging,
-        "also-stuck",
-        json!({ "maxInFlight": 1000 }),
-    )
-    .await;
+    let large_cap = json!({ "maxInFlight": 1000 });
+    let also_stuck = endpoint_with(&app, &admin, &hanging, "also-stuck", large_cap).await;
     submit_many(&app, &admin, &stuck, 20).await;
     submit_many(&app, &admin, &also_stuck, 20).await;
     let held = || hanging.in_flight("stuck") + hanging.in_flight("also-stuck");
@@ -291,16 +296,10 @@ async fn two_hanging_neighbours_leave_an_eighth_of_the_slots_together() {
     // More of theirs, each a chance for a claim at submit to take a kept slot.
     submit_many(&app, &admin, &stuck, 3).await;
     submit_many(&app, &admin, &also_stuck, 3).await;
-    let waited = latencies(&app, &admin, &fast, &quick, "quick", 8).await;
-    let worst = waited.iter().max().expect("latencies");
-    assert!(
-        *worst < Duration::from_millis(500),
-        "a fast delivery waited {worst:?} beside two hanging endpoints: {waited:?}"
-    );
+    quick_ones_arrive_at_once(&app, &admin, &fast, &quick, "two hanging endpoints").await;
     // Fourteen of the sixteen slots together; of the two kept, one endpoint holding fewer
     // than two (light) may take one.
     assert!(held() <= 15, "{} of the sixteen slots", held());
-    each_once(&fast, "quick", 8);
     drop(hanging);
     app.stop().await;
 }
