@@ -100,16 +100,23 @@ impl Extension for Observer {
                 .unwrap_or(("unknown", "unknown".to_owned())),
             Err(_) => ("unknown", "unknown".to_owned()),
         };
-        // Named by the document's operation name, or else by the root field it selects.
-        let span = spans::operation(
-            kind,
-            Some(operation_name.unwrap_or(&operation)),
-            ctx.data_opt::<CallerTrace>().map(|caller| &caller.0),
-        );
-        let response = next.run(ctx, operation_name).instrument(span.clone()).await;
-        if let Some(error) = response.errors.first() {
-            spans::operation_failed(&span, &error.message);
-        }
+        // A subscription is executed once per event it sends, for as long as it lasts:
+        // it has no span (each event would be a trace of its own). Anything else is named
+        // by the document's operation name, or else by the root field it selects.
+        let response = if kind == "subscription" {
+            next.run(ctx, operation_name).await
+        } else {
+            let span = spans::operation(
+                kind,
+                Some(operation_name.unwrap_or(&operation)),
+                ctx.data_opt::<CallerTrace>().map(|caller| &caller.0),
+            );
+            let response = next.run(ctx, operation_name).instrument(span.clone()).await;
+            if let Some(error) = response.errors.first() {
+                spans::operation_failed(&span, &error.message);
+            }
+            response
+        };
         let Some(metrics) = &self.metrics else {
             return response;
         };

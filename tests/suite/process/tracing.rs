@@ -14,6 +14,7 @@ use crate::support::collector::{
     dead_collector, CollectedSpan, Collector, KIND_CLIENT, KIND_SERVER, STATUS_ERROR,
 };
 use crate::support::process::{admin_token, Served};
+use crate::support::websocket::{initialised_at, next, send};
 use crate::support::{Backend, Receiver, Reply, TestDb};
 
 const SUBMIT: &str = "mutation Deliver($id: ID!, $p: JSON!) { submit(input: {endpointId: $id, payload: $p}) { delivery { id } } }";
@@ -180,7 +181,8 @@ async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
 }
 
 /// A publish with no caller context starts a trace of its own, which the attempts at every
-/// endpoint it reaches join; `OTEL_SERVICE_NAME` names the service.
+/// endpoint it reaches join; `OTEL_SERVICE_NAME` names the service. A subscription watching
+/// it all has no span.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_event_traces_to_every_endpoint_it_reaches() {
     let db = TestDb::new(Backend::Postgres).await;
@@ -199,6 +201,13 @@ async fn a_published_event_traces_to_every_endpoint_it_reaches() {
         .create_endpoint(&token, &receiver, "b", &["order.paid"])
         .await;
 
+    // A dashboard watching: its subscription is executed once per change it is sent.
+    let mut watching = initialised_at(&process.addr, "graphql-transport-ws", &token).await;
+    let watch = "subscription Watch { deliveryStateChanged { deliveryId state } }";
+    let subscribe = json!({ "id": "w", "type": "subscribe", "payload": { "query": watch } });
+    send(&mut watching, subscribe).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
     let published = process
         .graphql(&token, PUBLISH, json!({ "p": { "order": 7 } }))
         .await;
@@ -207,13 +216,30 @@ async fn a_published_event_traces_to_every_endpoint_it_reaches() {
         "{published}"
     );
     let received = receiver.wait_for(2, Duration::from_secs(20)).await;
+    let mut delivered = 0;
+    while delivered < 2 {
+        let change = next(&mut watching).await.expect("a change");
+        if change["payload"]["data"]["deliveryStateChanged"]["state"] == "DELIVERED" {
+            delivered += 1;
+        }
+    }
+    // Spans go out in the order they end: once this one is in, any span of the
+    // subscription's events would be too.
+    process
+        .graphql(&token, "query Marker { __typename }", json!({}))
+        .await;
 
     let spans = collector
         .wait_until(Duration::from_secs(20), |spans| {
             named(spans, "mutation publish").len() == 1
                 && named(spans, "webhook attempt").len() == 2
+                && named(spans, "query Marker").len() == 1
         })
         .await;
+    assert!(
+        named(&spans, "subscription Watch").is_empty(),
+        "a subscription has no span, not one per event"
+    );
     let operation = named(&spans, "mutation publish")[0];
     assert_eq!(operation.service_name, "courier-east");
     assert_eq!(operation.parent_span_id, "", "a trace of its own");
