@@ -91,6 +91,12 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
         context::enable();
         traces
     });
+    if traces.is_some() {
+        if let (_, Some(reason)) = resource::from_env() {
+            tracing::warn!(%reason,
+                "OTEL_RESOURCE_ATTRIBUTES cannot be read; none of its attributes are used");
+        }
+    }
     if let Some(err) = unreadable {
         tracing::warn!(error = %err, default = DEFAULT_FILTER,
             "RUST_LOG cannot be read; logging with the default filter");

@@ -164,6 +164,33 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
     );
 }
 
+/// An `OTEL_RESOURCE_ATTRIBUTES` that cannot be decoded is told, and none of it is used
+/// (the service is `courier`, not the undecoded name), as the specification asks.
+#[test]
+fn unreadable_resource_attributes_are_told_and_left_out() {
+    let dir = TempDir::new();
+    let mut command = plain_courier("sqlite://courier.db?mode=rwc");
+    command
+        .current_dir(&dir.0)
+        .args(["--bind", "127.0.0.1:0"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("OTEL_SERVICE_NAME", "")
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=hooks%ZZ,team=payments",
+        )
+        .env("COURIER_WORKER_CONCURRENCY", "0");
+    let running = Running::start(command);
+    let on = running.wait_for(|line| line["message"] == "exporting traces over OTLP/HTTP");
+    assert_eq!(on["service_name"], "courier", "{on}");
+    let told = running.wait_for(|line| {
+        line["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("OTEL_RESOURCE_ATTRIBUTES cannot be read"))
+    });
+    assert_eq!(told["level"], "WARN", "{told}");
+}
+
 /// Tracing being on is told at start-up (where spans go, under which service name: here
 /// the `service.name` of `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME` being empty), a
 /// collector that refuses every export is told in the log (once, not per export), and a
