@@ -1,6 +1,6 @@
-//! The W3C trace context: whether tracing is on, the `traceparent` of the span a request
-//! runs in (stored with what it submits), and reading one back, from a stored value or
-//! from a caller's request headers.
+//! The W3C trace context: whether tracing is on, the `traceparent` (and `tracestate`) of
+//! the span a request runs in (stored with what it submits), and reading one back, from a
+//! stored value or from a caller's request headers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +12,27 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 
 /// The header a webhook carries its attempt's trace context in, and a caller its own.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// The header that carries vendors' trace state along with [`TRACEPARENT_HEADER`].
+pub const TRACESTATE_HEADER: &str = "tracestate";
+
+/// A span context as W3C headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHeaders {
+    /// The `traceparent` value.
+    pub traceparent: String,
+    /// The `tracestate` value, when the context carries any.
+    pub tracestate: Option<String>,
+}
+
+/// `context` as W3C headers, if it is a valid context.
+pub fn headers(context: &SpanContext) -> Option<TraceHeaders> {
+    let traceparent = traceparent(context)?;
+    let tracestate = Some(context.trace_state().header()).filter(|state| !state.is_empty());
+    Some(TraceHeaders {
+        traceparent,
+        tracestate,
+    })
+}
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -37,21 +58,31 @@ pub fn traceparent(context: &SpanContext) -> Option<String> {
     })
 }
 
-/// The `traceparent` of the span the caller runs in, to store with what it makes; `None`
-/// when tracing is off or there is no span.
-pub fn current_traceparent() -> Option<String> {
+/// The trace context of the span the caller runs in, to store with what it makes: its
+/// `traceparent`, then, when it carries a `tracestate`, a newline and that (neither may
+/// hold one). `None` when tracing is off or there is no span.
+pub fn current_trace_context() -> Option<String> {
     if !enabled() {
         return None;
     }
     // The OpenTelemetry context, not the current `tracing` span's: a debug span that only
     // the logs record (when `RUST_LOG` enables it) may be current, and it has none.
     let context = Context::current();
-    traceparent(context.span().span_context())
+    let headers = headers(context.span().span_context())?;
+    Some(match headers.tracestate {
+        Some(state) => format!("{}\n{state}", headers.traceparent),
+        None => headers.traceparent,
+    })
 }
 
-/// The span context a stored `traceparent` names, if it parses.
-pub fn parse(traceparent: &str) -> Option<SpanContext> {
-    let carrier = HashMap::from([(TRACEPARENT_HEADER.to_owned(), traceparent.to_owned())]);
+/// The span context a stored trace context (see [`current_trace_context`]) names, with
+/// its trace state, if it parses.
+pub fn parse(stored: &str) -> Option<SpanContext> {
+    let (traceparent, tracestate) = stored.split_once('\n').unwrap_or((stored, ""));
+    let mut carrier = HashMap::from([(TRACEPARENT_HEADER.to_owned(), traceparent.to_owned())]);
+    if !tracestate.is_empty() {
+        carrier.insert(TRACESTATE_HEADER.to_owned(), tracestate.to_owned());
+    }
     let context = TraceContextPropagator::new().extract(&carrier);
     let span = context.span().span_context().clone();
     span.is_valid().then_some(span)
@@ -86,6 +117,18 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_trace_state_reads_back_with_its_context() {
+        let stored =
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\nvendor=abc,other=x y";
+        let context = parse(stored).expect("a valid context");
+        let written = headers(&context).expect("headers");
+        assert_eq!(written.tracestate.as_deref(), Some("vendor=abc,other=x y"));
+        let without = parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .expect("a valid context");
+        assert_eq!(headers(&without).expect("headers").tracestate, None);
+    }
+
+    #[test]
     fn garbage_and_all_zero_ids_are_no_context() {
         for text in [
             "",
@@ -101,7 +144,7 @@ mod tests {
     #[test]
     fn nothing_is_captured_while_tracing_is_off() {
         assert!(!enabled());
-        assert_eq!(current_traceparent(), None);
+        assert_eq!(current_trace_context(), None);
         assert!(from_headers(&http::HeaderMap::new()).is_none());
     }
 }

@@ -52,14 +52,15 @@ pub struct AttemptSpan<'a> {
     pub attempt: u32,
     /// The endpoint's URL (only its host is recorded: a query may carry a token).
     pub url: &'a str,
-    /// The `traceparent` stored with the submission, if it was made while tracing.
+    /// The trace context stored with the submission, if it was made while tracing.
     pub submitted_in: Option<&'a str>,
 }
 
-/// A client span for one delivery attempt, and the `traceparent` its webhook carries. The
+/// A client span for one delivery attempt, and the trace headers its webhook carries
+/// (`traceparent`, and the submitter's `tracestate` if it sent one). The
 /// submitting request's span, when stored, is its parent (so the whole story of a
 /// delivery is one trace) and its link; `(Span::none(), None)` while tracing is off.
-pub fn attempt(about: AttemptSpan<'_>) -> (Span, Option<String>) {
+pub fn attempt(about: AttemptSpan<'_>) -> (Span, Option<context::TraceHeaders>) {
     if !enabled() {
         return (Span::none(), None);
     }
@@ -79,8 +80,8 @@ pub fn attempt(about: AttemptSpan<'_>) -> (Span, Option<String>) {
         let _ = span.set_parent(Context::new().with_remote_span_context(submitted.clone()));
         span.add_link(submitted);
     }
-    let header = context::traceparent(span.context().span().span_context());
-    (span, header)
+    let headers = context::headers(span.context().span().span_context());
+    (span, headers)
 }
 
 /// Records an attempt's answer on its span: the status code, and an error status unless

@@ -49,7 +49,7 @@ impl Worker {
         }
         let outcome = match &target {
             Some(target) => {
-                let (span, traceparent) = spans::attempt(AttemptSpan {
+                let (span, trace) = spans::attempt(AttemptSpan {
                     delivery_id: claim.delivery_id,
                     endpoint_id: claim.endpoint_id,
                     attempt: attempt_in_cycle,
@@ -66,7 +66,7 @@ impl Worker {
                         previous_secret: target.previous_secret.as_deref(),
                         body: &target.body,
                         ordering_key: claim.ordering_key.as_deref(),
-                        traceparent: traceparent.as_deref(),
+                        trace: trace.as_ref(),
                     })
                     .instrument(span.clone())
                     .await;

@@ -15,7 +15,7 @@ use super::endpoint_clients::EndpointClients;
 use super::retry_after;
 use crate::destination;
 use crate::service::lines;
-use crate::telemetry::context::TRACEPARENT_HEADER;
+use crate::telemetry::context::{TraceHeaders, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 
 /// What an attempt produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,8 +91,9 @@ pub struct Webhook<'a> {
     pub body: &'a [u8],
     /// The delivery's ordering key, sent as [`lines::ORDERING_KEY_HEADER`].
     pub ordering_key: Option<&'a str>,
-    /// The attempt's trace context, sent as `traceparent` (tracing on only).
-    pub traceparent: Option<&'a str>,
+    /// The attempt's trace context, sent as `traceparent` and `tracestate` (tracing on
+    /// only).
+    pub trace: Option<&'a TraceHeaders>,
 }
 
 /// Sends webhooks, each endpoint through an HTTP client of its own (see
@@ -257,10 +258,18 @@ fn signed_headers(webhook: &Webhook<'_>) -> Result<reqwest::header::HeaderMap, S
             .map_err(|err| format!("bad {} header: {err}", lines::ORDERING_KEY_HEADER))?;
         headers.insert(lines::ORDERING_KEY_HEADER, value);
     }
-    if let Some(traceparent) = webhook.traceparent {
-        let value = HeaderValue::from_str(traceparent)
-            .map_err(|err| format!("bad {TRACEPARENT_HEADER} header: {err}"))?;
-        headers.insert(TRACEPARENT_HEADER, value);
+    if let Some(trace) = webhook.trace {
+        let values = [
+            (TRACEPARENT_HEADER, Some(&trace.traceparent)),
+            (TRACESTATE_HEADER, trace.tracestate.as_ref()),
+        ];
+        for (name, value) in values {
+            if let Some(value) = value {
+                let value = HeaderValue::from_str(value)
+                    .map_err(|err| format!("bad {name} header: {err}"))?;
+                headers.insert(name, value);
+            }
+        }
     }
     Ok(headers)
 }
@@ -427,7 +436,7 @@ mod tests {
             previous_secret: None,
             body: br#"{"a":1}"#,
             ordering_key: None,
-            traceparent: None,
+            trace: None,
         };
         let headers = signed_headers(&webhook).unwrap();
         let verifier = standardwebhooks::Webhook::new(&secret).unwrap();
@@ -449,7 +458,7 @@ mod tests {
             previous_secret: Some(&old),
             body: br#"{"a":1}"#,
             ordering_key: None,
-            traceparent: None,
+            trace: None,
         };
         let headers = signed_headers(&webhook).unwrap();
         let signature = headers[standardwebhooks::HEADER_WEBHOOK_SIGNATURE]

@@ -139,7 +139,7 @@ impl Submissions {
                 event_id: None,
                 event_type,
                 ordering_key: ordering_key.clone(),
-                trace_context: telemetry::context::current_traceparent(),
+                trace_context: telemetry::context::current_trace_context(),
             },
             delivery_id: Uuid::now_v7(),
         };

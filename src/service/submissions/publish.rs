@@ -154,7 +154,7 @@ impl Fanout {
             published_by: caller.key_id,
             created_at: db::now(),
             ordering_key,
-            trace_context: telemetry::context::current_traceparent(),
+            trace_context: telemetry::context::current_trace_context(),
         };
         match self.fan_out(caller, &event).await? {
             Some((event, deliveries)) => {

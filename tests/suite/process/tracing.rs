@@ -79,9 +79,10 @@ async fn stored_trace_context(db: &TestDb, delivery_id: &str) -> Option<String> 
     context
 }
 
-/// A submit sent with the caller's `traceparent`; its first attempt is answered 500, the
-/// retry 200. The operation's span continues the caller's trace; each attempt's span is its
-/// child and links to it; each webhook carries its own attempt's context.
+/// A submit sent with the caller's `traceparent` and `tracestate`; its first attempt is
+/// answered 500, the retry 200. The operation's span continues the caller's trace; each
+/// attempt's span is its child and links to it; each webhook carries its own attempt's
+/// context, with the caller's trace state.
 async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
     let db = TestDb::new(backend).await;
     let collector = Collector::start().await;
@@ -96,7 +97,7 @@ async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
             &token,
             SUBMIT,
             json!({ "id": endpoint, "p": { "order": 1 } }),
-            &[("traceparent", &caller)],
+            &[("traceparent", &caller), ("tracestate", "vendor=abc")],
         )
         .await;
     let delivery_id = submitted["data"]["submit"]["delivery"]["id"]
@@ -161,6 +162,7 @@ async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
             ids_of(traceparent),
             (CALLER_TRACE.to_owned(), span.span_id.clone())
         );
+        assert_eq!(webhook.tracestate.as_deref(), Some("vendor=abc"));
     }
     assert_eq!(
         attempts[0].int_attributes.get("http.response.status_code"),
@@ -175,7 +177,10 @@ async fn a_submit_and_its_attempts_are_one_trace(backend: Backend) {
 
     assert_eq!(
         stored_trace_context(&db, &delivery_id).await,
-        Some(format!("00-{CALLER_TRACE}-{}-01", operation.span_id)),
+        Some(format!(
+            "00-{CALLER_TRACE}-{}-01\nvendor=abc",
+            operation.span_id
+        )),
         "the submission keeps the context its attempts link to"
     );
 }

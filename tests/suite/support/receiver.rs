@@ -99,6 +99,8 @@ pub struct Received {
     pub ordering_key: Option<String>,
     /// `traceparent`, if sent.
     pub traceparent: Option<String>,
+    /// `tracestate`, if sent.
+    pub tracestate: Option<String>,
 }
 
 impl Received {
@@ -330,6 +332,10 @@ async fn receive(
             ordering_key,
             traceparent: headers
                 .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            tracestate: headers
+                .get("tracestate")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
             at: std::time::Instant::now(),
