@@ -1,39 +1,85 @@
 //! How many of this process's slots endpoints may hold, so that slow or hanging receivers
 //! cannot take every slot while other endpoints wait: an eighth of the slots (from eight
-//! slots on) is kept for endpoints holding only a few requests. An endpoint holding more
-//! (`heavy`) counts against what all such endpoints may hold together, all but that eighth:
-//! one hanging receiver with a `maxInFlight` of hundreds, or several with smaller caps,
-//! leave the kept slots to the others. An endpoint's cap still counts across processes, on
-//! the database; these shares count one process's requests, in the process.
+//! slots on) is kept for endpoints that answer quickly and hold only a few requests. An
+//! endpoint that is slow (a request of it ran [`SLOW_AFTER`] or longer, or runs that long
+//! now) or holds more (together, `heavy`) counts against what all such endpoints may hold
+//! together, all but that eighth: one hanging receiver with a `maxInFlight` of hundreds, or
+//! any number of slow ones with small caps, leave the kept slots to the others. An
+//! endpoint's cap still counts across processes, on the database; these shares count one
+//! process's requests, in the process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
 use crate::bus::Wakeup;
+
+/// A request that runs this long makes its endpoint slow, until one of its requests ends
+/// sooner: a webhook receiver answers in well under a second.
+pub const SLOW_AFTER: Duration = Duration::from_secs(1);
+
+/// A slow endpoint not seen slow for this long is forgotten (it sent nothing meanwhile).
+const FORGET_SLOW: Duration = Duration::from_secs(600);
 
 /// The requests each endpoint has under way in this process, against the shares.
 #[derive(Debug)]
 pub struct Shares {
     most: u32,
     light_below: u32,
-    held: Mutex<HashMap<Uuid, u32>>,
+    slow_after: Duration,
+    state: Mutex<State>,
     wakeup: Wakeup,
+}
+
+/// When each endpoint's requests under way started, and which endpoints are slow (since
+/// when they were last seen so).
+#[derive(Debug, Default)]
+struct State {
+    held: HashMap<Uuid, Vec<Instant>>,
+    slow: HashMap<Uuid, Instant>,
+}
+
+impl State {
+    /// Marks the endpoints with a request running `slow_after` or longer slow, forgets
+    /// those not seen slow for long, and returns what each holds.
+    fn counts(&mut self, slow_after: Duration) -> HashMap<Uuid, u32> {
+        let now = Instant::now();
+        let State { held, slow } = self;
+        for (endpoint_id, started) in held.iter() {
+            if started
+                .iter()
+                .any(|at| now.duration_since(*at) >= slow_after)
+            {
+                slow.insert(*endpoint_id, now);
+            }
+        }
+        slow.retain(|_, seen| now.duration_since(*seen) < FORGET_SLOW);
+        held.iter()
+            .map(|(id, started)| (*id, u32::try_from(started.len()).unwrap_or(u32::MAX)))
+            .collect()
+    }
 }
 
 impl Shares {
     /// The shares of a process with `slots` slots: the heavy endpoints hold at most all but
     /// an eighth of them together (rounded down: with fewer than eight, all), and an
-    /// endpoint is heavy from a quarter of that eighth on (at least two requests).
-    /// `wakeup` is poked when an endpoint that could take no more has room again.
+    /// endpoint is heavy when slow, or from a quarter of that eighth on (at least two
+    /// requests). `wakeup` is poked when an endpoint that could take no more has room again.
     pub fn new(slots: usize, wakeup: Wakeup) -> Self {
+        Self::slow_after(slots, wakeup, SLOW_AFTER)
+    }
+
+    /// [`Shares::new`], with requests making their endpoint slow after `slow_after`.
+    pub fn slow_after(slots: usize, wakeup: Wakeup, slow_after: Duration) -> Self {
         let slots = u32::try_from(slots).unwrap_or(u32::MAX).max(1);
         let kept = slots / 8;
         Shares {
             most: slots - kept,
             light_below: (kept / 4).max(2),
-            held: Mutex::new(HashMap::new()),
+            slow_after,
+            state: Mutex::default(),
             wakeup,
         }
     }
@@ -45,36 +91,62 @@ impl Shares {
 
     /// Counts a request to `endpoint_id` under way until the returned guard is dropped.
     pub fn started(self: &Arc<Self>, endpoint_id: Uuid) -> Held {
-        *self.lock().entry(endpoint_id).or_default() += 1;
+        let started = Instant::now();
+        self.lock()
+            .held
+            .entry(endpoint_id)
+            .or_default()
+            .push(started);
         Held {
             shares: Arc::clone(self),
             endpoint_id,
+            started,
         }
     }
 
     /// What each endpoint holds now (those holding nothing are left out), for one claim.
     pub fn snapshot(&self) -> Snapshot {
-        let held = self.lock().clone();
-        let heavy = self.heavy_total(&held);
+        let mut state = self.lock();
+        let held = state.counts(self.slow_after);
+        let slow: HashSet<Uuid> = state.slow.keys().copied().collect();
+        self.snapshot_from(held, slow)
+    }
+
+    /// What `endpoint_id` alone holds, and whether it is slow, with what the heavy
+    /// endpoints hold together, for a claim of that endpoint only (a claim at submit).
+    pub fn snapshot_of(&self, endpoint_id: Uuid) -> Snapshot {
+        let mut state = self.lock();
+        let all = state.counts(self.slow_after);
+        let slow: HashSet<Uuid> = state.slow.keys().copied().collect();
+        let whole = self.snapshot_from(all, slow);
+        let held = whole.held.get(&endpoint_id).copied();
         Snapshot {
-            most: self.most,
-            light_below: self.light_below,
-            heavy,
-            held,
+            held: held.map(|held| (endpoint_id, held)).into_iter().collect(),
+            slow: whole
+                .slow
+                .contains(&endpoint_id)
+                .then_some(endpoint_id)
+                .into_iter()
+                .collect(),
+            ..whole
         }
     }
 
-    /// What `endpoint_id` alone holds, with what the heavy endpoints hold together, for a
-    /// claim of that endpoint only (a claim at submit).
-    pub fn snapshot_of(&self, endpoint_id: Uuid) -> Snapshot {
-        let all = self.lock();
-        let held = all.get(&endpoint_id).copied();
-        Snapshot {
+    fn snapshot_from(&self, held: HashMap<Uuid, u32>, slow: HashSet<Uuid>) -> Snapshot {
+        let mut snapshot = Snapshot {
             most: self.most,
             light_below: self.light_below,
-            heavy: self.heavy_total(&all),
-            held: held.map(|held| (endpoint_id, held)).into_iter().collect(),
-        }
+            heavy: 0,
+            held,
+            slow,
+        };
+        snapshot.heavy = snapshot
+            .held
+            .iter()
+            .filter(|(id, _)| snapshot.is_heavy(**id))
+            .map(|(_, held)| *held)
+            .sum();
+        snapshot
     }
 
     /// Whether `endpoint_id` may start nothing more now.
@@ -82,31 +154,44 @@ impl Shares {
         self.snapshot_of(endpoint_id).room(endpoint_id) == 0
     }
 
-    fn heavy_total(&self, held: &HashMap<Uuid, u32>) -> u32 {
-        held.values()
-            .filter(|held| **held >= self.light_below)
-            .sum()
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, u32>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A request to `endpoint_id` ended.
-    fn ended(&self, endpoint_id: Uuid) {
+    /// A request to `endpoint_id` that began at `started` ended.
+    fn ended(&self, endpoint_id: Uuid, started: Instant) {
         let held_back = {
-            let mut held = self.lock();
-            let heavy = self.heavy_total(&held);
-            let Some(count) = held.get_mut(&endpoint_id) else {
+            let mut state = self.lock();
+            let heavy = |state: &State, id: &Uuid, running: usize| {
+                running >= self.light_below as usize || state.slow.contains_key(id)
+            };
+            let was_heavy = state
+                .held
+                .get(&endpoint_id)
+                .is_some_and(|running| heavy(&state, &endpoint_id, running.len()));
+            let heavy_before: usize = state
+                .held
+                .iter()
+                .filter(|(id, running)| heavy(&state, id, running.len()))
+                .map(|(_, running)| running.len())
+                .sum();
+            let Some(running) = state.held.get_mut(&endpoint_id) else {
                 return;
             };
-            // A heavy endpoint's request ending frees room for every heavy endpoint.
-            let held_back = *count >= self.light_below && heavy >= self.most;
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                held.remove(&endpoint_id);
+            if let Some(at) = running.iter().position(|at| *at == started) {
+                running.swap_remove(at);
             }
-            held_back
+            if running.is_empty() {
+                state.held.remove(&endpoint_id);
+            }
+            // The last answer decides whether the endpoint is slow.
+            if started.elapsed() >= self.slow_after {
+                state.slow.insert(endpoint_id, Instant::now());
+            } else {
+                state.slow.remove(&endpoint_id);
+            }
+            // A heavy endpoint's request ending frees room for every heavy endpoint.
+            was_heavy && heavy_before >= self.most as usize
         };
         if held_back {
             // Endpoints left to other processes' claims for want of room may be taken again.
@@ -120,11 +205,12 @@ impl Shares {
 pub struct Held {
     shares: Arc<Shares>,
     endpoint_id: Uuid,
+    started: Instant,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.shares.ended(self.endpoint_id);
+        self.shares.ended(self.endpoint_id, self.started);
     }
 }
 
@@ -140,6 +226,8 @@ pub struct Snapshot {
     pub heavy: u32,
     /// What each endpoint holding something holds.
     pub held: HashMap<Uuid, u32>,
+    /// The endpoints known to be slow: heavy whatever they hold.
+    pub slow: HashSet<Uuid>,
 }
 
 impl Snapshot {
@@ -147,21 +235,35 @@ impl Snapshot {
         self.held.get(&endpoint_id).copied().unwrap_or(0)
     }
 
+    /// Whether `endpoint_id` counts among the heavy endpoints as it stands.
+    fn is_heavy(&self, endpoint_id: Uuid) -> bool {
+        self.held_by(endpoint_id) >= self.light_below || self.slow.contains(&endpoint_id)
+    }
+
+    /// What `endpoint_id` may start while light (nothing once heavy).
+    fn light_room(&self, endpoint_id: Uuid) -> u32 {
+        if self.is_heavy(endpoint_id) {
+            0
+        } else {
+            self.light_below - 1 - self.held_by(endpoint_id)
+        }
+    }
+
     /// How many more requests `endpoint_id` may start in this process: while light, up to
-    /// the heavy threshold; beyond, what the heavy endpoints together have left (it then
-    /// counts its whole holding among them).
+    /// the heavy threshold; beyond, or when slow, what the heavy endpoints together have
+    /// left (it then counts its whole holding among them).
     pub fn room(&self, endpoint_id: Uuid) -> u32 {
         if self.most == 0 {
             return u32::MAX;
         }
         let held = self.held_by(endpoint_id);
-        let (light_room, heavy_others) = if held >= self.light_below {
-            (0, self.heavy.saturating_sub(held))
+        let heavy_others = if self.is_heavy(endpoint_id) {
+            self.heavy.saturating_sub(held)
         } else {
-            (self.light_below - 1 - held, self.heavy)
+            self.heavy
         };
         let heavy_room = self.most.saturating_sub(heavy_others).saturating_sub(held);
-        light_room.max(heavy_room)
+        self.light_room(endpoint_id).max(heavy_room)
     }
 
     /// Cuts `wants` (of the endpoints `endpoints`, in turn order) so that what the claim
@@ -173,13 +275,13 @@ impl Snapshot {
         }
         let mut left = self.most.saturating_sub(self.heavy);
         for (endpoint_id, want) in endpoints.iter().zip(wants.iter_mut()) {
-            let held = self.held_by(*endpoint_id);
-            if held >= self.light_below {
+            if self.is_heavy(*endpoint_id) {
                 *want = (*want).min(left);
                 left -= *want;
                 continue;
             }
-            let light_room = self.light_below - 1 - held;
+            let held = self.held_by(*endpoint_id);
+            let light_room = self.light_room(*endpoint_id);
             if *want <= light_room {
                 continue;
             }
@@ -200,10 +302,12 @@ impl Snapshot {
         let mut full: Vec<Uuid> = self
             .held
             .keys()
+            .chain(self.slow.iter())
             .filter(|id| self.most > 0 && self.room(**id) == 0)
             .copied()
             .collect();
         full.sort();
+        full.dedup();
         full
     }
 }
@@ -300,6 +404,49 @@ mod tests {
         assert_eq!(wants, vec![8, 10, 0, 1]);
         // Room alone would have let both take it.
         assert_eq!((snapshot.room(a), snapshot.room(b)), (18, 18));
+    }
+
+    #[test]
+    fn slow_endpoints_are_heavy_whatever_they_hold() {
+        // 32 slots: 28 for the heavy, 4 kept. Each of thirty endpoints holds one request,
+        // which counts as light until it has run long enough to make its endpoint slow.
+        let slow_after = Duration::from_millis(20);
+        let shares = Arc::new(Shares::slow_after(32, Wakeup::default(), slow_after));
+        let hanging: Vec<Uuid> = (0..30).map(|_| Uuid::now_v7()).collect();
+        let mut held: Vec<Held> = hanging.iter().map(|id| shares.started(*id)).collect();
+        let fast = Uuid::now_v7();
+        assert_eq!(shares.snapshot().heavy, 0, "light while young");
+        std::thread::sleep(slow_after * 2);
+        let snapshot = shares.snapshot();
+        assert_eq!(snapshot.heavy, 30, "slow now: all heavy");
+        assert_eq!(snapshot.room(hanging[0]), 0);
+        assert_eq!(snapshot.full().len(), 30);
+        assert_eq!(
+            snapshot.room(fast),
+            1,
+            "a quick endpoint still has the kept slots"
+        );
+        // Ended slowly, they stay slow with nothing under way: no room while the heavy are
+        // over their share, and no light room ever.
+        held.truncate(28);
+        let snapshot = shares.snapshot();
+        assert_eq!(snapshot.heavy, 28);
+        assert_eq!(snapshot.room(hanging[29]), 0);
+        held.truncate(27);
+        assert_eq!(shares.snapshot().room(hanging[29]), 1);
+        let mut wants = vec![1, 1, 3];
+        shares
+            .snapshot()
+            .fit(&[hanging[28], hanging[29], fast], &mut wants);
+        assert_eq!(
+            wants,
+            vec![1, 0, 1],
+            "one heavy room; the quick one stays light"
+        );
+        // A request that ends quickly makes its endpoint light again.
+        let quick = shares.started(hanging[29]);
+        drop(quick);
+        assert!(!shares.snapshot().slow.contains(&hanging[29]));
     }
 
     #[test]

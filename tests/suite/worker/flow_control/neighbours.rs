@@ -303,3 +303,46 @@ async fn two_hanging_neighbours_leave_an_eighth_of_the_slots_together() {
     drop(hanging);
     app.stop().await;
 }
+
+/// Twenty hanging receivers with a cap of one each, more than the slots: once each has
+/// had a request run past a second, they are slow, and slow endpoints hold all but an
+/// eighth of the slots together however few each holds, so a quick endpoint's deliveries
+/// arrive at once through the rest rather than a request timeout later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_slow_neighbours_with_small_caps_leave_an_eighth_of_the_slots() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = answering_after(Duration::from_millis(2_500)).await;
+    let fast = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = 16;
+        config.request_timeout_ms = 2_000;
+        config.lease_secs = 60;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    let paths: Vec<String> = (0..20).map(|n| format!("slow-{n}")).collect();
+    for path in &paths {
+        let small_cap = json!({ "maxInFlight": 1 });
+        let endpoint = endpoint_with(&app, &admin, &hanging, path, small_cap).await;
+        submit_many(&app, &admin, &endpoint, 10).await;
+    }
+    let seen = || {
+        let received = hanging.received();
+        paths
+            .iter()
+            .all(|path| received.iter().any(|r| &r.path == path))
+    };
+    eventually(
+        "every slow endpoint had a request",
+        Duration::from_secs(20),
+        || async { seen() },
+    )
+    .await;
+    // The last of them run out their timeout, and are known slow from then on.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    quick_ones_arrive_at_once(&app, &admin, &fast, &quick, "twenty slow endpoints").await;
+    drop(hanging);
+    app.stop().await;
+}
