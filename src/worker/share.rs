@@ -42,8 +42,8 @@ struct State {
 }
 
 impl State {
-    /// Marks the endpoints with a request running `slow_after` or longer slow, forgets
-    /// those not seen slow for long, and returns what each holds.
+    /// Marks the endpoints with a request running `slow_after` or longer slow, and returns
+    /// what each holds.
     fn counts(&mut self, slow_after: Duration) -> HashMap<Uuid, u32> {
         let now = Instant::now();
         let State { held, slow } = self;
@@ -55,10 +55,16 @@ impl State {
                 slow.insert(*endpoint_id, now);
             }
         }
-        slow.retain(|_, seen| now.duration_since(*seen) < FORGET_SLOW);
         held.iter()
             .map(|(id, started)| (*id, u32::try_from(started.len()).unwrap_or(u32::MAX)))
             .collect()
+    }
+
+    /// Forgets the slow endpoints not seen slow for long.
+    fn forget_old(&mut self) {
+        let now = Instant::now();
+        self.slow
+            .retain(|_, seen| now.duration_since(*seen) < FORGET_SLOW);
     }
 }
 
@@ -107,6 +113,7 @@ impl Shares {
     /// What each endpoint holds now (those holding nothing are left out), for one claim.
     pub fn snapshot(&self) -> Snapshot {
         let mut state = self.lock();
+        state.forget_old();
         let held = state.counts(self.slow_after);
         let slow: HashSet<Uuid> = state.slow.keys().copied().collect();
         self.snapshot_from(held, slow)
@@ -116,19 +123,24 @@ impl Shares {
     /// endpoints hold together, for a claim of that endpoint only (a claim at submit).
     pub fn snapshot_of(&self, endpoint_id: Uuid) -> Snapshot {
         let mut state = self.lock();
-        let all = state.counts(self.slow_after);
-        let slow: HashSet<Uuid> = state.slow.keys().copied().collect();
-        let whole = self.snapshot_from(all, slow);
-        let held = whole.held.get(&endpoint_id).copied();
+        let counts = state.counts(self.slow_after);
+        let slow = &state.slow;
+        let heavy = counts
+            .iter()
+            .filter(|(id, held)| **held >= self.light_below || slow.contains_key(*id))
+            .map(|(_, held)| *held)
+            .sum();
+        let held = counts.get(&endpoint_id).copied();
         Snapshot {
+            most: self.most,
+            light_below: self.light_below,
+            heavy,
             held: held.map(|held| (endpoint_id, held)).into_iter().collect(),
-            slow: whole
-                .slow
-                .contains(&endpoint_id)
+            slow: slow
+                .contains_key(&endpoint_id)
                 .then_some(endpoint_id)
                 .into_iter()
                 .collect(),
-            ..whole
         }
     }
 
