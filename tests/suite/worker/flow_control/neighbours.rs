@@ -76,12 +76,13 @@ async fn latencies(
     latencies
 }
 
-/// An instance with `slots` slots whose requests may hang 30 s (the lease outlives them).
-async fn beside_hanging(db: &TestDb, slots: u32) -> TestApp {
+/// An instance with `slots` slots whose requests time out after `timeout_ms` (the lease,
+/// a minute, outlives them).
+async fn beside_hanging(db: &TestDb, slots: u32, timeout_ms: u64) -> TestApp {
     TestApp::spawn_with(db, |config: &mut ServeArgs| {
         quick_worker(config);
         config.worker_concurrency = slots;
-        config.request_timeout_ms = 30_000;
+        config.request_timeout_ms = timeout_ms;
         config.lease_secs = 60;
     })
     .await
@@ -248,7 +249,7 @@ async fn a_hanging_neighbour_with_a_large_cap_leaves_an_eighth_of_the_slots() {
     let db = TestDb::new(Backend::Postgres).await;
     let hanging = answering_after(Duration::from_secs(30)).await;
     let fast = Receiver::accepting().await;
-    let app = beside_hanging(&db, 8).await;
+    let app = beside_hanging(&db, 8, 30_000).await;
     let admin = app.admin_token().await;
     let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
     submit_many(&app, &admin, &stuck, 30).await;
@@ -279,7 +280,7 @@ async fn two_hanging_neighbours_leave_an_eighth_of_the_slots_together() {
     let db = TestDb::new(Backend::Postgres).await;
     let hanging = answering_after(Duration::from_secs(30)).await;
     let fast = Receiver::accepting().await;
-    let app = beside_hanging(&db, 16).await;
+    let app = beside_hanging(&db, 16, 30_000).await;
     let admin = app.admin_token().await;
     let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
     let large_cap = json!({ "maxInFlight": 1000 });
@@ -313,13 +314,7 @@ async fn many_slow_neighbours_with_small_caps_leave_an_eighth_of_the_slots() {
     let db = TestDb::new(Backend::Postgres).await;
     let hanging = answering_after(Duration::from_millis(2_500)).await;
     let fast = Receiver::accepting().await;
-    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
-        quick_worker(config);
-        config.worker_concurrency = 16;
-        config.request_timeout_ms = 2_000;
-        config.lease_secs = 60;
-    })
-    .await;
+    let app = beside_hanging(&db, 16, 2_000).await;
     let admin = app.admin_token().await;
     let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
     let paths: Vec<String> = (0..20).map(|n| format!("slow-{n}")).collect();
