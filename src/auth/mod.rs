@@ -81,8 +81,8 @@ pub struct NewApiKey {
 }
 
 /// Creates an API key and returns its token. A partner key is limited either to a list
-/// of endpoints (each must exist) or to a tenant (which must exist); an admin key to
-/// neither.
+/// of endpoints (each must exist; an empty list reaches no endpoint until the key is
+/// replaced) or to a tenant (which must exist); an admin key to neither.
 pub async fn create_api_key(
     db: &Db,
     name: &str,
@@ -93,11 +93,6 @@ pub async fn create_api_key(
     let name = name.as_str();
     let scope = limits.endpoints;
     match (role, limits.tenant) {
-        (Role::Partner, None) if scope.is_empty() => {
-            return Err(Error::bad_input(
-                "a partner key needs a tenant or at least one endpoint",
-            ));
-        }
         (Role::Partner, Some(_)) if !scope.is_empty() => {
             return Err(Error::bad_input(
                 "a partner key is limited to a tenant or to endpoints, not both",

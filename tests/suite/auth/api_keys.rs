@@ -67,13 +67,36 @@ async fn admins_manage_keys_over_graphql(backend: Backend) {
         let refused = app.graphql(&token, query, variables).await;
         assert_eq!(gql_error_code(&refused), Some("FORBIDDEN"), "{refused}");
     }
-    let bad = json!({ "name": "p", "role": "PARTNER" });
+    let bad = json!({ "name": "a", "role": "ADMIN", "endpointIds": [endpoint] });
     let refused = app.graphql(&admin, CREATE, json!({ "input": bad })).await;
     assert_eq!(
         gql_error_code(&refused),
         Some("BAD_USER_INPUT"),
         "{refused}"
     );
+
+    // A partner key with no endpoints is a key that reaches none of them.
+    let empty = json!({ "name": "no scope", "role": "PARTNER" });
+    let created = app.graphql(&admin, CREATE, json!({ "input": empty })).await;
+    assert_eq!(
+        created["data"]["createApiKey"]["apiKey"]["endpoints"],
+        json!([]),
+        "{created}"
+    );
+    let unscoped = created["data"]["createApiKey"]["token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let seen = app.graphql(&unscoped, WHO_AM_I, json!({})).await;
+    assert_eq!(seen["data"]["endpoints"]["edges"], json!([]), "{seen}");
+    let submitted = app
+        .graphql(
+            &unscoped,
+            "mutation($e: ID!) { submit(input: { endpointId: $e, payload: {} }) { created } }",
+            json!({ "e": endpoint }),
+        )
+        .await;
+    assert_eq!(gql_error_code(&submitted), Some("FORBIDDEN"), "{submitted}");
 
     // Listed with its use recorded, and never with a token or a hash.
     let (app_ref, admin_ref, key_ref) = (&app, &admin, &key_id);

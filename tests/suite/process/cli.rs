@@ -110,15 +110,34 @@ async fn api_key_create_prints_only_the_token_and_stores_its_hash() {
         .expect("the token works");
     assert_eq!(identity.role, courier::auth::Role::Admin);
 
+    let admin_with_scope = courier_command(&db.url)
+        .args(["api-key", "create", "--name", "a", "--role", "admin"])
+        .args(["--endpoint", &uuid::Uuid::now_v7().to_string()])
+        .output()
+        .expect("run");
+    assert!(!admin_with_scope.status.success());
+    assert!(
+        admin_with_scope.stdout.is_empty(),
+        "no token printed on failure"
+    );
+
+    // `--endpoint` is optional for a partner too: with none, the key reaches no endpoint.
     let partner_without_scope = courier_command(&db.url)
         .args(["api-key", "create", "--name", "p", "--role", "partner"])
         .output()
         .expect("run");
-    assert!(!partner_without_scope.status.success());
     assert!(
-        partner_without_scope.stdout.is_empty(),
-        "no token printed on failure"
+        partner_without_scope.status.success(),
+        "{}",
+        String::from_utf8_lossy(&partner_without_scope.stderr)
     );
+    let partner_token = String::from_utf8(partner_without_scope.stdout).expect("utf-8");
+    let partner =
+        courier::auth::authenticate(&pool, Some(&format!("Bearer {}", partner_token.trim())))
+            .await
+            .expect("the partner's token works");
+    assert_eq!(partner.role, courier::auth::Role::Partner);
+    assert!(partner.scope.is_empty() && partner.tenant.is_none());
 
     // A token nobody can see would be a key nobody holds: none is made.
     let unseen = courier_command(&db.url)
