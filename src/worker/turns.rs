@@ -69,6 +69,8 @@ pub enum Turns<'a> {
         revisit: &'a [Uuid],
         /// Endpoints whose turns this claim leaves to other processes.
         except: &'a [Uuid],
+        /// If given, the only endpoints this claim looks at (the others are full).
+        among: Option<&'a [Uuid]>,
     },
     /// This one endpoint, if its turn has come (a submission claiming its own fresh
     /// delivery, see [`crate::worker::handoff`]).
@@ -154,7 +156,11 @@ pub async fn lock_turns(
     };
     let mut values = vec![Value::from(i64::from(limit))];
     let (revisit_sql, only_sql) = match turns {
-        Turns::Ready { revisit, except } => {
+        Turns::Ready {
+            revisit,
+            except,
+            among,
+        } => {
             let mut revisit_sql = String::new();
             if !revisit.is_empty() {
                 let (list, ids) = Db::id_list(backend, values.len() + 1, revisit, false);
@@ -166,6 +172,11 @@ pub async fn lock_turns(
                 let (list, ids) = Db::id_list(backend, values.len() + 1, except, true);
                 values.extend(ids);
                 except_sql = format!("AND f.endpoint_id {list}");
+            }
+            if let Some(among) = among {
+                let (list, ids) = Db::id_list(backend, values.len() + 1, among, false);
+                values.extend(ids);
+                except_sql.push_str(&format!(" AND f.endpoint_id {list}"));
             }
             (revisit_sql, except_sql)
         }

@@ -311,11 +311,16 @@ pub(crate) async fn claim_in(
         except.sort();
         except.dedup();
     }
+    let among = match request.only {
+        Some(_) => None,
+        None => request.shares.only_trusted(),
+    };
     let turns = match request.only {
         Some(endpoint_id) => Turns::Of(endpoint_id),
         None => Turns::Ready {
             revisit: &ended.revisit,
             except: &except,
+            among: among.as_deref(),
         },
     };
     let (standings, now) =
@@ -326,11 +331,13 @@ pub(crate) async fn claim_in(
     };
     claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
     // An endpoint left out for holding its share was not missed: it was not asked for.
+    let asked =
+        |id: &Uuid| !except.contains(id) && among.as_ref().is_none_or(|among| among.contains(id));
     claimed.missed_revisit = request.only.is_none()
         && ended
             .revisit
             .iter()
-            .any(|id| !except.contains(id) && !standings.iter().any(|s| s.endpoint_id == *id));
+            .any(|id| asked(id) && !standings.iter().any(|s| s.endpoint_id == *id));
     if standings.is_empty() {
         if let Some(endpoint_id) = request.only {
             // A claim at submit that found its endpoint's turn held by another claim, or
@@ -478,6 +485,7 @@ pub async fn warm_claiming_loop(txn: &DatabaseTransaction, db: &Db) -> Result<()
             Turns::Ready {
                 revisit,
                 except: &[],
+                among: None,
             },
             DEFAULT_MAX_IN_FLIGHT,
             Commit::Relaxed,

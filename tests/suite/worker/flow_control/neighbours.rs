@@ -341,3 +341,53 @@ async fn many_slow_neighbours_with_small_caps_leave_an_eighth_of_the_slots() {
     drop(hanging);
     app.stop().await;
 }
+
+/// Forty new hanging receivers with a cap of one each, more than the slots, all sent to
+/// at once: none is known slow before its first request has run a second, but endpoints
+/// not yet seen answering quickly hold all but a quarter of the kept eighth together, so an
+/// endpoint that has answered quickly still has slots while they hang, rather than
+/// waiting a whole request timeout for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn new_hanging_neighbours_leave_slots_to_an_endpoint_known_quick() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = answering_after(Duration::from_secs(30)).await;
+    let fast = Receiver::accepting().await;
+    let app = beside_hanging(&db, 32, 20_000).await;
+    let admin = app.admin_token().await;
+    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    submit_many(&app, &admin, &quick, 1).await;
+    eventually(
+        "the quick endpoint has answered once",
+        Duration::from_secs(5),
+        || async { fast.received().len() == 1 },
+    )
+    .await;
+    let paths: Vec<String> = (0..40).map(|n| format!("new-{n}")).collect();
+    for path in &paths {
+        let small_cap = json!({ "maxInFlight": 1 });
+        let endpoint = endpoint_with(&app, &admin, &hanging, path, small_cap).await;
+        submit_many(&app, &admin, &endpoint, 2).await;
+    }
+    let held = || {
+        paths
+            .iter()
+            .map(|path| hanging.in_flight(path))
+            .sum::<usize>()
+    };
+    eventually(
+        "the new endpoints hold what the untrusted may",
+        Duration::from_secs(10),
+        || async { held() >= 31 },
+    )
+    .await;
+    let waited = latencies(&app, &admin, &fast, &quick, "quick", 8).await;
+    let worst = waited.iter().max().expect("latencies");
+    assert!(
+        *worst < Duration::from_millis(500),
+        "a fast delivery waited {worst:?} beside forty new hanging endpoints: {waited:?}"
+    );
+    assert_eq!(held(), 31, "all but one of the 32 slots");
+    assert_eq!(fast.received().len(), 9);
+    drop(hanging);
+    app.stop().await;
+}

@@ -1,0 +1,287 @@
+//! How many of this process's slots endpoints may hold, so that slow or hanging receivers
+//! cannot take every slot while other endpoints wait: an eighth of the slots (from eight
+//! slots on) is kept for endpoints that answer quickly and hold only a few requests. An
+//! endpoint that is slow (a request of it ran [`SLOW_AFTER`] or longer, or runs that long
+//! now) or holds more (together, `heavy`) counts against what all such endpoints may hold
+//! together, all but that eighth: one hanging receiver with a `maxInFlight` of hundreds, or
+//! any number of slow ones with small caps, leave the kept slots to the others. An endpoint
+//! is known to be slow only once a request has run that long, so new endpoints get the
+//! benefit of the doubt; but endpoints not trusted (whose last request here did not end
+//! quickly: new ones and slow ones) hold all but a quarter of that eighth at most
+//! together, so that many new receivers that all turn out to hang cannot take the slots
+//! of the receivers known to answer quickly. An endpoint's cap still counts across processes, on
+//! the database; these shares count one process's requests, in the process.
+
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+pub use snapshot::Snapshot;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::bus::Wakeup;
+
+/// A request that runs this long makes its endpoint slow, until one of its requests ends
+/// sooner: a webhook receiver answers in well under a second.
+pub const SLOW_AFTER: Duration = Duration::from_secs(1);
+
+/// An endpoint not seen slow or quick for this long is forgotten (it sent nothing
+/// meanwhile): it is new again.
+const FORGET: Duration = Duration::from_secs(600);
+
+/// How often the endpoints seen long ago are looked for, to forget them.
+const FORGET_EVERY: Duration = Duration::from_secs(10);
+
+/// The requests each endpoint has under way in this process, against the shares.
+#[derive(Debug)]
+pub struct Shares {
+    most: u32,
+    light_below: u32,
+    untrusted_most: u32,
+    slow_after: Duration,
+    state: Mutex<State>,
+    wakeup: Wakeup,
+}
+
+/// When each endpoint's requests under way started, and which endpoints are slow or
+/// trusted (since when they were last seen so); an endpoint is at most one of the two.
+#[derive(Debug, Default)]
+struct State {
+    held: HashMap<Uuid, Vec<Instant>>,
+    slow: HashMap<Uuid, Instant>,
+    trusted: HashMap<Uuid, Instant>,
+    forgot_at: Option<Instant>,
+}
+
+/// What the requests under way add up to, as one claim sees them.
+struct Tally {
+    held: HashMap<Uuid, u32>,
+    heavy: u32,
+    untrusted: u32,
+}
+
+impl State {
+    /// Marks the endpoints with a request running `slow_after` or longer slow (and no
+    /// longer trusted).
+    fn mark_slow(&mut self, slow_after: Duration) {
+        let now = Instant::now();
+        let State {
+            held,
+            slow,
+            trusted,
+            ..
+        } = self;
+        for (endpoint_id, started) in held.iter() {
+            if started
+                .iter()
+                .any(|at| now.duration_since(*at) >= slow_after)
+            {
+                slow.insert(*endpoint_id, now);
+                trusted.remove(endpoint_id);
+            }
+        }
+    }
+
+    /// What each endpoint holds, and what the heavy and the untrusted ones hold together.
+    fn tally(&self, light_below: u32) -> Tally {
+        let mut tally = Tally {
+            held: HashMap::with_capacity(self.held.len()),
+            heavy: 0,
+            untrusted: 0,
+        };
+        for (id, started) in &self.held {
+            let held = u32::try_from(started.len()).unwrap_or(u32::MAX);
+            tally.held.insert(*id, held);
+            if held >= light_below || self.slow.contains_key(id) {
+                tally.heavy += held;
+            }
+            if !self.trusted.contains_key(id) {
+                tally.untrusted += held;
+            }
+        }
+        tally
+    }
+
+    /// Forgets the endpoints not seen slow or quick for long (looking now and then only).
+    fn forget_old(&mut self) {
+        let now = Instant::now();
+        if self
+            .forgot_at
+            .is_some_and(|at| now.duration_since(at) < FORGET_EVERY)
+        {
+            return;
+        }
+        self.forgot_at = Some(now);
+        self.slow
+            .retain(|_, seen| now.duration_since(*seen) < FORGET);
+        self.trusted
+            .retain(|_, seen| now.duration_since(*seen) < FORGET);
+    }
+}
+
+impl Shares {
+    /// The shares of a process with `slots` slots: the heavy endpoints hold at most all but
+    /// an eighth of them together (rounded down: with fewer than eight, all), and an
+    /// endpoint is heavy when slow, or from a quarter of that eighth on (at least two
+    /// requests); endpoints not trusted hold at most all but a quarter of the eighth
+    /// together.
+    /// `wakeup` is poked when an endpoint that could take no more has room again.
+    pub fn new(slots: usize, wakeup: Wakeup) -> Self {
+        Self::slow_after(slots, wakeup, SLOW_AFTER)
+    }
+
+    /// [`Shares::new`], with requests making their endpoint slow after `slow_after`.
+    pub fn slow_after(slots: usize, wakeup: Wakeup, slow_after: Duration) -> Self {
+        let slots = u32::try_from(slots).unwrap_or(u32::MAX).max(1);
+        let kept = slots / 8;
+        Shares {
+            most: slots - kept,
+            light_below: (kept / 4).max(2),
+            untrusted_most: slots - kept / 4,
+            slow_after,
+            state: Mutex::default(),
+            wakeup,
+        }
+    }
+
+    /// The most the heavy endpoints may hold together (and so one endpoint alone).
+    pub fn most(&self) -> u32 {
+        self.most
+    }
+
+    /// Counts a request to `endpoint_id` under way until the returned guard is dropped.
+    pub fn started(self: &Arc<Self>, endpoint_id: Uuid) -> Held {
+        let started = Instant::now();
+        self.lock()
+            .held
+            .entry(endpoint_id)
+            .or_default()
+            .push(started);
+        Held {
+            shares: Arc::clone(self),
+            endpoint_id,
+            started,
+        }
+    }
+
+    /// What each endpoint holds now (those holding nothing are left out), for one claim.
+    pub fn snapshot(self: &Arc<Self>) -> Snapshot {
+        let mut state = self.lock();
+        state.forget_old();
+        state.mark_slow(self.slow_after);
+        let tally = state.tally(self.light_below);
+        let slow: HashSet<Uuid> = state.slow.keys().copied().collect();
+        drop(state);
+        self.snapshot_from(tally, slow)
+    }
+
+    /// What `endpoint_id` alone holds, and whether it is slow, with what the heavy and the
+    /// untrusted endpoints hold together, for a claim of that endpoint only (a claim at
+    /// submit).
+    pub fn snapshot_of(self: &Arc<Self>, endpoint_id: Uuid) -> Snapshot {
+        let mut state = self.lock();
+        state.mark_slow(self.slow_after);
+        let mut tally = state.tally(self.light_below);
+        let slow: HashSet<Uuid> = state
+            .slow
+            .contains_key(&endpoint_id)
+            .then_some(endpoint_id)
+            .into_iter()
+            .collect();
+        drop(state);
+        let held = tally.held.remove(&endpoint_id);
+        tally.held = held.map(|held| (endpoint_id, held)).into_iter().collect();
+        self.snapshot_from(tally, slow)
+    }
+
+    fn snapshot_from(self: &Arc<Self>, tally: Tally, slow: HashSet<Uuid>) -> Snapshot {
+        Snapshot {
+            most: self.most,
+            light_below: self.light_below,
+            untrusted_most: self.untrusted_most,
+            heavy: tally.heavy,
+            untrusted: tally.untrusted,
+            held: tally.held,
+            slow,
+            trust: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Whether `endpoint_id`'s last request here ended quickly (and none runs long now).
+    pub(super) fn trusts(&self, endpoint_id: Uuid) -> bool {
+        self.lock().trusted.contains_key(&endpoint_id)
+    }
+
+    /// The endpoints trusted now.
+    pub(super) fn trusted(&self) -> Vec<Uuid> {
+        self.lock().trusted.keys().copied().collect()
+    }
+
+    /// Whether `endpoint_id` may start nothing more now.
+    pub fn is_full(self: &Arc<Self>, endpoint_id: Uuid) -> bool {
+        self.snapshot_of(endpoint_id).room(endpoint_id) == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A request to `endpoint_id` that began at `started` ended.
+    fn ended(&self, endpoint_id: Uuid, started: Instant) {
+        let held_back = {
+            let mut state = self.lock();
+            let before = state.tally(self.light_below);
+            let was_heavy = before
+                .held
+                .get(&endpoint_id)
+                .is_some_and(|held| *held >= self.light_below)
+                || state.slow.contains_key(&endpoint_id);
+            let was_untrusted = !state.trusted.contains_key(&endpoint_id);
+            let Some(running) = state.held.get_mut(&endpoint_id) else {
+                return;
+            };
+            if let Some(at) = running.iter().position(|at| *at == started) {
+                running.swap_remove(at);
+            }
+            if running.is_empty() {
+                state.held.remove(&endpoint_id);
+            }
+            // The last answer decides whether the endpoint is slow or trusted.
+            let now = Instant::now();
+            if now.duration_since(started) >= self.slow_after {
+                state.slow.insert(endpoint_id, now);
+                state.trusted.remove(&endpoint_id);
+            } else {
+                state.slow.remove(&endpoint_id);
+                state.trusted.insert(endpoint_id, now);
+            }
+            // A heavy endpoint's request ending frees room for every heavy endpoint, an
+            // untrusted one's for every untrusted one.
+            (was_heavy && before.heavy >= self.most)
+                || (was_untrusted && before.untrusted >= self.untrusted_most)
+        };
+        if held_back {
+            // Endpoints left to other processes' claims for want of room may be taken again.
+            self.wakeup.hint();
+        }
+    }
+}
+
+/// One request counted in its endpoint's share while it is under way.
+#[derive(Debug)]
+pub struct Held {
+    shares: Arc<Shares>,
+    endpoint_id: Uuid,
+    started: Instant,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.shares.ended(self.endpoint_id, self.started);
+    }
+}
