@@ -89,22 +89,32 @@ impl State {
 
     /// What each endpoint holds, and what the heavy and the untrusted ones hold together.
     fn tally(&self, light_below: u32) -> Tally {
-        let mut tally = Tally {
-            held: HashMap::with_capacity(self.held.len()),
-            heavy: 0,
-            untrusted: 0,
-        };
+        let (heavy, untrusted) = self.sums(light_below);
+        let held = self
+            .held
+            .iter()
+            .map(|(id, started)| (*id, u32::try_from(started.len()).unwrap_or(u32::MAX)))
+            .collect();
+        Tally {
+            held,
+            heavy,
+            untrusted,
+        }
+    }
+
+    /// What the heavy endpoints, and the untrusted ones, hold together.
+    fn sums(&self, light_below: u32) -> (u32, u32) {
+        let (mut heavy, mut untrusted) = (0, 0);
         for (id, started) in &self.held {
             let held = u32::try_from(started.len()).unwrap_or(u32::MAX);
-            tally.held.insert(*id, held);
             if held >= light_below || self.slow.contains_key(id) {
-                tally.heavy += held;
+                heavy += held;
             }
             if !self.trusted.contains_key(id) {
-                tally.untrusted += held;
+                untrusted += held;
             }
         }
-        tally
+        (heavy, untrusted)
     }
 
     /// Forgets the endpoints not seen slow or quick for long (looking now and then only).
@@ -235,11 +245,11 @@ impl Shares {
     fn ended(&self, endpoint_id: Uuid, started: Instant) {
         let held_back = {
             let mut state = self.lock();
-            let before = state.tally(self.light_below);
-            let was_heavy = before
+            let (heavy_before, untrusted_before) = state.sums(self.light_below);
+            let was_heavy = state
                 .held
                 .get(&endpoint_id)
-                .is_some_and(|held| *held >= self.light_below)
+                .is_some_and(|running| running.len() >= self.light_below as usize)
                 || state.slow.contains_key(&endpoint_id);
             let was_untrusted = !state.trusted.contains_key(&endpoint_id);
             let Some(running) = state.held.get_mut(&endpoint_id) else {
@@ -262,8 +272,8 @@ impl Shares {
             }
             // A heavy endpoint's request ending frees room for every heavy endpoint, an
             // untrusted one's for every untrusted one.
-            (was_heavy && before.heavy >= self.most)
-                || (was_untrusted && before.untrusted >= self.untrusted_most)
+            (was_heavy && heavy_before >= self.most)
+                || (was_untrusted && untrusted_before >= self.untrusted_most)
         };
         if held_back {
             // Endpoints left to other processes' claims for want of room may be taken again.
