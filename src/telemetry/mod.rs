@@ -6,6 +6,7 @@
 
 pub mod context;
 mod export;
+mod headers;
 mod resource;
 pub mod sink;
 pub mod spans;
@@ -95,6 +96,11 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
         if let (_, Some(reason)) = resource::from_env() {
             tracing::warn!(%reason,
                 "OTEL_RESOURCE_ATTRIBUTES cannot be read; none of its attributes are used");
+        }
+        if let Some((variable, unusable)) = headers::unusable_in_env() {
+            for reason in unusable {
+                tracing::warn!(%reason, "an entry of {variable} is not sent with exports");
+            }
         }
     }
     if let Some(err) = unreadable {

@@ -165,7 +165,8 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
 }
 
 /// An `OTEL_RESOURCE_ATTRIBUTES` that cannot be decoded is told, and none of it is used
-/// (the service is `courier`, not the undecoded name), as the specification asks.
+/// (the service is `courier`, not the undecoded name), as the specification asks; so is an
+/// `OTEL_EXPORTER_OTLP_HEADERS` entry that the exporter would leave out.
 #[test]
 fn unreadable_resource_attributes_are_told_and_left_out() {
     let dir = TempDir::new();
@@ -179,6 +180,10 @@ fn unreadable_resource_attributes_are_told_and_left_out() {
             "OTEL_RESOURCE_ATTRIBUTES",
             "service.name=hooks%ZZ,team=payments",
         )
+        .env(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "x-team=payments,Bearer hunter2",
+        )
         .env("COURIER_WORKER_CONCURRENCY", "0");
     let running = Running::start(command);
     let on = running.wait_for(|line| line["message"] == "exporting traces over OTLP/HTTP");
@@ -189,6 +194,12 @@ fn unreadable_resource_attributes_are_told_and_left_out() {
             .is_some_and(|m| m.starts_with("OTEL_RESOURCE_ATTRIBUTES cannot be read"))
     });
     assert_eq!(told["level"], "WARN", "{told}");
+    // A header entry the exporter would drop is told too, never with what it holds.
+    let header = running.wait_for(|line| {
+        line["message"] == "an entry of OTEL_EXPORTER_OTLP_HEADERS is not sent with exports"
+    });
+    assert_eq!(header["reason"], "an entry is not key=value", "{header}");
+    assert!(!header.to_string().contains("hunter2"), "{header}");
 }
 
 /// Tracing being on is told at start-up (where spans go, under which service name: here
