@@ -34,6 +34,9 @@ pub const SLOW_AFTER: Duration = Duration::from_secs(1);
 /// meanwhile): it is new again.
 const FORGET: Duration = Duration::from_secs(600);
 
+/// The most trusted endpoints one claim names (see [`Shares::trusted`]).
+const MOST_LISTED: usize = 1_000;
+
 /// How often the endpoints seen long ago are looked for, to forget them.
 const FORGET_EVERY: Duration = Duration::from_secs(10);
 
@@ -227,9 +230,21 @@ impl Shares {
         self.lock().trusted.contains_key(&endpoint_id)
     }
 
-    /// The endpoints trusted now.
+    /// The endpoints trusted now: the [`MOST_LISTED`] seen most recently, when there are
+    /// more (a claim names them in its statement).
     pub(super) fn trusted(&self) -> Vec<Uuid> {
-        self.lock().trusted.keys().copied().collect()
+        let state = self.lock();
+        let mut trusted: Vec<(Instant, Uuid)> = state
+            .trusted
+            .iter()
+            .map(|(id, seen)| (*seen, *id))
+            .collect();
+        drop(state);
+        if trusted.len() > MOST_LISTED {
+            trusted.select_nth_unstable_by(MOST_LISTED, |a, b| b.0.cmp(&a.0));
+            trusted.truncate(MOST_LISTED);
+        }
+        trusted.into_iter().map(|(_, id)| id).collect()
     }
 
     /// Whether `endpoint_id` may start nothing more now.

@@ -228,3 +228,16 @@ fn a_trusted_endpoint_that_hangs_is_no_longer_trusted() {
     drop(shares.started(endpoint));
     assert!(shares.trusts(endpoint), "a quick answer trusts it again");
 }
+
+#[test]
+fn a_claim_names_at_most_a_thousand_trusted_endpoints_the_latest_seen() {
+    let shares = Arc::new(Shares::new(8, Wakeup::default()));
+    let ids: Vec<Uuid> = (0..1_200).map(|_| Uuid::now_v7()).collect();
+    for id in &ids {
+        drop(shares.started(*id));
+    }
+    let listed = shares.trusted();
+    assert_eq!(listed.len(), 1_000);
+    let latest = ids.last().expect("ids");
+    assert!(listed.contains(latest));
+}
