@@ -200,9 +200,12 @@ impl Worker {
             };
             match claimed {
                 Ok((mut claimed, targets)) => {
-                    // A ready endpoint whose rows someone else holds is no backlog: wait for a hint.
+                    // A ready endpoint whose rows someone else holds is no backlog: wait for
+                    // a hint. But a claim that took nothing while putting endpoints to sleep
+                    // (turns left ready with nothing due, as outcomes leave them) made way
+                    // for the endpoints behind them: look again at once, not at the poll.
                     backlog = claimed.claims.len() == free
-                        || (claimed.more && !claimed.claims.is_empty());
+                        || (claimed.more && (!claimed.claims.is_empty() || claimed.advanced));
                     if claimed.missed_revisit && claimed.claims.is_empty() {
                         // A full endpoint with free slots was held by another transaction
                         // for a moment: look again shortly rather than at the next poll.

@@ -123,6 +123,10 @@ pub struct Claimed {
     /// Whether some endpoint is ready for another claim at once (more is due than this
     /// claim could take).
     pub more: bool,
+    /// Whether it took some endpoint's turn out of the ready ones (it found nothing to
+    /// take there now, or took all there was): so a claim at once gets further, to the
+    /// endpoints behind it.
+    pub advanced: bool,
     /// Whether an endpoint it was asked to revisit was held by another transaction.
     pub missed_revisit: bool,
     /// The endpoints whose turn this claim took, and for each it left full, its cap and
@@ -404,6 +408,7 @@ pub(crate) async fn claim_in(
             full.then_some((standing.max_in_flight, facts.taken)),
         ));
         claimed.more |= turn.ready(now);
+        claimed.advanced |= !turn.ready(now);
         if let Some(ahead) = turn.turn_at.and_then(|at| (at - now).to_std().ok()) {
             if !ahead.is_zero() {
                 claimed.next_turn_in = Some(claimed.next_turn_in.map_or(ahead, |t| t.min(ahead)));

@@ -2,7 +2,8 @@
 //! shares, rate limits, pauses, bad settings), then real receivers behind several app
 //! instances on PostgreSQL (the cap, the rate limit and a pause held across processes, a
 //! settings change felt by another process, and neighbours that are slow or hang), turns set
-//! ahead taken when they come rather than at the next poll, a pause held from the answer
+//! ahead taken when they come rather than at the next poll, turns left ready with nothing due
+//! put to sleep without waiting for it, a pause held from the answer
 //! that asked for it, and claims made at submit under the same rules.
 
 mod across_instances;
@@ -15,6 +16,7 @@ mod neighbours;
 mod pace;
 mod pause;
 mod relaxed_commit;
+mod stale_turns;
 
 use std::time::{Duration, Instant};
 
