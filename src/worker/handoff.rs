@@ -18,6 +18,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
 use super::claim::{claim_in, settle, ClaimRequest, Claimed};
+use super::share::{Reserved, Snapshot};
 use super::targets::Targets;
 use super::turns::Commit;
 use crate::bus::{ChangeBus, Staged, StateChange};
@@ -31,9 +32,10 @@ pub(crate) trait Starter: Send + Sync {
     /// runs, is not stopping, no backlog waits for its slots (that work is shared round
     /// robin by the claiming loop), and the endpoint does not hold its whole share of them
     /// (see [`super::share`]).
-    fn reserve(&self, endpoint_id: Uuid) -> Option<OwnedSemaphorePermit>;
-    /// A claim of one delivery of `endpoint_id`, under the worker's own settings.
-    fn request(&self, endpoint_id: Uuid) -> ClaimRequest;
+    fn reserve(&self, endpoint_id: Uuid) -> Option<Slot>;
+    /// A claim of one delivery of `endpoint_id`, under the worker's own settings and the
+    /// shares as they were when its slot was reserved.
+    fn request(&self, endpoint_id: Uuid, shares: Snapshot) -> ClaimRequest;
     /// The keys that open the endpoints' secrets.
     fn keys(&self) -> SecretKeys;
     /// Starts what `claimed` holds (at most one delivery) in `slot`, giving the slot back
@@ -50,6 +52,18 @@ pub(crate) trait Starter: Send + Sync {
     fn released(&self);
     /// A claim at submit failed (see [`claim_at_submit`]).
     fn claim_failed(&self);
+}
+
+/// A slot reserved for a claim at submit: the slot, the shares as the reservation saw
+/// them (before it counted itself), and its place in its endpoint's share, held until the
+/// claim's request starts or nothing was claimed.
+pub(crate) struct Slot {
+    /// The worker's slot.
+    pub slot: OwnedSemaphorePermit,
+    /// The shares the claim is made under.
+    pub shares: Snapshot,
+    /// The reservation counted in its endpoint's share.
+    pub held: Reserved,
 }
 
 /// Where this process's worker, while it runs, takes claims made at submit. Without a
@@ -77,9 +91,11 @@ impl Handoff {
     /// it has one to spare.
     pub fn reserve(&self, endpoint_id: Uuid) -> Option<Reservation> {
         let starter = self.starter()?;
-        let slot = starter.reserve(endpoint_id)?;
+        let Slot { slot, shares, held } = starter.reserve(endpoint_id)?;
         Some(Reservation {
             slot: Some(slot),
+            shares,
+            held: Some(held),
             starter,
         })
     }
@@ -99,6 +115,10 @@ impl Handoff {
 /// free again.
 pub struct Reservation {
     slot: Option<OwnedSemaphorePermit>,
+    shares: Snapshot,
+    /// Counted in its endpoint's share until the claim's request has started (it then
+    /// counts as a request under way) or the reservation is dropped.
+    held: Option<Reserved>,
     starter: Arc<dyn Starter>,
 }
 
@@ -111,7 +131,7 @@ impl std::fmt::Debug for Reservation {
 impl Reservation {
     /// What to claim for a submission to `endpoint_id`.
     pub fn request(&self, endpoint_id: Uuid) -> ClaimRequest {
-        self.starter.request(endpoint_id)
+        self.starter.request(endpoint_id, self.shares.clone())
     }
 
     /// The keys that open the endpoints' secrets.
@@ -140,6 +160,8 @@ impl Reservation {
         if let Some(slot) = self.slot.take() {
             self.starter.start(slot, claimed, targets, at_submit);
         }
+        // Its request, if any, now counts in the share itself.
+        self.held.take();
     }
 }
 

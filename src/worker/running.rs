@@ -16,9 +16,9 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use super::claim::{Claim, ClaimRequest, Claimed};
-use super::handoff::Starter;
+use super::handoff::{Slot, Starter};
 use super::recorder::Finished;
-use super::share::Held;
+use super::share::{Held, Snapshot};
 use super::targets::{Found, Target, Targets};
 use super::Worker;
 use crate::crypto::sealing::SecretKeys;
@@ -140,14 +140,17 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 }
 
 impl Starter for Running {
-    fn reserve(&self, endpoint_id: Uuid) -> Option<OwnedSemaphorePermit> {
+    fn reserve(&self, endpoint_id: Uuid) -> Option<Slot> {
         let worker = &self.worker;
         if !worker.state.config.claim_at_submit
             || worker.state.shutdown.is_cancelled()
             || self.backlogged.load(Ordering::Relaxed)
-            || worker.shares.is_full(endpoint_id)
             || worker.unopened.contains(endpoint_id)
         {
+            return None;
+        }
+        let shares = worker.shares.snapshot_of(endpoint_id);
+        if shares.room(endpoint_id) == 0 {
             return None;
         }
         // At most a quarter of the slots wait on submissions at once (on SQLite each
@@ -166,14 +169,18 @@ impl Starter for Running {
             self.settle_reservation();
             return None;
         }
-        let slot = worker.slots.clone().try_acquire_owned().ok();
-        if slot.is_none() {
+        let Ok(slot) = worker.slots.clone().try_acquire_owned() else {
             self.settle_reservation();
-        }
-        slot
+            return None;
+        };
+        Some(Slot {
+            slot,
+            shares,
+            held: worker.shares.reserved(endpoint_id),
+        })
     }
 
-    fn request(&self, endpoint_id: Uuid) -> ClaimRequest {
+    fn request(&self, endpoint_id: Uuid, shares: Snapshot) -> ClaimRequest {
         let config = &self.worker.state.config;
         let mut ended = self.worker.ended.snapshot();
         ended.revisit.clear();
@@ -183,7 +190,7 @@ impl Starter for Running {
             default_max_in_flight: config.endpoint_max_in_flight,
             ended,
             only: Some(endpoint_id),
-            shares: self.worker.shares.snapshot_of(endpoint_id),
+            shares,
             left_alone: Vec::new(),
         }
     }

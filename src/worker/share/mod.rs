@@ -5,8 +5,10 @@
 //! now) or holds more (together, `heavy`) counts against what all such endpoints may hold
 //! together, all but that eighth: one hanging receiver with a `maxInFlight` of hundreds, or
 //! any number of slow ones with small caps, leave the kept slots to the others. An endpoint
-//! is known to be slow only once a request has run that long, so new endpoints get the
-//! benefit of the doubt; but endpoints not trusted (whose last request here did not end
+//! is known to be slow only once a request has run that long; until then, an endpoint
+//! that has not answered here yet (a new one, or one not heard from for long) is on
+//! probation: one request at a time, until it answers or that request has run long enough
+//! to make it slow. And endpoints not trusted (whose last request here did not end
 //! quickly: new ones and slow ones) hold all but a quarter of that eighth at most
 //! together, so that many new receivers that all turn out to hang cannot take the slots
 //! of the receivers known to answer quickly. An endpoint's cap still counts across processes, on
@@ -51,11 +53,13 @@ pub struct Shares {
     wakeup: Wakeup,
 }
 
-/// When each endpoint's requests under way started, and which endpoints are slow or
-/// trusted (since when they were last seen so); an endpoint is at most one of the two.
+/// When each endpoint's requests under way started, the slots reserved for its claims at
+/// submit not yet started, and which endpoints are slow or trusted (since when they were
+/// last seen so); an endpoint is at most one of the two.
 #[derive(Debug, Default)]
 struct State {
     held: HashMap<Uuid, Vec<Instant>>,
+    reserved: HashMap<Uuid, u32>,
     slow: HashMap<Uuid, Instant>,
     trusted: HashMap<Uuid, Instant>,
     forgot_at: Option<Instant>,
@@ -90,16 +94,31 @@ impl State {
         }
     }
 
+    /// What `endpoint_id` holds: its requests under way and its slots reserved.
+    fn held_by(&self, endpoint_id: Uuid) -> u32 {
+        let running = self.held.get(&endpoint_id).map_or(0, |started| {
+            u32::try_from(started.len()).unwrap_or(u32::MAX)
+        });
+        running.saturating_add(self.reserved.get(&endpoint_id).copied().unwrap_or(0))
+    }
+
+    /// Every endpoint holding something, with what it holds.
+    fn holdings(&self) -> impl Iterator<Item = (Uuid, u32)> + '_ {
+        let reserved_only = self
+            .reserved
+            .keys()
+            .filter(|id| !self.held.contains_key(*id));
+        self.held
+            .keys()
+            .chain(reserved_only)
+            .map(|id| (*id, self.held_by(*id)))
+    }
+
     /// What each endpoint holds, and what the heavy and the untrusted ones hold together.
     fn tally(&self, light_below: u32) -> Tally {
         let (heavy, untrusted) = self.sums(light_below);
-        let held = self
-            .held
-            .iter()
-            .map(|(id, started)| (*id, u32::try_from(started.len()).unwrap_or(u32::MAX)))
-            .collect();
         Tally {
-            held,
+            held: self.holdings().collect(),
             heavy,
             untrusted,
         }
@@ -107,17 +126,21 @@ impl State {
 
     /// What the heavy endpoints, and the untrusted ones, hold together.
     fn sums(&self, light_below: u32) -> (u32, u32) {
-        let (mut heavy, mut untrusted) = (0, 0);
-        for (id, started) in &self.held {
-            let held = u32::try_from(started.len()).unwrap_or(u32::MAX);
-            if held >= light_below || self.slow.contains_key(id) {
-                heavy += held;
+        let (mut heavy, mut untrusted) = (0u32, 0u32);
+        for (id, held) in self.holdings() {
+            if held >= light_below || self.slow.contains_key(&id) {
+                heavy = heavy.saturating_add(held);
             }
-            if !self.trusted.contains_key(id) {
-                untrusted += held;
+            if !self.trusted.contains_key(&id) {
+                untrusted = untrusted.saturating_add(held);
             }
         }
         (heavy, untrusted)
+    }
+
+    /// Whether `endpoint_id` has not answered here yet, nor is known to be slow.
+    fn on_probation(&self, endpoint_id: Uuid) -> bool {
+        !self.trusted.contains_key(&endpoint_id) && !self.slow.contains_key(&endpoint_id)
     }
 
     /// Forgets the endpoints not seen slow or quick for long (looking now and then only).
@@ -170,15 +193,32 @@ impl Shares {
     /// Counts a request to `endpoint_id` under way until the returned guard is dropped.
     pub fn started(self: &Arc<Self>, endpoint_id: Uuid) -> Held {
         let started = Instant::now();
-        self.lock()
-            .held
-            .entry(endpoint_id)
-            .or_default()
-            .push(started);
+        let on_probation = {
+            let mut state = self.lock();
+            state.held.entry(endpoint_id).or_default().push(started);
+            state.on_probation(endpoint_id)
+        };
+        if on_probation {
+            // Once this request has run long enough to make its endpoint slow, the endpoint
+            // may take more: the claiming loop looks again then.
+            self.wakeup.turn_after(self.slow_after);
+        }
         Held {
             shares: Arc::clone(self),
             endpoint_id,
             started,
+        }
+    }
+
+    /// Counts a slot reserved for a claim at submit of `endpoint_id` as held by it until
+    /// the returned guard is dropped (once the claim's request has started, or nothing was
+    /// claimed): so that the next submission's claim, or the claiming loop's, sees it
+    /// while the claim is stored and its delivery read.
+    pub fn reserved(self: &Arc<Self>, endpoint_id: Uuid) -> Reserved {
+        *self.lock().reserved.entry(endpoint_id).or_default() += 1;
+        Reserved {
+            shares: Arc::clone(self),
+            endpoint_id,
         }
     }
 
@@ -261,12 +301,10 @@ impl Shares {
         let held_back = {
             let mut state = self.lock();
             let (heavy_before, untrusted_before) = state.sums(self.light_below);
-            let was_heavy = state
-                .held
-                .get(&endpoint_id)
-                .is_some_and(|running| running.len() >= self.light_below as usize)
+            let was_heavy = state.held_by(endpoint_id) >= self.light_below
                 || state.slow.contains_key(&endpoint_id);
             let was_untrusted = !state.trusted.contains_key(&endpoint_id);
+            let was_on_probation = state.on_probation(endpoint_id);
             let Some(running) = state.held.get_mut(&endpoint_id) else {
                 return;
             };
@@ -286,13 +324,34 @@ impl Shares {
                 state.trusted.insert(endpoint_id, now);
             }
             // A heavy endpoint's request ending frees room for every heavy endpoint, an
-            // untrusted one's for every untrusted one.
+            // untrusted one's for every untrusted one, and an endpoint's first answer ends
+            // its probation.
             (was_heavy && heavy_before >= self.most)
                 || (was_untrusted && untrusted_before >= self.untrusted_most)
+                || was_on_probation
         };
         if held_back {
             // Endpoints left to other processes' claims for want of room may be taken again.
             self.wakeup.hint();
+        }
+    }
+}
+
+/// A slot reserved for a claim at submit, counted in its endpoint's share until dropped.
+#[derive(Debug)]
+pub struct Reserved {
+    shares: Arc<Shares>,
+    endpoint_id: Uuid,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let mut state = self.shares.lock();
+        if let Some(reserved) = state.reserved.get_mut(&self.endpoint_id) {
+            *reserved -= 1;
+            if *reserved == 0 {
+                state.reserved.remove(&self.endpoint_id);
+            }
         }
     }
 }

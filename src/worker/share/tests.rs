@@ -26,8 +26,9 @@ fn an_eighth_of_the_slots_is_kept_for_light_endpoints() {
 fn an_endpoint_is_full_at_its_share_until_a_request_ends() {
     let shares = Arc::new(Shares::new(8, Wakeup::default()));
     let (hog, other) = (Uuid::now_v7(), Uuid::now_v7());
-    // The hog has answered quickly before: trusted, so it leaves the untrusted share alone.
+    // Both have answered quickly before: trusted, past probation.
     drop(shares.started(hog));
+    drop(shares.started(other));
     let mut held: Vec<Held> = (0..7).map(|_| shares.started(hog)).collect();
     let _other = shares.started(other);
     assert!(shares.is_full(hog));
@@ -58,6 +59,9 @@ fn several_heavy_endpoints_share_what_one_may_hold() {
     // 32 slots: the heavy endpoints hold 28 at most together, light ones hold 1.
     let shares = Arc::new(Shares::new(32, Wakeup::default()));
     let (slow, hanging, fast) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    for answered in [slow, hanging] {
+        drop(shares.started(answered));
+    }
     let _slow: Vec<Held> = (0..16).map(|_| shares.started(slow)).collect();
     let mut hung: Vec<Held> = (0..12).map(|_| shares.started(hanging)).collect();
     let snapshot = shares.snapshot();
@@ -82,6 +86,9 @@ fn one_claim_gives_the_heavy_endpoints_no_more_than_their_share_together() {
         Uuid::now_v7(),
         Uuid::now_v7(),
     );
+    for answered in [a, b, c, d] {
+        drop(shares.started(answered));
+    }
     let _a: Vec<Held> = (0..10).map(|_| shares.started(a)).collect();
     let _c = shares.started(c);
     let snapshot = shares.snapshot();
@@ -155,7 +162,7 @@ fn new_endpoints_that_all_hang_leave_a_quarter_of_the_kept_slots_to_trusted_ones
     let shares = Arc::new(Shares::slow_after(128, Wakeup::default(), slow_after));
     let known = Uuid::now_v7();
     drop(shares.started(known));
-    // 150 new endpoints with a cap of 3, each claimed in turn while it looks light.
+    // 150 new endpoints, each claimed in turn: one request each while on probation.
     let new: Vec<Uuid> = (0..150).map(|_| Uuid::now_v7()).collect();
     let mut held = Vec::new();
     for id in &new {
@@ -240,4 +247,55 @@ fn a_claim_names_at_most_a_thousand_trusted_endpoints_the_latest_seen() {
     assert_eq!(listed.len(), 1_000);
     let latest = ids.last().expect("ids");
     assert!(listed.contains(latest));
+}
+
+#[test]
+fn a_new_endpoint_gets_one_request_until_it_answers_or_is_known_slow() {
+    let slow_after = Duration::from_millis(300);
+    let shares = Arc::new(Shares::slow_after(32, Wakeup::default(), slow_after));
+    let (quick, hanging) = (Uuid::now_v7(), Uuid::now_v7());
+    assert_eq!(shares.snapshot().room(quick), 1, "on probation");
+    let mut wants = vec![5, 5];
+    shares.snapshot().fit(&[quick, hanging], &mut wants);
+    assert_eq!(wants, vec![1, 1]);
+    let first = shares.started(quick);
+    let hung = shares.started(hanging);
+    let snapshot = shares.snapshot();
+    assert_eq!((snapshot.room(quick), snapshot.room(hanging)), (0, 0));
+    let mut full = vec![quick, hanging];
+    full.sort();
+    assert_eq!(snapshot.full(), full, "left out of claims until then");
+    // A quick answer ends the probation: light room, then the heavy share.
+    drop(first);
+    assert_eq!(shares.snapshot().room(quick), 28);
+    // A request running long enough makes its endpoint slow: heavy, past probation.
+    std::thread::sleep(slow_after * 2);
+    let snapshot = shares.snapshot();
+    assert!(snapshot.slow.contains(&hanging));
+    assert_eq!(snapshot.room(hanging), 27);
+    drop(hung);
+}
+
+#[test]
+fn a_slot_reserved_for_a_claim_at_submit_counts_until_dropped() {
+    let shares = Arc::new(Shares::new(32, Wakeup::default()));
+    let endpoint = Uuid::now_v7();
+    assert_eq!(
+        shares.snapshot_of(endpoint).room(endpoint),
+        1,
+        "on probation"
+    );
+    let reserved = shares.reserved(endpoint);
+    assert_eq!(shares.snapshot_of(endpoint).room(endpoint), 0);
+    assert_eq!(shares.snapshot().untrusted, 1);
+    // Its request started: it counts as under way instead, and ending quickly trusts it.
+    let running = shares.started(endpoint);
+    drop(reserved);
+    assert_eq!(shares.snapshot().held.get(&endpoint), Some(&1));
+    drop(running);
+    assert!(shares.trusts(endpoint));
+    // Dropped unused, a reservation changes nothing of the endpoint's standing.
+    let other = Uuid::now_v7();
+    drop(shares.reserved(other));
+    assert!(!shares.trusts(other) && shares.snapshot().held.is_empty());
 }

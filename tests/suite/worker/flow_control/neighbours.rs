@@ -391,3 +391,45 @@ async fn new_hanging_neighbours_leave_slots_to_an_endpoint_known_quick() {
     drop(hanging);
     app.stop().await;
 }
+
+/// Sixty new hanging receivers with a cap of three each, at the default 128 slots: three
+/// each (180) would take every slot for a whole request timeout before any is known slow.
+/// An endpoint gets one request at a time until it first answers, or until that request
+/// has run a second, and once slow, takes more only while the untrusted hold less than
+/// all but an eighth: so a quick endpoint created after them, never seen before, still
+/// finds slots, and gets its deliveries through at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn new_hanging_neighbours_get_one_request_each_until_known_slow() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = answering_after(Duration::from_secs(30)).await;
+    let fast = Receiver::accepting().await;
+    let app = beside_hanging(&db, 128, 20_000).await;
+    let admin = app.admin_token().await;
+    let paths: Vec<String> = (0..60).map(|n| format!("probation-{n}")).collect();
+    for path in &paths {
+        let small_cap = json!({ "maxInFlight": 3 });
+        let endpoint = endpoint_with(&app, &admin, &hanging, path, small_cap).await;
+        submit_many(&app, &admin, &endpoint, 3).await;
+    }
+    let held = || {
+        paths
+            .iter()
+            .map(|path| hanging.in_flight(path))
+            .sum::<usize>()
+    };
+    eventually(
+        "each new endpoint has a request under way",
+        Duration::from_secs(10),
+        || async { held() >= 60 },
+    )
+    .await;
+    let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
+    quick_ones_arrive_at_once(&app, &admin, &fast, &quick, "sixty new hanging endpoints").await;
+    assert!(
+        held() <= 124,
+        "{} held: more than the untrusted may",
+        held()
+    );
+    drop(hanging);
+    app.stop().await;
+}
