@@ -5,13 +5,12 @@
 //! now) or holds more (together, `heavy`) counts against what all such endpoints may hold
 //! together, all but that eighth: one hanging receiver with a `maxInFlight` of hundreds, or
 //! any number of slow ones with small caps, leave the kept slots to the others. An endpoint
-//! is known to be slow only once a request has run that long; until then, an endpoint
-//! that has not answered here yet (a new one, or one not heard from for long) is on
-//! probation: one request at a time, until it answers or that request has run long enough
-//! to make it slow. And endpoints not trusted (whose last request here did not end
+//! is known to be slow only once a request has run that long, so new endpoints get the
+//! benefit of the doubt; but endpoints not trusted (whose last request here did not end
 //! quickly: new ones and slow ones) hold all but a quarter of that eighth at most
-//! together, so that many new receivers that all turn out to hang cannot take the slots
-//! of the receivers known to answer quickly. An endpoint's cap still counts across processes, on
+//! together, and take heavy room only while they hold less than the heavy share, so that
+//! many new receivers that all turn out to hang cannot take the slots of the receivers
+//! known to answer quickly. An endpoint's cap still counts across processes, on
 //! the database; these shares count one process's requests, in the process.
 
 mod snapshot;
@@ -138,11 +137,6 @@ impl State {
         (heavy, untrusted)
     }
 
-    /// Whether `endpoint_id` has not answered here yet, nor is known to be slow.
-    fn on_probation(&self, endpoint_id: Uuid) -> bool {
-        !self.trusted.contains_key(&endpoint_id) && !self.slow.contains_key(&endpoint_id)
-    }
-
     /// Forgets the endpoints not seen slow or quick for long (looking now and then only).
     fn forget_old(&mut self) {
         let now = Instant::now();
@@ -193,16 +187,11 @@ impl Shares {
     /// Counts a request to `endpoint_id` under way until the returned guard is dropped.
     pub fn started(self: &Arc<Self>, endpoint_id: Uuid) -> Held {
         let started = Instant::now();
-        let on_probation = {
-            let mut state = self.lock();
-            state.held.entry(endpoint_id).or_default().push(started);
-            state.on_probation(endpoint_id)
-        };
-        if on_probation {
-            // Once this request has run long enough to make its endpoint slow, the endpoint
-            // may take more: the claiming loop looks again then.
-            self.wakeup.turn_after(self.slow_after);
-        }
+        self.lock()
+            .held
+            .entry(endpoint_id)
+            .or_default()
+            .push(started);
         Held {
             shares: Arc::clone(self),
             endpoint_id,
@@ -304,7 +293,6 @@ impl Shares {
             let was_heavy = state.held_by(endpoint_id) >= self.light_below
                 || state.slow.contains_key(&endpoint_id);
             let was_untrusted = !state.trusted.contains_key(&endpoint_id);
-            let was_on_probation = state.on_probation(endpoint_id);
             let Some(running) = state.held.get_mut(&endpoint_id) else {
                 return;
             };
@@ -324,11 +312,9 @@ impl Shares {
                 state.trusted.insert(endpoint_id, now);
             }
             // A heavy endpoint's request ending frees room for every heavy endpoint, an
-            // untrusted one's for every untrusted one, and an endpoint's first answer ends
-            // its probation.
+            // untrusted one's for every untrusted one.
             (was_heavy && heavy_before >= self.most)
-                || (was_untrusted && untrusted_before >= self.untrusted_most)
-                || was_on_probation
+                || (was_untrusted && untrusted_before >= self.most)
         };
         if held_back {
             // Endpoints left to other processes' claims for want of room may be taken again.

@@ -48,22 +48,6 @@ impl Snapshot {
             .is_none_or(|shares| shares.trusts(endpoint_id))
     }
 
-    /// Whether `endpoint_id` has not answered here yet, nor is known to be slow: one
-    /// request at a time.
-    fn is_on_probation(&self, endpoint_id: Uuid) -> bool {
-        !self.slow.contains(&endpoint_id) && !self.is_trusted(endpoint_id)
-    }
-
-    /// The most `endpoint_id` may start whatever the shares: one request at a time while
-    /// on probation.
-    fn probation_room(&self, endpoint_id: Uuid) -> u32 {
-        if self.is_on_probation(endpoint_id) {
-            1u32.saturating_sub(self.held_by(endpoint_id))
-        } else {
-            u32::MAX
-        }
-    }
-
     /// What the endpoints not trusted may still start together.
     fn untrusted_room(&self) -> u32 {
         self.untrusted_most.saturating_sub(self.untrusted)
@@ -80,8 +64,8 @@ impl Snapshot {
 
     /// How many more requests `endpoint_id` may start in this process: while light, up to
     /// the heavy threshold; beyond, or when slow, what the heavy endpoints together have
-    /// left (it then counts its whole holding among them); if it is not trusted, no more
-    /// than the untrusted endpoints together have left; and on probation, one at a time.
+    /// left (it then counts its whole holding among them); and if it is not trusted, no
+    /// more than the untrusted endpoints together have left.
     pub fn room(&self, endpoint_id: Uuid) -> u32 {
         if self.most == 0 {
             return u32::MAX;
@@ -93,19 +77,16 @@ impl Snapshot {
             self.heavy
         };
         let trusted = self.is_trusted(endpoint_id);
-        // An untrusted endpoint (a slow one) takes heavy room only while the untrusted hold
-        // less than the heavy share: what endpoints took on probation before they were
-        // known slow counts against it too.
+        // An untrusted endpoint (a slow or a new one) takes heavy room only while the
+        // untrusted hold less than the heavy share: what endpoints took while light, before
+        // they were known slow, counts against it too.
         let others = if trusted {
             heavy_others
         } else {
             heavy_others.max(self.untrusted.saturating_sub(held))
         };
         let heavy_room = self.most.saturating_sub(others).saturating_sub(held);
-        let room = self
-            .light_room(endpoint_id)
-            .max(heavy_room)
-            .min(self.probation_room(endpoint_id));
+        let room = self.light_room(endpoint_id).max(heavy_room);
         if trusted {
             room
         } else {
@@ -115,9 +96,8 @@ impl Snapshot {
 
     /// Cuts `wants` (of the endpoints `endpoints`, in turn order) so that what the claim
     /// gives the heavy endpoints, with what they hold, stays within their share together,
-    /// and likewise for the endpoints not trusted (and one at a time for one on
-    /// probation): each endpoint's [`Snapshot::room`] alone would let two of them take the
-    /// same room.
+    /// and likewise for the endpoints not trusted: each endpoint's [`Snapshot::room`]
+    /// alone would let two of them take the same room.
     pub fn fit(&self, endpoints: &[Uuid], wants: &mut [u32]) {
         if self.most == 0 {
             return;
@@ -125,7 +105,6 @@ impl Snapshot {
         let mut heavy_left = self.most.saturating_sub(self.heavy);
         let mut untrusted_left = self.untrusted_room();
         for (endpoint_id, want) in endpoints.iter().zip(wants.iter_mut()) {
-            *want = (*want).min(self.probation_room(*endpoint_id));
             if self.is_trusted(*endpoint_id) {
                 self.fit_heavy(*endpoint_id, want, &mut heavy_left);
                 continue;

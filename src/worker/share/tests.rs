@@ -26,7 +26,7 @@ fn an_eighth_of_the_slots_is_kept_for_light_endpoints() {
 fn an_endpoint_is_full_at_its_share_until_a_request_ends() {
     let shares = Arc::new(Shares::new(8, Wakeup::default()));
     let (hog, other) = (Uuid::now_v7(), Uuid::now_v7());
-    // Both have answered quickly before: trusted, past probation.
+    // Both have answered quickly before: trusted.
     drop(shares.started(hog));
     drop(shares.started(other));
     let mut held: Vec<Held> = (0..7).map(|_| shares.started(hog)).collect();
@@ -162,7 +162,7 @@ fn new_endpoints_that_all_hang_leave_a_quarter_of_the_kept_slots_to_trusted_ones
     let shares = Arc::new(Shares::slow_after(128, Wakeup::default(), slow_after));
     let known = Uuid::now_v7();
     drop(shares.started(known));
-    // 150 new endpoints, each claimed in turn: one request each while on probation.
+    // 150 new endpoints with a cap of 3, each claimed in turn while it looks light.
     let new: Vec<Uuid> = (0..150).map(|_| Uuid::now_v7()).collect();
     let mut held = Vec::new();
     for id in &new {
@@ -250,43 +250,12 @@ fn a_claim_names_at_most_a_thousand_trusted_endpoints_the_latest_seen() {
 }
 
 #[test]
-fn a_new_endpoint_gets_one_request_until_it_answers_or_is_known_slow() {
-    let slow_after = Duration::from_millis(300);
-    let shares = Arc::new(Shares::slow_after(32, Wakeup::default(), slow_after));
-    let (quick, hanging) = (Uuid::now_v7(), Uuid::now_v7());
-    assert_eq!(shares.snapshot().room(quick), 1, "on probation");
-    let mut wants = vec![5, 5];
-    shares.snapshot().fit(&[quick, hanging], &mut wants);
-    assert_eq!(wants, vec![1, 1]);
-    let first = shares.started(quick);
-    let hung = shares.started(hanging);
-    let snapshot = shares.snapshot();
-    assert_eq!((snapshot.room(quick), snapshot.room(hanging)), (0, 0));
-    let mut full = vec![quick, hanging];
-    full.sort();
-    assert_eq!(snapshot.full(), full, "left out of claims until then");
-    // A quick answer ends the probation: light room, then the heavy share.
-    drop(first);
-    assert_eq!(shares.snapshot().room(quick), 28);
-    // A request running long enough makes its endpoint slow: heavy, past probation.
-    std::thread::sleep(slow_after * 2);
-    let snapshot = shares.snapshot();
-    assert!(snapshot.slow.contains(&hanging));
-    assert_eq!(snapshot.room(hanging), 27);
-    drop(hung);
-}
-
-#[test]
 fn a_slot_reserved_for_a_claim_at_submit_counts_until_dropped() {
     let shares = Arc::new(Shares::new(32, Wakeup::default()));
     let endpoint = Uuid::now_v7();
-    assert_eq!(
-        shares.snapshot_of(endpoint).room(endpoint),
-        1,
-        "on probation"
-    );
+    assert_eq!(shares.snapshot_of(endpoint).room(endpoint), 28);
     let reserved = shares.reserved(endpoint);
-    assert_eq!(shares.snapshot_of(endpoint).room(endpoint), 0);
+    assert_eq!(shares.snapshot_of(endpoint).room(endpoint), 27);
     assert_eq!(shares.snapshot().untrusted, 1);
     // Its request started: it counts as under way instead, and ending quickly trusts it.
     let running = shares.started(endpoint);
