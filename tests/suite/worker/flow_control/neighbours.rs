@@ -88,6 +88,25 @@ async fn beside_hanging(db: &TestDb, slots: u32, timeout_ms: u64) -> TestApp {
     .await
 }
 
+/// `count` endpoints at `receiver` (paths `{prefix}-{n}`) with a cap of one, each with
+/// `each` deliveries submitted; their paths.
+async fn small_caps_at(
+    app: &TestApp,
+    admin: &str,
+    receiver: &Receiver,
+    prefix: &str,
+    count: usize,
+    each: usize,
+) -> Vec<String> {
+    let paths: Vec<String> = (0..count).map(|n| format!("{prefix}-{n}")).collect();
+    for path in &paths {
+        let small_cap = json!({ "maxInFlight": 1 });
+        let endpoint = endpoint_with(app, admin, receiver, path, small_cap).await;
+        submit_many(app, admin, &endpoint, each).await;
+    }
+    paths
+}
+
 /// Eight deliveries to `quick` at `fast`, each arriving within half a second of its submit
 /// (`beside`: what they were sent beside, for the failure message), and each once.
 async fn quick_ones_arrive_at_once(
@@ -317,12 +336,7 @@ async fn many_slow_neighbours_with_small_caps_leave_an_eighth_of_the_slots() {
     let app = beside_hanging(&db, 16, 2_000).await;
     let admin = app.admin_token().await;
     let quick = endpoint_with(&app, &admin, &fast, "quick", json!({})).await;
-    let paths: Vec<String> = (0..20).map(|n| format!("slow-{n}")).collect();
-    for path in &paths {
-        let small_cap = json!({ "maxInFlight": 1 });
-        let endpoint = endpoint_with(&app, &admin, &hanging, path, small_cap).await;
-        submit_many(&app, &admin, &endpoint, 10).await;
-    }
+    let paths = small_caps_at(&app, &admin, &hanging, "slow", 20, 10).await;
     let seen = || {
         let received = hanging.received();
         paths
@@ -362,12 +376,7 @@ async fn new_hanging_neighbours_leave_slots_to_an_endpoint_known_quick() {
         || async { fast.received().len() == 1 },
     )
     .await;
-    let paths: Vec<String> = (0..40).map(|n| format!("new-{n}")).collect();
-    for path in &paths {
-        let small_cap = json!({ "maxInFlight": 1 });
-        let endpoint = endpoint_with(&app, &admin, &hanging, path, small_cap).await;
-        submit_many(&app, &admin, &endpoint, 2).await;
-    }
+    let paths = small_caps_at(&app, &admin, &hanging, "new", 40, 2).await;
     let held = || {
         paths
             .iter()
