@@ -276,11 +276,6 @@ impl Shares {
         trusted.into_iter().map(|(_, id)| id).collect()
     }
 
-    /// Whether `endpoint_id` may start nothing more now.
-    pub fn is_full(self: &Arc<Self>, endpoint_id: Uuid) -> bool {
-        self.snapshot_of(endpoint_id).room(endpoint_id) == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

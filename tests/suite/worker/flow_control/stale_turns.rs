@@ -5,25 +5,17 @@
 use std::time::Duration;
 
 use courier::config::ServeArgs;
-use sea_orm::{ConnectionTrait, Statement};
 use serde_json::json;
 
 use super::{each_once, endpoint_with, submit_many};
-use crate::support::fixtures::{eventually, rarely_polling_worker};
+use crate::support::fixtures::{count, eventually, rarely_polling_worker};
 use crate::support::operational::update_endpoint;
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 /// How many endpoints' turns are ready now.
 async fn ready_turns(app: &TestApp) -> i64 {
-    let db = &app.state.db;
-    let sql = "SELECT COUNT(*) FROM endpoint_flow WHERE turn_at <= now()";
-    let row = db
-        .conn()
-        .query_one_raw(Statement::from_string(db.backend(), sql.to_owned()))
-        .await
-        .expect("query")
-        .expect("a row");
-    row.try_get_by_index::<i64>(0).expect("a count")
+    let sql = "SELECT COUNT(*) AS n FROM endpoint_flow WHERE turn_at <= now()";
+    count(&app.state.db, sql, Vec::new()).await
 }
 
 /// A hundred endpoints whose settings changed are looked at afresh (their turns ready with
