@@ -207,6 +207,23 @@ impl Starter for Running {
         at_submit: bool,
     ) {
         let worker = &self.worker;
+        let metrics = &worker.state.metrics;
+        metrics.claims.inc_by(claimed.claims.len() as u64);
+        if at_submit {
+            metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);
+        }
+        let mut claims = std::mem::take(&mut claimed.claims).into_iter();
+        let (first, unopened) = match claims.next() {
+            Some(claim) => match targets.take(claim.delivery_id) {
+                Found::Ready(target) => (Some((claim, Some(target))), None),
+                Found::Missing => (Some((claim, None)), None),
+                Found::Unopened => (None, Some(claim)),
+            },
+            None => (None, None),
+        };
+        // Its endpoint is left alone before anything wakes the claiming loop, whose next
+        // claim then passes it by.
+        worker.hand_back_unopened(unopened.into_iter().collect());
         // A claim at submit takes one delivery: nothing is gained by waiting for more.
         let worth = worker.ended.visited(
             claimed.visited.iter().copied(),
@@ -221,23 +238,7 @@ impl Starter for Running {
         if let Some(after) = claimed.next_turn_in() {
             worker.state.wakeup.turn_after(after);
         }
-        let metrics = &worker.state.metrics;
-        metrics.claims.inc_by(claimed.claims.len() as u64);
-        if at_submit {
-            metrics.claims_at_submit.inc_by(claimed.claims.len() as u64);
-        }
         worker.follow_up(claimed.follow_up());
-        let mut claims = std::mem::take(&mut claimed.claims).into_iter();
-        let first = claims.next();
-        let (first, unopened) = match first {
-            Some(claim) => match targets.take(claim.delivery_id) {
-                Found::Ready(target) => (Some((claim, Some(target))), None),
-                Found::Missing => (Some((claim, None)), None),
-                Found::Unopened => (None, Some(claim)),
-            },
-            None => (None, None),
-        };
-        worker.hand_back_unopened(unopened.into_iter().collect());
         match first {
             Some((claim, target)) => {
                 self.spawn(claim, target, slot);

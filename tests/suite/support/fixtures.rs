@@ -104,6 +104,19 @@ pub async fn settle(apps: impl IntoIterator<Item = TestApp>) {
     }
 }
 
+/// Waits until the claiming loop has made no round for 100 ms (at most 5 s).
+pub async fn loop_at_rest(app: &TestApp) {
+    let rounds = &app.state.metrics.claim_rounds;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let before = rounds.get();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if rounds.get() == before || tokio::time::Instant::now() > deadline {
+            return;
+        }
+    }
+}
+
 /// Waits until `app`'s worker has committed `rounds` more claim transactions than when
 /// this was called: proof that it looked for work, for a check that nothing was sent to
 /// wait on instead of the clock.

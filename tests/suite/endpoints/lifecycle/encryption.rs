@@ -16,7 +16,7 @@ use crate::on_both_backends;
 use crate::support::fixtures::delivery_id;
 use crate::support::fixtures::rows;
 use crate::support::fixtures::submit;
-use crate::support::fixtures::{eventually, quick_worker, wait_for_state};
+use crate::support::fixtures::{eventually, loop_at_rest, quick_worker, wait_for_state};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
 fn new_key() -> String {
@@ -163,8 +163,11 @@ async fn stored_secrets_of(pool: &courier::db::Db) -> String {
 async fn a_process_without_the_key_hands_its_claims_back(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (old, new) = (new_key(), new_key());
+    // Its claiming loop makes rounds only when woken (each submission below wakes it), so
+    // none meets the claim at submit, which a round holding the free slots would turn away.
     let stale = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
+        config.poll_interval_ms = 600_000;
         config.encryption_key = Some(SecretKeys::parse(&old).unwrap());
     })
     .await;
@@ -174,18 +177,43 @@ async fn a_process_without_the_key_hands_its_claims_back(backend: Backend) {
     let receiver = Receiver::accepting().await;
     let (endpoint, secret) = api.create_endpoint(&admin, &receiver.url("new-key")).await;
     let mut deliveries = Vec::new();
-    // The first through the stale process itself: its claim at submit hands it back too.
-    for (n, through) in [&stale, &api, &api].into_iter().enumerate() {
-        let submitted = submit(through, &admin, &endpoint, json!({ "n": n }), None).await;
+    // The first through the stale process itself: its claim at submit hands it back. Its
+    // loop's first round (at start-up, which may still be under way) is over first.
+    let metrics = &stale.state.metrics;
+    eventually(
+        "the stale process looks",
+        Duration::from_secs(10),
+        || async { metrics.claim_rounds.get() > 0 },
+    )
+    .await;
+    loop_at_rest(&stale).await;
+    let submitted = submit(&stale, &admin, &endpoint, json!({ "n": 0 }), None).await;
+    deliveries.push(delivery_id(&submitted));
+    assert_eq!(
+        metrics.claims_at_submit.get(),
+        1,
+        "claimed at submit (claims {}, failed at submit {}, rounds {})",
+        metrics.claims.get(),
+        metrics.claims_at_submit_failed.get(),
+        metrics.claim_rounds.get()
+    );
+    assert_eq!(metrics.claims_unopened.get(), 1, "handed back at once");
+
+    // Submissions through another process (which wake the stale one's loop on PostgreSQL)
+    // and one through the stale process again (which wakes its loop on either backend,
+    // with no claim at submit for an endpoint left alone): its loop looks, and passes the
+    // endpoint by.
+    let rounds = metrics.claim_rounds.get();
+    for n in 1..3 {
+        let submitted = submit(&api, &admin, &endpoint, json!({ "n": n }), None).await;
         deliveries.push(delivery_id(&submitted));
     }
-    assert_eq!(stale.state.metrics.claims_at_submit.get(), 1);
-
-    let handed_back = || stale.state.metrics.claims_unopened.get();
+    let submitted = submit(&stale, &admin, &endpoint, json!({ "n": 3 }), None).await;
+    deliveries.push(delivery_id(&submitted));
     eventually(
-        "the stale process claims",
+        "the stale process looks",
         Duration::from_secs(10),
-        || async { handed_back() >= 1 },
+        || async { metrics.claim_rounds.get() > rounds },
     )
     .await;
     let pending = "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'pending'";
@@ -197,19 +225,22 @@ async fn a_process_without_the_key_hands_its_claims_back(backend: Backend) {
         }
     };
     eventually(
-        "its claims are handed back",
+        "its claim is handed back",
         Duration::from_secs(10),
-        || async { count(pending).await == 3 },
+        || async { count(pending).await == 4 },
     )
     .await;
-    let after_first_look = handed_back();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    loop_at_rest(&stale).await;
     assert_eq!(
-        handed_back(),
-        after_first_look,
+        metrics.claims_at_submit.get(),
+        1,
+        "none at submit while left alone"
+    );
+    assert_eq!(
+        metrics.claims_unopened.get(),
+        1,
         "it leaves the endpoint alone rather than claiming again"
     );
-    assert!(after_first_look <= 3, "each delivery handed back once");
     let attempts = "SELECT COUNT(*) AS n FROM delivery_attempts";
     assert_eq!(count(attempts).await, 0, "no attempt recorded");
     assert!(
@@ -225,11 +256,11 @@ async fn a_process_without_the_key_hands_its_claims_back(backend: Backend) {
     for delivery in &deliveries {
         wait_for_state(&api, &admin, delivery, "DELIVERED", Duration::from_secs(10)).await;
     }
-    let received = receiver.wait_for(3, Duration::from_secs(5)).await;
+    let received = receiver.wait_for(4, Duration::from_secs(5)).await;
     assert!(received
         .iter()
         .all(|webhook| webhook.verifies_with(&secret)));
-    assert_eq!(count(attempts).await, 3, "one attempt each");
+    assert_eq!(count(attempts).await, 4, "one attempt each");
 }
 
 on_both_backends!(

@@ -11,7 +11,9 @@ use serde_json::json;
 
 use super::{each_once, endpoint_with, most_in_any_window, RATE_WINDOW};
 use crate::on_both_backends;
-use crate::support::fixtures::{attempts, delivery, delivery_id, quick_worker, settle, submit};
+use crate::support::fixtures::{
+    attempts, delivery, delivery_id, loop_at_rest, quick_worker, settle, submit,
+};
 use crate::support::receiver::{answering_after, slow_first_attempt};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
 
@@ -24,19 +26,6 @@ async fn submit_one(app: &TestApp, admin: &str, endpoint: &str, n: usize) -> uui
         "submit answers with the delivery as created: {body}"
     );
     delivery_id(&body).parse().expect("a delivery id")
-}
-
-/// Waits until the claiming loop has made no round for 100 ms (at most 5 s).
-async fn loop_at_rest(app: &TestApp) {
-    let rounds = &app.state.metrics.claim_rounds;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let before = rounds.get();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if rounds.get() == before || tokio::time::Instant::now() > deadline {
-            return;
-        }
-    }
 }
 
 /// An app whose claiming loop rounds, which a submission could meet, are a second apart,
