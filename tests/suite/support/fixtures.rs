@@ -104,9 +104,17 @@ pub async fn settle(apps: impl IntoIterator<Item = TestApp>) {
     }
 }
 
-/// Waits until the claiming loop has made no round for 100 ms (at most 5 s).
+/// Waits until the claiming loop has finished its first round (at start-up, which a
+/// loaded machine can stretch past the first few requests) and then made no round for
+/// 100 ms (at most 5 s).
 pub async fn loop_at_rest(app: &TestApp) {
     let rounds = &app.state.metrics.claim_rounds;
+    eventually(
+        "the claiming loop's first round",
+        Duration::from_secs(10),
+        || async { rounds.get() > 0 },
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let before = rounds.get();

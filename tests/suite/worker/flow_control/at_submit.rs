@@ -404,7 +404,7 @@ async fn a_claim_made_at_submit_is_fenced_like_any_other() {
     .await;
     let admin = first.admin_token().await;
     let endpoint = endpoint_with(&first, &admin, &receiver, "slow", json!({})).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    loop_at_rest(&first).await;
     let id = submit_one(&first, &admin, &endpoint, 0).await;
     assert_eq!(first.state.metrics.claims_at_submit.get(), 1);
     let second = TestApp::spawn_with(&db, short_lease).await;
