@@ -25,8 +25,10 @@ use uuid::Uuid;
 mod postgres;
 mod release;
 mod sqlite;
+mod warm;
 
 pub use self::release::release;
+pub use self::warm::{warm_claiming_loop, warm_statements};
 
 use self::sqlite::claim_sqlite;
 use super::ended::Snapshot;
@@ -439,22 +441,6 @@ pub(crate) async fn settle(
     turns::set_turns_and_stage(txn, db, bus, &next, changes).await
 }
 
-/// Prepares and plans, on `txn`'s connection, the statements of a claim at submit
-/// (PostgreSQL), each asked for nothing: nothing is locked or written.
-pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
-    turns::lock_turns(
-        txn,
-        db,
-        1,
-        Turns::Of(Uuid::nil()),
-        DEFAULT_MAX_IN_FLIGHT,
-        Commit::AsConfigured,
-    )
-    .await?;
-    postgres::warm(txn, db).await?;
-    turns::warm_set_turns(txn).await
-}
-
 pub(super) fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Result<Taken, DbErr> {
     let token: Option<Uuid> = row.try_get("", "claim_token")?;
     let lease: Option<DateTime<Utc>> = row.try_get("", "claim_expires_at")?;
@@ -476,27 +462,4 @@ pub(super) fn claim_from(row: &QueryResult, previous_state: DeliveryState) -> Re
         event_type: row.try_get("", "event_type")?,
     };
     Ok((claim, row.try_get("", "updated_at")?))
-}
-
-/// Prepares and plans, on `txn`'s connection, the statements of the claiming loop's claims
-/// (PostgreSQL), each asked for nothing: nothing is locked or written.
-pub async fn warm_claiming_loop(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
-    // With and without full endpoints to look at again: two statements.
-    for revisit in [&[][..], &[Uuid::nil()][..]] {
-        turns::lock_turns(
-            txn,
-            db,
-            1,
-            Turns::Ready {
-                revisit,
-                except: &[],
-                among: None,
-            },
-            DEFAULT_MAX_IN_FLIGHT,
-            Commit::Relaxed,
-        )
-        .await?;
-    }
-    postgres::warm(txn, db).await?;
-    turns::warm_set_turns(txn).await
 }

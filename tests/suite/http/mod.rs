@@ -1,7 +1,7 @@
-//! The HTTP surface: connection limits and timeouts, cross-origin calls, hardening against slow or hostile clients, hostile GraphQL documents,
-//! control characters in arguments,
-//! documents served from the parse cache, GraphQL over WebSocket (and what one connection's
-//! subscriptions may cost), and the GraphiQL page.
+//! The HTTP surface: connection limits and timeouts, cross-origin calls, hardening against
+//! slow or hostile clients, hostile GraphQL documents, control characters in arguments,
+//! documents served from the parse cache, the routes open without a key, GraphQL over
+//! WebSocket (and what one connection's subscriptions may cost), and the GraphiQL page.
 
 mod connections;
 mod control_characters;
@@ -10,6 +10,7 @@ mod graphiql;
 mod hostile_documents;
 mod http_hardening;
 mod known_documents;
+mod open_routes;
 mod subscription_limits;
 mod websocket;
 mod websocket_operations;
