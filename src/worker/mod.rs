@@ -309,6 +309,7 @@ impl Worker {
             only: None,
             shares: self.shares.snapshot(),
             left_alone: self.unopened.snapshot(),
+            attempts_per_cycle: Some(self.policy.attempts_per_cycle()),
         };
         let began = std::time::Instant::now();
         let claiming = claimer::claim(self.claimer.as_ref(), db, &self.state.bus, keys, request);

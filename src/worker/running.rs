@@ -192,6 +192,7 @@ impl Starter for Running {
             only: Some(endpoint_id),
             shares,
             left_alone: Vec::new(),
+            attempts_per_cycle: Some(self.worker.policy.attempts_per_cycle()),
         }
     }
 

@@ -51,12 +51,20 @@ pub const DEFAULT_MAX_IN_FLIGHT: u32 = 32;
 /// made and no outcome of it was recorded (its process died, or the receiver answered
 /// slower than the lease); nothing for a `pending` one. So a receiver slower than the
 /// lease gets at most the cycle's attempts, not one request per lease forever (see
-/// [`Claim::attempts_spent`]).
+/// [`Claim::attempts_spent`]). The sum is bounded by [`ClaimRequest::attempts_per_cycle`].
 const RETAKEN: &str = "CASE WHEN {state} = 'processing' THEN 1 ELSE 0 END";
 
 /// [`RETAKEN`] for a row whose state before the claim is the SQL `state`.
 pub(super) fn retaken(state: &str) -> String {
     crate::db::sql::fill(RETAKEN, &[("state", state)])
+}
+
+/// [`ClaimRequest::attempts_per_cycle`] as the claim statements' bound (the largest `int4`
+/// for none).
+pub(super) fn attempts_bound(request: &ClaimRequest) -> i32 {
+    request
+        .attempts_per_cycle
+        .map_or(i32::MAX, |most| i32::try_from(most).unwrap_or(i32::MAX))
 }
 
 /// A delivery this worker now holds.
@@ -115,6 +123,12 @@ pub struct ClaimRequest {
     /// Endpoints whose secret this process could not open lately (see
     /// [`super::unopened`]): left to other processes' claims.
     pub left_alone: Vec<Uuid>,
+    /// The attempts of a cycle under this process's retry schedule. A claim that retakes
+    /// an expired lease counts the lost request as an attempt, never past these: a claim
+    /// that found them spent made no request (see [`Claim::attempts_spent`]), so retaking
+    /// it, when its outcome was not recorded within its own lease, adds none. `None`: no
+    /// bound.
+    pub attempts_per_cycle: Option<u32>,
 }
 
 /// What a claim did.
@@ -192,6 +206,7 @@ pub async fn claim_due(
         only: None,
         shares: share::Snapshot::default(),
         left_alone: Vec::new(),
+        attempts_per_cycle: None,
     };
     let mut claimed = claim(db, bus, request).await?;
     claimed.follow_up().run(db, bus).await?;
@@ -360,13 +375,11 @@ pub(crate) async fn claim_in(
     request.shares.fit(&endpoints, &mut wants);
     let (taken, rows, facts) = match db.backend() {
         DbBackend::Postgres => {
-            let here =
-                postgres::claim(txn, db, &standings, &wants, request.lease, &ended.ended).await?;
+            let here = postgres::claim(txn, db, &standings, &wants, request, &ended.ended).await?;
             (here.taken, here.rows, here.facts)
         }
         _ => {
-            let taken =
-                claim_sqlite(txn, db, &standings, &wants, request.lease, &ended.ended).await?;
+            let taken = claim_sqlite(txn, db, &standings, &wants, request, &ended.ended).await?;
             let mut per_endpoint: HashMap<Uuid, u32> = HashMap::new();
             for (claim, _) in &taken {
                 *per_endpoint.entry(claim.endpoint_id).or_default() += 1;

@@ -10,7 +10,7 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, QueryResult, Value};
 use uuid::Uuid;
 
-use super::{claim_from, retaken, Taken};
+use super::{attempts_bound, claim_from, retaken, ClaimRequest, Taken};
 use crate::db::Db;
 use crate::service::flow::{Facts, Standing};
 use crate::worker::targets;
@@ -20,7 +20,8 @@ use crate::worker::targets;
 /// be recorded) and the earliest of their leases; then its due rows in due order (`pending`
 /// and due, or `processing` with an expired lease: a `processing` row's `next_attempt_at`
 /// is its lease expiry), at most its free slots, locked skipping rows another transaction
-/// holds; the UPDATE gives each a fresh token and a lease of `$4`, on the database's clock.
+/// holds; the UPDATE gives each a fresh token and a lease of `$4`, on the database's clock,
+/// and counts a retaken lease as an attempt, up to the cycle's `$6`.
 /// A row is claimed only if this UPDATE returned it. The statement starts after the turns
 /// are locked, so it sees every claim committed before it.
 ///
@@ -67,7 +68,7 @@ WITH turns AS MATERIALIZED (
     UPDATE webhook_deliveries AS w
     SET state = 'processing', claim_token = gen_random_uuid(), claim_expires_at = {after($4)},
         next_attempt_at = {after($4)}, updated_at = {now},
-        cycle_attempts = w.cycle_attempts + {retaken}
+        cycle_attempts = LEAST(w.cycle_attempts + {retaken}, $6::int4)
     FROM due
     JOIN submissions s ON s.id = due.submission_id
     JOIN endpoints e ON e.id = due.endpoint_id
@@ -99,14 +100,14 @@ pub(super) struct ClaimedHere {
 }
 
 /// Steps 2 and 3: claims up to `wants` of each of `standings` (a want of 0 claims nothing
-/// and still reads the endpoint's facts) for `lease`, leaving the `ended` requests out of
-/// in-flight counts.
+/// and still reads the endpoint's facts) for the `request`'s lease, leaving the `ended`
+/// requests out of in-flight counts.
 pub(super) async fn claim(
     txn: &DatabaseTransaction,
     db: &Db,
     standings: &[Standing],
     wants: &[u32],
-    lease: Duration,
+    request: &ClaimRequest,
     ended: &[Uuid],
 ) -> Result<ClaimedHere, DbErr> {
     let wanted: Vec<(Uuid, i32, i32)> = standings
@@ -118,7 +119,13 @@ pub(super) async fn claim(
         })
         .collect();
     let returned = txn
-        .query_all_raw(statement(db, &wanted, lease, ended))
+        .query_all_raw(statement(
+            db,
+            &wanted,
+            request.lease,
+            ended,
+            attempts_bound(request),
+        ))
         .await?;
     let mut taken = Vec::with_capacity(returned.len());
     let mut facts: HashMap<Uuid, Facts> = HashMap::with_capacity(standings.len());
@@ -166,6 +173,7 @@ fn statement(
     wanted: &[(Uuid, i32, i32)],
     lease: Duration,
     ended: &[Uuid],
+    attempts_bound: i32,
 ) -> sea_orm::Statement {
     let clock = db.clock();
     let values = [
@@ -174,6 +182,7 @@ fn statement(
         Value::from(wanted.iter().map(|w| w.2).collect::<Vec<_>>()),
         clock.after(lease),
         Value::from(ended.to_vec()),
+        Value::from(attempts_bound),
     ];
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let sql = SQL.get_or_init(|| {
@@ -188,7 +197,7 @@ fn statement(
 /// Prepares and plans the statement on `txn`'s connection, asking for nothing: nothing is
 /// locked or written.
 pub(super) async fn warm(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
-    txn.query_all_raw(statement(db, &[], Duration::from_secs(1), &[]))
+    txn.query_all_raw(statement(db, &[], Duration::from_secs(1), &[], i32::MAX))
         .await?;
     Ok(())
 }

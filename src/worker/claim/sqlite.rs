@@ -3,12 +3,11 @@
 //! UPDATE of them all.
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbErr, Value};
-use std::time::Duration;
 use uuid::Uuid;
 
 use entity::webhook_delivery::DeliveryState;
 
-use super::{claim_from, Taken};
+use super::{attempts_bound, claim_from, ClaimRequest, Taken};
 use crate::db::sql::fill;
 use crate::db::Db;
 use crate::service::flow::Standing;
@@ -25,12 +24,13 @@ const DUE_SQLITE: &str = "SELECT id, state AS previous_state FROM webhook_delive
      ORDER BY next_attempt_at LIMIT $2";
 
 /// ... and the UPDATE, guarded by the due conditions again (the write transaction excludes
-/// every other writer, so they hold); `randomblob(16)` is a fresh UUID's bytes.
+/// every other writer, so they hold), counting a retaken lease as an attempt up to the
+/// cycle's `$2`; `randomblob(16)` is a fresh UUID's bytes.
 const CLAIM_SQLITE: &str = "\
 UPDATE webhook_deliveries
 SET state = 'processing', claim_token = randomblob(16), claim_expires_at = {after($1)},
     next_attempt_at = {after($1)}, updated_at = {now},
-    cycle_attempts = cycle_attempts + {retaken}
+    cycle_attempts = MIN(cycle_attempts + {retaken}, $2)
 WHERE state IN ('pending', 'processing')
   AND next_attempt_at <= {now}
   AND id {ids}
@@ -43,7 +43,7 @@ pub(super) async fn claim_sqlite(
     db: &Db,
     standings: &[Standing],
     wants: &[u32],
-    lease: Duration,
+    request: &ClaimRequest,
     ended: &[Uuid],
 ) -> Result<Vec<Taken>, DbErr> {
     let mut previous: Vec<(Uuid, DeliveryState)> = Vec::new();
@@ -79,11 +79,14 @@ pub(super) async fn claim_sqlite(
         return Ok(Vec::new());
     }
     let ids: Vec<Uuid> = previous.iter().map(|(id, _)| *id).collect();
-    let (list, id_values) = Db::id_list(db.backend(), 2, &ids, false);
+    let (list, id_values) = Db::id_list(db.backend(), 3, &ids, false);
     let retaken = super::retaken("state");
     let sql = fill(CLAIM_SQLITE, &[("ids", &list), ("retaken", &retaken)]);
     let clock = db.clock();
-    let mut values = vec![clock.after(lease)];
+    let mut values = vec![
+        clock.after(request.lease),
+        Value::from(attempts_bound(request)),
+    ];
     values.extend(id_values);
     let claimed = txn.query_all_raw(clock.statement(&sql, values)).await?;
     // RETURNING on SQLite can only name the updated table: the previous states come from above.

@@ -10,7 +10,7 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 
 use crate::on_both_backends;
-use crate::support::fixtures::delivery_id;
+use crate::support::fixtures::{delivery_id, expire_leases};
 use crate::support::fixtures::{endpoint_on, quick_worker, wait_for_state};
 use crate::support::fixtures::{eventually, row_counts, submit, submit_as_one_group};
 use crate::support::{Backend, PartitionProxy, Receiver, Reply, TestApp, TestDb};
@@ -160,9 +160,64 @@ async fn a_receiver_slower_than_the_lease_gets_the_cycles_attempts(backend: Back
     .await;
 }
 
+/// A claim that found its cycle's attempts spent makes no request; should its outcome
+/// (`FAILED`) not be recorded within its own lease (a busy recorder, a process that
+/// stopped), the claim that retakes it adds no attempt for it: the delivery still ends
+/// with the cycle's attempts (before, each such retake added one, and `cycleAttempts`
+/// went past the cycle).
+async fn retaking_a_spent_cycle_adds_no_attempt(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::accepting().await;
+    let api = TestApp::spawn(&db).await;
+    let admin = api.admin_token().await;
+    let endpoint = endpoint_on(&api, &admin, &receiver, "spent").await;
+    let id = delivery_id(&submit(&api, &admin, &endpoint, json!({ "n": 1 }), None).await);
+    // As a claim that found the cycle's three attempts spent (the last outlived its lease)
+    // leaves it when its own lease runs out before its outcome is recorded.
+    {
+        use entity::webhook_delivery::{DeliveryState, Entity};
+        use sea_orm::{ActiveModelTrait as _, EntityTrait as _, IntoActiveModel as _, Set};
+        let pool = &api.state.db;
+        let uuid = uuid::Uuid::parse_str(&id).expect("a delivery id");
+        let row = Entity::find_by_id(uuid)
+            .one(pool.conn())
+            .await
+            .expect("read the delivery")
+            .expect("the delivery");
+        let lease = chrono::Utc::now() + chrono::Duration::minutes(1);
+        let mut row = row.into_active_model();
+        row.state = Set(DeliveryState::Processing);
+        row.cycle_attempts = Set(3);
+        row.claim_token = Set(Some(uuid::Uuid::new_v4()));
+        row.claim_expires_at = Set(Some(lease));
+        row.next_attempt_at = Set(Some(lease));
+        row.update(pool.conn()).await.expect("hold the delivery");
+        expire_leases(pool).await;
+    }
+    let worker = TestApp::spawn_with(&db, quick_worker).await;
+    let failed = wait_for_state(&worker, &admin, &id, "FAILED", Duration::from_secs(10)).await;
+    assert_eq!(
+        failed["cycleAttempts"], 3,
+        "the cycle's three attempts, no more: {failed}"
+    );
+    assert!(
+        failed["lastError"]
+            .as_str()
+            .is_some_and(|error| error.contains("attempts are spent")),
+        "{failed}"
+    );
+    assert_eq!(
+        failed["attempts"],
+        json!([]),
+        "no attempt recorded: {failed}"
+    );
+    assert!(receiver.received().is_empty(), "no request made");
+}
+
 on_both_backends!(
     a_refused_outcome_holds_up_no_other,
-    a_receiver_slower_than_the_lease_gets_the_cycles_attempts
+    a_receiver_slower_than_the_lease_gets_the_cycles_attempts,
+    retaking_a_spent_cycle_adds_no_attempt
 );
 
 /// The connection drops after a submission's statement was sent and committed, before its
