@@ -33,9 +33,15 @@ pub fn loaders<'a>(ctx: &Context<'a>) -> Result<&'a super::loaders::Loaders, Err
         )))
 }
 
-/// Parses a GraphQL `ID` as a UUID; anything else is `BAD_USER_INPUT`.
+/// Parses a GraphQL `ID` as a UUID in its hyphenated form, as Courier writes IDs (either
+/// case); anything else, other spellings of a UUID included, is `BAD_USER_INPUT`.
 pub fn parse_id(id: &ID, what: &str) -> Result<Uuid, Error> {
-    Uuid::parse_str(id.as_str()).map_err(|_| Error::bad_input(format!("{what} is not a valid ID")))
+    let invalid = || Error::bad_input(format!("{what} is not a valid ID"));
+    // The hyphenated form is the one 36 characters long (simple, braced and URN differ).
+    if id.len() != 36 {
+        return Err(invalid());
+    }
+    Uuid::parse_str(id.as_str()).map_err(|_| invalid())
 }
 
 /// A row that a foreign key guarantees is gone: an internal error, never the caller's fault.

@@ -127,6 +127,16 @@ async fn only_failed_deliveries_can_be_replayed(backend: Backend) {
         Some("BAD_USER_INPUT"),
         "{malformed}"
     );
+    // An ID is a UUID as Courier writes it (in either case), not another spelling of one.
+    let simple = id.replace('-', "");
+    for other in [format!("{{{id}}}"), simple, format!("urn:uuid:{id}")] {
+        let answer = app.graphql(&admin, REPLAY, json!({ "id": other })).await;
+        assert_eq!(gql_error_code(&answer), Some("BAD_USER_INPUT"), "{answer}");
+    }
+    let upper = app
+        .graphql(&admin, REPLAY, json!({ "id": id.to_uppercase() }))
+        .await;
+    assert_not_replayable(&upper, "DELIVERED", None);
 
     app.state
         .db
