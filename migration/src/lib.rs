@@ -2,6 +2,8 @@
 
 pub use sea_orm_migration::prelude::*;
 
+pub use m20261212_000001_listener_index::LISTENS;
+
 mod m20261130_000001_create_tables;
 mod m20261130_000010_event_fanout;
 mod m20261201_000001_endpoint_lifecycle;
@@ -20,6 +22,7 @@ mod m20261210_000001_recorded_attempts;
 mod m20261211_000001_events_by_time;
 mod m20261211_000002_failed_by_time;
 mod m20261211_000003_state_in_endpoint_indexes;
+mod m20261212_000001_listener_index;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -46,6 +49,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261211_000001_events_by_time::Migration),
             Box::new(m20261211_000002_failed_by_time::Migration),
             Box::new(m20261211_000003_state_in_endpoint_indexes::Migration),
+            Box::new(m20261212_000001_listener_index::Migration),
         ]
     }
 }

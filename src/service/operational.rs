@@ -146,16 +146,23 @@ pub fn is_reserved(event_type: &str) -> bool {
         || crate::service::event_types::skeleton(event_type).starts_with(RESERVED.as_str())
 }
 
+/// Every operational event type.
+pub const OPERATIONAL_TYPES: [&str; 4] = [
+    ENDPOINT_DISABLED,
+    ENDPOINT_ENABLED,
+    ENDPOINT_PAUSED,
+    DELIVERY_FAILED,
+];
+
+/// PostgreSQL: whether an endpoint row lists any of [`OPERATIONAL_TYPES`] in `eventTypes`
+/// (a listener), spelled as the partial index of listeners is (so statements asking it
+/// read that index rather than every endpoint).
+pub use migration::LISTENS;
+
 /// Whether `event_type` is one of the operational events: a delivery of one that fails, or
 /// is asked to wait, is not announced again.
 pub fn is_operational(event_type: &str) -> bool {
-    [
-        ENDPOINT_DISABLED,
-        ENDPOINT_ENABLED,
-        ENDPOINT_PAUSED,
-        DELIVERY_FAILED,
-    ]
-    .contains(&event_type)
+    OPERATIONAL_TYPES.contains(&event_type)
 }
 
 /// The ordering key of the events about `endpoint_id`: they line up per listener.
@@ -270,4 +277,20 @@ async fn publish_one(
     let rows = fan_out_rows(&event, targets);
     insert_fan_out(txn, backend, &event, &rows).await?;
     Ok(rows.into_iter().map(|row| row.created).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listeners_index_names_every_operational_type_and_no_other() {
+        for event_type in OPERATIONAL_TYPES {
+            assert!(LISTENS.contains(&format!("'{event_type}'")), "{event_type}");
+        }
+        assert_eq!(
+            LISTENS.matches("'courier.").count(),
+            OPERATIONAL_TYPES.len()
+        );
+    }
 }

@@ -8,11 +8,20 @@
 //! endpoints in the order their outcomes came, deadlocked, and PostgreSQL broke the tie by
 //! failing one after a second, so outcomes were recorded late (and sent again when leases
 //! ran out meanwhile).
+//!
+//! A recording that may announce something (a failed delivery, a pause, a disable) also
+//! fans an operational event out to the endpoints listening for it, share-locking them: so
+//! it locks the listeners in the same pass. Taken later, after its own endpoints, that
+//! share lock waited for a recording that held the listener (settling the listener's own
+//! deliveries) and waited in turn for one of this recording's endpoints.
 
 use std::collections::{BTreeSet, HashSet};
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
 use uuid::Uuid;
+
+use crate::db::sql::fill;
+use crate::service::operational;
 
 /// Locks, in id order, the endpoints `$2` a recording will write or share-lock, and those of
 /// `$1` whose run of failures a success would end (a healthy endpoint's row stays unlocked
@@ -24,6 +33,20 @@ WHERE id = ANY($1::uuid[]) AND (id = ANY($2::uuid[]) OR consecutive_failures <> 
 ORDER BY id
 FOR NO KEY UPDATE";
 
+/// [`LOCK_ENDPOINTS`] with the enabled listeners of operational events that may hear about
+/// the endpoints `$1` (those of their tenant, and those without one; see
+/// [`crate::service::operational`]). `{listens}` is [`operational::LISTENS`].
+const LOCK_ENDPOINTS_AND_LISTENERS: &str = "\
+SELECT id FROM endpoints
+WHERE (id = ANY($1::uuid[]) AND (id = ANY($2::uuid[]) OR consecutive_failures <> 0))
+   OR id = ANY(ARRAY(
+       SELECT l.id FROM endpoints l
+       WHERE l.{listens} AND NOT l.disabled
+         AND (l.tenant_id IS NULL
+              OR l.tenant_id IN (SELECT s.tenant_id FROM endpoints s WHERE s.id = ANY($1::uuid[])))))
+ORDER BY id
+FOR NO KEY UPDATE";
+
 /// The endpoints of a recording's outcomes: those it settles (delivered, failed) and those
 /// it certainly writes or share-locks (a retry's parking rule, a failure, a pause, a
 /// `410 Gone`, a keyed delivery's hand-on of its line).
@@ -31,6 +54,8 @@ FOR NO KEY UPDATE";
 pub(super) struct EndpointLocks {
     settled: BTreeSet<Uuid>,
     written: BTreeSet<Uuid>,
+    /// Whether an outcome may be announced (see [`EndpointLocks::may_announce`]).
+    announcing: bool,
 }
 
 impl EndpointLocks {
@@ -42,6 +67,13 @@ impl EndpointLocks {
         } else {
             self.settled.insert(endpoint_id);
         }
+    }
+
+    /// Notes an outcome that may be announced by an operational event (a failed delivery,
+    /// which may also disable its endpoint; a pause; a `410 Gone`): the listeners are
+    /// locked too.
+    pub(super) fn may_announce(&mut self) {
+        self.announcing = true;
     }
 
     /// Takes the locks, and returns the endpoints locked (PostgreSQL), or `None` when none
@@ -61,9 +93,19 @@ impl EndpointLocks {
         }
         let all: Vec<Uuid> = self.settled.union(&self.written).copied().collect();
         let written: Vec<Uuid> = self.written.into_iter().collect();
+        static WITH_LISTENERS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            fill(
+                LOCK_ENDPOINTS_AND_LISTENERS,
+                &[("listens", operational::LISTENS)],
+            )
+        });
+        let sql = match self.announcing {
+            true => WITH_LISTENERS.as_str(),
+            false => LOCK_ENDPOINTS,
+        };
         txn.query_all_raw(Statement::from_sql_and_values(
             backend,
-            LOCK_ENDPOINTS,
+            sql,
             [Value::from(all), Value::from(written)],
         ))
         .await?

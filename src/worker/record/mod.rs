@@ -226,12 +226,19 @@ async fn record_in(
     // A keyed delivery that settles hands its line on, and the hand-on share-locks the
     // line's endpoint (the parking rule): left out here, that lock would come after
     // higher ids were locked, and two recorders could each hold what the other waits for.
+    // One that may be announced (a delivery failed, which may also disable its endpoint;
+    // a `410 Gone`; a pause) locks the listeners of operational events too.
     let mut endpoint_locks = EndpointLocks::default();
     for (index, _, state, _) in &fresh {
         let attempt = &attempts[*index];
-        let written = *state != DeliveryState::Delivered
+        let announcing = *state == DeliveryState::Failed
             || health::is_gone(&attempt.outcome)
-            || attempt.outcome.retry_after.is_some()
+            || attempt.outcome.retry_after.is_some();
+        if announcing {
+            endpoint_locks.may_announce();
+        }
+        let written = announcing
+            || *state != DeliveryState::Delivered
             || attempt.claim.ordering_key.is_some();
         endpoint_locks.note(attempt.claim.endpoint_id, written);
     }

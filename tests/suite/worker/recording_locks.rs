@@ -34,14 +34,26 @@ async fn settled(db: &courier::db::Db) -> (i64, i64) {
 /// Every outcome is recorded at its first try, and PostgreSQL breaks no deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recorders_across_instances_lock_endpoints_in_one_order() {
-    settle_across_instances(|_| None).await;
+    settle_across_instances(|_| None, false).await;
+}
+
+/// The same with an endpoint listening for `courier.delivery.failed`: each recording that
+/// fails a delivery also fans its event out to the listener (share-locking it), while other
+/// recordings settle the listener's own deliveries (handing their lines on). Before, a
+/// recording holding a failing endpoint waited for the listener, held by a recording that
+/// waited for that failing endpoint: PostgreSQL broke a deadlock every few failures, and
+/// the retried outcomes came seconds late (some after their leases, failing deliveries
+/// whose receivers had answered 200).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recorders_announcing_failures_lock_the_listeners_in_the_same_order() {
+    settle_across_instances(|_| None, true).await;
 }
 
 /// The same with ordering keys, each key used on every endpoint: every settled head hands
 /// its line on, on endpoints whose other outcomes another recorder is settling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keyed_recorders_across_instances_lock_endpoints_in_one_order() {
-    settle_across_instances(|n| Some(format!("k{}", n % 10))).await;
+    settle_across_instances(|n| Some(format!("k{}", n % 10)), false).await;
 }
 
 /// A recording that waits for an endpoint row (here the share lock its
@@ -135,11 +147,15 @@ async fn a_recorder_waiting_for_an_endpoint_holds_no_shared_counter() {
 }
 
 /// Submits 240 deliveries (with the ordering key `key_of` gives each) through three
-/// instances to eight endpoints, settles them as described above, and checks no recording
-/// was retried and no deadlock broken.
-async fn settle_across_instances(key_of: fn(usize) -> Option<String>) {
+/// instances to eight endpoints, settles them as described above (with an endpoint
+/// `listening` for `courier.delivery.failed`, which takes every event), and checks no
+/// recording was retried and no deadlock broken.
+async fn settle_across_instances(key_of: fn(usize) -> Option<String>, listening: bool) {
     let db = TestDb::new(Backend::Postgres).await;
     let receiver = Receiver::start_by_body(|body, nth| {
+        if body.get("type").is_some() {
+            return Reply::status(200);
+        }
         let n = body["n"].as_u64().unwrap_or(0);
         let failing = match n % 3 {
             0 => true,
@@ -162,6 +178,16 @@ async fn settle_across_instances(key_of: fn(usize) -> Option<String>) {
     ]);
     let admin = apps[0].admin_token().await;
     let mut endpoints = Vec::new();
+    // One event per failed delivery, each delivered. The listener is created first: its
+    // id (a UUIDv7) comes before the others', so the order in which recordings lock the
+    // endpoints' rows takes it first.
+    let (announced, types) = match listening {
+        true => (80, &["courier.delivery.failed"][..]),
+        false => (0, &[][..]),
+    };
+    if listening {
+        ops_endpoint(&apps[0], &admin, &receiver, "listener", None, types).await;
+    }
     for n in 0..8 {
         endpoints.push(endpoint_on(&apps[0], &admin, &receiver, &format!("shared-{n}")).await);
     }
@@ -193,12 +219,12 @@ async fn settle_across_instances(key_of: fn(usize) -> Option<String>) {
     eventually(
         "every delivery settles",
         Duration::from_secs(60),
-        || async { settled(&counts).await.0 + settled(&counts).await.1 == 240 },
+        || async { settled(&counts).await.0 + settled(&counts).await.1 == 240 + announced },
     )
     .await;
     assert_eq!(
         settled(&counts).await,
-        (160, 80),
+        (160 + announced, 80),
         "every delivery settled as its receiver said"
     );
     let retries: Vec<u64> = apps
