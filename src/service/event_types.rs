@@ -8,6 +8,7 @@ use unicode_normalization::UnicodeNormalization as _;
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory as _};
 
 use crate::error::{Error, Result};
+use crate::service::operational;
 
 /// Longest event type, in characters.
 pub const MAX_EVENT_TYPE_CHARS: usize = 255;
@@ -90,7 +91,10 @@ fn small_capital(c: char) -> Option<char> {
 }
 
 /// Checks a subscription list and gives its stored form: each type valid, duplicates
-/// dropped, sorted; `[]` subscribes to every type.
+/// dropped, sorted; `[]` subscribes to every type. A reserved type (see
+/// [`operational::is_reserved`]) must be one of the operational events Courier publishes:
+/// any other (a typo such as `courier.endpoint.disable`, or a look-alike) would never be
+/// heard.
 pub fn subscription(types: Vec<String>) -> Result<Value> {
     if types.len() > MAX_SUBSCRIBED_TYPES {
         return Err(Error::bad_input(format!(
@@ -101,6 +105,16 @@ pub fn subscription(types: Vec<String>) -> Result<Value> {
         .iter()
         .map(|event_type| validate(event_type))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(unknown) = valid
+        .iter()
+        .find(|t| operational::is_reserved(t) && !operational::is_operational(t))
+    {
+        return Err(Error::bad_input(format!(
+            "`{unknown}` is reserved and Courier publishes no such event; its operational \
+             events are {}",
+            operational::OPERATIONAL_TYPES.join(", ")
+        )));
+    }
     valid.sort();
     valid.dedup();
     Ok(Value::Array(valid.into_iter().map(Value::String).collect()))
@@ -122,6 +136,26 @@ pub fn subscribed(stored: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subscription_lists_only_reserved_types_courier_publishes() {
+        let listed = subscription(vec![
+            "courier.delivery.failed".into(),
+            "courier.endpoint.disabled".into(),
+            "order.paid".into(),
+        ]);
+        assert!(listed.is_ok(), "{listed:?}");
+        for unknown in [
+            "courier.endpoint.disable",
+            "courier.test",
+            "Courier.Delivery.Failed",
+            "\u{441}ourier.delivery.failed",
+        ] {
+            let refused = subscription(vec!["order.paid".into(), unknown.into()]);
+            let message = refused.expect_err(unknown).to_string();
+            assert!(message.contains("courier.delivery.failed"), "{message}");
+        }
+    }
 
     #[test]
     fn types_are_short_names_without_spaces() {

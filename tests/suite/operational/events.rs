@@ -222,6 +222,34 @@ async fn publish_refuses_the_reserved_types(backend: Backend) {
         .await,
         0
     );
+
+    // An endpoint may listen only for the reserved types Courier publishes: a typo, or a
+    // look-alike, would never be heard. Creating or updating with one writes nothing.
+    const CREATE: &str = "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }";
+    const UPDATE: &str = "mutation($id: ID!, $input: UpdateEndpointInput!) { updateEndpoint(id: $id, input: $input) { endpoint { eventTypes } } }";
+    let endpoints = "SELECT COUNT(*) AS n FROM endpoints";
+    let before = count(&app.state.db, endpoints, vec![]).await;
+    for event_type in ["courier.endpoint.disable", "Courier.delivery.failed"] {
+        let input = json!({
+            "name": "typo",
+            "url": "https://example.com/typo",
+            "eventTypes": ["order.paid", event_type],
+        });
+        let body = app.graphql(&admin, CREATE, json!({ "input": input })).await;
+        assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+        let input = json!({ "eventTypes": [event_type] });
+        let body = app
+            .graphql(&admin, UPDATE, json!({ "id": endpoint, "input": input }))
+            .await;
+        assert_eq!(gql_error_code(&body), Some("BAD_USER_INPUT"), "{body}");
+    }
+    assert_eq!(count(&app.state.db, endpoints, vec![]).await, before);
+    let listed = "SELECT COUNT(*) AS n FROM endpoints WHERE event_types <> '[]'";
+    assert_eq!(
+        count(&app.state.db, listed, vec![]).await,
+        1,
+        "only the operations endpoint lists types"
+    );
 }
 
 on_both_backends!(
