@@ -224,6 +224,9 @@ impl Endpoints {
         let bus = &self.bus;
         let (endpoint, secret, was_disabled, made_due, staged) = db
             .transaction(|txn| async move {
+                if disabled.is_some() {
+                    switch::lock_for_switch(&*txn, db.backend(), id).await?;
+                }
                 let Some(current) = endpoint::Entity::find_by_id(id)
                     .lock_exclusive()
                     .one(&*txn)

@@ -159,6 +159,20 @@ pub const OPERATIONAL_TYPES: [&str; 4] = [
 /// read that index rather than every endpoint).
 pub use migration::LISTENS;
 
+/// PostgreSQL: the ids of the enabled listeners that may hear about the endpoints whose ids
+/// the SQL array `subjects` holds (listeners of their tenants, and those without one). A
+/// transaction that may announce locks these with its own endpoints, in one id order,
+/// before [`publish`] share-locks them: taken after its own, that share lock could wait for
+/// a transaction holding a listener and waiting in turn for one of its endpoints.
+pub fn listeners_of(subjects: &str) -> String {
+    format!(
+        "SELECT l.id FROM endpoints l \
+         WHERE l.{LISTENS} AND NOT l.disabled \
+           AND (l.tenant_id IS NULL \
+                OR l.tenant_id IN (SELECT s.tenant_id FROM endpoints s WHERE s.id = ANY({subjects})))"
+    )
+}
+
 /// Whether `event_type` is one of the operational events: a delivery of one that fails, or
 /// is asked to wait, is not announced again.
 pub fn is_operational(event_type: &str) -> bool {

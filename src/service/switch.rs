@@ -37,6 +37,15 @@ const PARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = NULL, update
 const UNPARK: &str = "UPDATE webhook_deliveries SET next_attempt_at = {now}, updated_at = {now} \
      WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL AND NOT waiting";
 
+/// PostgreSQL: the endpoint `$1` and the listeners that hear of its switch, locked in one
+/// id order (`{listeners}`: [`operational::listeners_of`]), all `FOR UPDATE` as an update
+/// of the endpoint locks it.
+const LOCK_FOR_SWITCH: &str = "\
+SELECT id FROM endpoints
+WHERE id = $1 OR id = ANY(ARRAY({listeners}))
+ORDER BY id
+FOR UPDATE";
+
 /// Why an endpoint is disabled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DisabledReason {
@@ -63,6 +72,33 @@ impl DisabledReason {
 /// otherwise the creation of every delivery of its operational event, to stage with the
 /// transaction's other changes.
 pub type Switched = Option<Vec<StateChange>>;
+
+/// Locks, inside `txn` and before anything else of the endpoint is locked, the endpoint an
+/// operator is about to switch and the listeners that will hear of it, in one id order
+/// (PostgreSQL; SQLite's write transaction excludes every other writer). Locked one by one
+/// (the endpoint for the update, then the listeners as the event is published), they
+/// could deadlock with a recording that holds a listener and waits for that endpoint (see
+/// `worker::record::endpoint_locks`).
+pub async fn lock_for_switch(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+    endpoint_id: Uuid,
+) -> Result<(), DbErr> {
+    if backend != DbBackend::Postgres {
+        return Ok(());
+    }
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let listeners = operational::listeners_of("ARRAY[$1::uuid]");
+        crate::db::sql::fill(LOCK_FOR_SWITCH, &[("listeners", &listeners)])
+    });
+    txn.query_all_raw(sea_orm::Statement::from_sql_and_values(
+        backend,
+        SQL.as_str(),
+        [endpoint_id.into()],
+    ))
+    .await?;
+    Ok(())
+}
 
 /// Disables the endpoint for `reason` inside `txn`, parks its waiting deliveries and
 /// publishes `courier.endpoint.disabled`. Log it with [`log_disabled`] once `txn` commits.

@@ -34,16 +34,11 @@ ORDER BY id
 FOR NO KEY UPDATE";
 
 /// [`LOCK_ENDPOINTS`] with the enabled listeners of operational events that may hear about
-/// the endpoints `$1` (those of their tenant, and those without one; see
-/// [`crate::service::operational`]). `{listens}` is [`operational::LISTENS`].
+/// the endpoints `$1` (`{listeners}`: [`operational::listeners_of`]).
 const LOCK_ENDPOINTS_AND_LISTENERS: &str = "\
 SELECT id FROM endpoints
 WHERE (id = ANY($1::uuid[]) AND (id = ANY($2::uuid[]) OR consecutive_failures <> 0))
-   OR id = ANY(ARRAY(
-       SELECT l.id FROM endpoints l
-       WHERE l.{listens} AND NOT l.disabled
-         AND (l.tenant_id IS NULL
-              OR l.tenant_id IN (SELECT s.tenant_id FROM endpoints s WHERE s.id = ANY($1::uuid[])))))
+   OR id = ANY(ARRAY({listeners}))
 ORDER BY id
 FOR NO KEY UPDATE";
 
@@ -94,10 +89,8 @@ impl EndpointLocks {
         let all: Vec<Uuid> = self.settled.union(&self.written).copied().collect();
         let written: Vec<Uuid> = self.written.into_iter().collect();
         static WITH_LISTENERS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            fill(
-                LOCK_ENDPOINTS_AND_LISTENERS,
-                &[("listens", operational::LISTENS)],
-            )
+            let listeners = operational::listeners_of("$1::uuid[]");
+            fill(LOCK_ENDPOINTS_AND_LISTENERS, &[("listeners", &listeners)])
         });
         let sql = match self.announcing {
             true => WITH_LISTENERS.as_str(),

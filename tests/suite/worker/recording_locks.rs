@@ -9,7 +9,7 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde_json::json;
 
 use crate::support::fixtures::{count, endpoint_on, eventually, quick_worker, settle, submit};
-use crate::support::operational::ops_endpoint;
+use crate::support::operational::{ops_endpoint, update_endpoint};
 use crate::support::ordering::submit_keyed;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -143,6 +143,68 @@ async fn a_recorder_waiting_for_an_endpoint_holds_no_shared_counter() {
         "the attempt counted"
     );
     settle([app]).await;
+    assert_eq!(deadlocks(&db).await, 0, "PostgreSQL broke no deadlock");
+}
+
+/// An operator's disable locks the endpoint and the listeners that will hear of it in one id
+/// order. Here another session holds the listener (as a recording settling the listener's
+/// own deliveries does) and then locks the endpoint (as that recording does next, the
+/// listener's id being the lower). Before, the disable held the endpoint and then waited
+/// for the listener to publish its event, and PostgreSQL broke the deadlock after a second;
+/// now the disable waits for the listener before it takes the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operators_switch_locks_the_endpoint_and_its_listeners_in_one_order() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let receiver = Receiver::accepting().await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let types = &["courier.endpoint.disabled"];
+    let listener = ops_endpoint(&app, &admin, &receiver, "listener", None, types).await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "switched").await;
+
+    let holder = db.connect(1).await;
+    let probe = db.connect(1).await;
+    let held = holder.conn().begin().await.expect("begin");
+    let lock = |id: &str| {
+        Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pg_backend_pid() AS pid FROM endpoints WHERE id = $1::uuid FOR NO KEY UPDATE",
+            [id.into()],
+        )
+    };
+    let holder_pid = held
+        .query_one_raw(lock(&listener))
+        .await
+        .expect("lock the listener")
+        .expect("the listener")
+        .try_get::<i32>("", "pid")
+        .expect("pid");
+    let blocked = format!(
+        "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
+         AND {holder_pid} = ANY(pg_blocking_pids(pid))"
+    );
+    let disable = json!({ "disabled": true });
+    let (answer, ()) = tokio::join!(update_endpoint(&app, &admin, &endpoint, disable), async {
+        eventually(
+            "the disable waits for the listener",
+            Duration::from_secs(10),
+            || async { count(&probe, &blocked, vec![]).await > 0 },
+        )
+        .await;
+        held.query_one_raw(lock(&endpoint))
+            .await
+            .expect("the endpoint is not held by a disable waiting for the listener");
+        held.commit().await.expect("commit");
+    });
+    assert_eq!(
+        answer["data"]["updateEndpoint"]["endpoint"]["disabled"], true,
+        "{answer}"
+    );
+    app.stop().await;
+    holder.close().await.expect("close");
+    probe.close().await.expect("close");
+    // The connections have closed, so their statistics are in.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(deadlocks(&db).await, 0, "PostgreSQL broke no deadlock");
 }
 
