@@ -375,11 +375,11 @@ pub(crate) async fn claim_in(
     request.shares.fit(&endpoints, &mut wants);
     let (taken, rows, facts) = match db.backend() {
         DbBackend::Postgres => {
-            let here = postgres::claim(txn, db, &standings, &wants, request, &ended.ended).await?;
+            let here = postgres::claim(txn, db, &standings, &wants, request).await?;
             (here.taken, here.rows, here.facts)
         }
         _ => {
-            let taken = claim_sqlite(txn, db, &standings, &wants, request, &ended.ended).await?;
+            let taken = claim_sqlite(txn, db, &standings, &wants, request).await?;
             let mut per_endpoint: HashMap<Uuid, u32> = HashMap::new();
             for (claim, _) in &taken {
                 *per_endpoint.entry(claim.endpoint_id).or_default() += 1;

@@ -100,7 +100,7 @@ pub(super) struct ClaimedHere {
 }
 
 /// Steps 2 and 3: claims up to `wants` of each of `standings` (a want of 0 claims nothing
-/// and still reads the endpoint's facts) for the `request`'s lease, leaving the `ended`
+/// and still reads the endpoint's facts) for the `request`'s lease, leaving its ended
 /// requests out of in-flight counts.
 pub(super) async fn claim(
     txn: &DatabaseTransaction,
@@ -108,7 +108,6 @@ pub(super) async fn claim(
     standings: &[Standing],
     wants: &[u32],
     request: &ClaimRequest,
-    ended: &[Uuid],
 ) -> Result<ClaimedHere, DbErr> {
     let wanted: Vec<(Uuid, i32, i32)> = standings
         .iter()
@@ -123,7 +122,7 @@ pub(super) async fn claim(
             db,
             &wanted,
             request.lease,
-            ended,
+            &request.ended.ended,
             attempts_bound(request),
         ))
         .await?;

@@ -44,10 +44,9 @@ pub(super) async fn claim_sqlite(
     standings: &[Standing],
     wants: &[u32],
     request: &ClaimRequest,
-    ended: &[Uuid],
 ) -> Result<Vec<Taken>, DbErr> {
     let mut previous: Vec<(Uuid, DeliveryState)> = Vec::new();
-    let (not_ended, ended_values) = Db::id_list(db.backend(), 2, ended, true);
+    let (not_ended, ended_values) = Db::id_list(db.backend(), 2, &request.ended.ended, true);
     let in_flight_sql = fill(IN_FLIGHT_SQLITE, &[("not_ended", &not_ended)]);
     for (standing, want) in standings.iter().zip(wants) {
         if *want == 0 {
