@@ -136,13 +136,13 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 }
 
 /// Prometheus scrape endpoint: OpenMetrics when the scraper asks for it, the Prometheus text
-/// format otherwise (see [`exposition`]). The due-queue depth is measured now, for this scrape.
+/// format otherwise (see [`exposition`]). The due-queue depth is measured for this scrape, or
+/// taken from a count that began within the last second (see
+/// [`crate::service::deliveries::Deliveries::measure_due`]).
 async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
-    let due = state.app.deliveries.due_count();
+    let due = state.app.deliveries.measure_due();
     match state.app.db.within(PROBE_TIMEOUT, due).await {
-        Ok(due) => {
-            state.app.metrics.due_depth.set(due);
-        }
+        Ok(()) => {}
         Err(err) => {
             tracing::warn!(error = %crate::error::error_chain(&err), "measuring the due queue failed")
         }

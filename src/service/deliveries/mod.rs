@@ -2,11 +2,13 @@
 //! and resend live in [`replay`].
 
 mod change_reads;
+mod due_gauge;
 mod listing;
 mod replay;
 pub mod tally;
 
 pub use self::change_reads::ChangeReads;
+pub use self::due_gauge::DUE_MEASURE_INTERVAL;
 pub use self::replay::{ReplayFilter, REPLAY_BATCH};
 pub use self::tally::StateCounts;
 
@@ -57,6 +59,7 @@ pub struct Deliveries {
     wakeup: Wakeup,
     metrics: Arc<Metrics>,
     change_reads: ChangeReads,
+    due_gauge: due_gauge::MeasureGate,
 }
 
 impl Deliveries {
@@ -75,6 +78,7 @@ impl Deliveries {
             wakeup,
             metrics,
             change_reads: ChangeReads::default(),
+            due_gauge: due_gauge::MeasureGate::default(),
         }
     }
 
@@ -192,6 +196,20 @@ impl Deliveries {
         let plan =
             plan.ok_or_else(|| Error::Database(sea_orm::DbErr::RecordNotFound("a plan".into())))?;
         Ok(plan.try_get("", "QUERY PLAN")?)
+    }
+
+    /// Sets the `courier_deliveries_due` gauge to [`Deliveries::due_count`], unless a count
+    /// began less than [`DUE_MEASURE_INTERVAL`] ago (the gauge then keeps that count's value):
+    /// one count at a time, however many scrapes arrive.
+    pub async fn measure_due(&self) -> Result<()> {
+        if let Some(due) = self
+            .due_gauge
+            .measure(DUE_MEASURE_INTERVAL, self.due_count())
+            .await?
+        {
+            self.metrics.due_depth.set(due);
+        }
+        Ok(())
     }
 
     /// How many deliveries are due now (waiting to be claimed), for the queue-depth gauge;

@@ -1,9 +1,12 @@
 //! The routes that answer without a key: GraphiQL, liveness, readiness and metrics, and
 //! how readiness and requests answer once the database is gone.
 
+use std::time::Duration;
+
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
+use crate::support::fixtures::{eventually, submit};
 use crate::support::{Backend, TestApp, TestDb};
 
 #[tokio::test]
@@ -182,4 +185,46 @@ async fn readiness_fails_when_the_database_is_gone() {
         StatusCode::OK,
         "liveness does not depend on the database"
     );
+}
+
+/// The `courier_deliveries_due` value in a `/metrics` answer.
+async fn scraped_due(app: &TestApp) -> Option<i64> {
+    let text = app
+        .request(Method::GET, "/metrics")
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("courier_deliveries_due "))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrapes_at_once_read_the_due_queue_and_later_ones_see_it_move() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn_with(&db, |config| config.worker_concurrency = 0).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    for n in 0..3 {
+        submit(&app, &admin, &endpoint, json!({ "n": n }), None).await;
+    }
+    // Forty anonymous scrapes at once: one count of the queue, every scrape answered with it.
+    let scrapes = (0..40).map(|_| scraped_due(&app));
+    let seen = futures_util::future::join_all(scrapes).await;
+    assert!(seen.iter().all(|due| *due == Some(3)), "{seen:?}");
+
+    for n in 3..5 {
+        submit(&app, &admin, &endpoint, json!({ "n": n }), None).await;
+    }
+    eventually(
+        "a scrape after the interval counts the queue again",
+        Duration::from_secs(10),
+        || async { scraped_due(&app).await == Some(5) },
+    )
+    .await;
 }
