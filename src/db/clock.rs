@@ -9,6 +9,8 @@
 //!   [`Clock::after`] (seconds on PostgreSQL, the moment itself on SQLite).
 //! - `{window_start(X)}`: the start of the fixed window containing `{now}`, aligned to the
 //!   Unix epoch, where `X` is bound with [`Clock::window`].
+//! - `{due(X)}` and `{in_flight(X)}`: whether the delivery row `X` is due, or a request in
+//!   flight, at `{now}` (the rule is [`super::due`]'s).
 
 use std::time::Duration;
 
@@ -87,22 +89,37 @@ impl Clock {
     /// on SQLite, the process's time as one more parameter when `{now}` is used).
     pub fn statement(&self, template: &str, values: impl IntoIterator<Item = Value>) -> Statement {
         let mut values: Vec<Value> = values.into_iter().collect();
-        let sql = self.render(template, values.len() + 1);
-        if !self.in_database() && template.contains("{now}") {
+        let (sql, reads_now) = self.render_reading_now(template, values.len() + 1);
+        if !self.in_database() && reads_now {
             values.push(Value::from(self.local_now));
         }
         Statement::from_sql_and_values(self.backend, sql, values)
     }
 
     /// Renders the tokens; on SQLite `{now}` becomes parameter `$now_index`.
+    #[cfg(test)]
     fn render(&self, template: &str, now_index: usize) -> String {
+        self.render_reading_now(template, now_index).0
+    }
+
+    /// Renders the tokens, and says whether any of them reads the statement's time (on
+    /// SQLite `{now}` becomes parameter `$now_index`, to be bound).
+    fn render_reading_now(&self, template: &str, now_index: usize) -> (String, bool) {
         let now = if self.in_database() {
             "statement_timestamp()".to_owned()
         } else {
             format!("${now_index}")
         };
-        super::sql::render(template, |name, arg| match (name, arg) {
-            ("now", None) => Some(now.clone()),
+        let mut reads_now = false;
+        let sql = super::sql::render(template, |name, arg| match (name, arg) {
+            ("now", None) => {
+                reads_now = true;
+                Some(now.clone())
+            }
+            ("due" | "in_flight", Some(row)) => {
+                reads_now = true;
+                super::due::expand(name, row, &now)
+            }
             ("after", Some(arg)) if self.in_database() => {
                 Some(format!("({now} + make_interval(secs => {arg}))"))
             }
@@ -111,7 +128,8 @@ impl Clock {
             )),
             ("after" | "window_start", Some(arg)) => Some(arg.to_owned()),
             _ => None,
-        })
+        });
+        (sql, reads_now)
     }
 }
 
@@ -154,6 +172,13 @@ mod tests {
         let statement = clock.statement("SELECT {now}, $1", [Value::from(7)]);
         assert_eq!(statement.sql, "SELECT $2, $1");
         assert_eq!(statement.values.map(|v| v.0.len()), Some(2));
+        // The due rule reads the time too, and binds it.
+        let statement = clock.statement("SELECT 1 FROM d WHERE {due(d)}", []);
+        assert_eq!(
+            statement.sql,
+            "SELECT 1 FROM d WHERE d.state IN ('pending', 'processing') AND d.next_attempt_at <= $1"
+        );
+        assert_eq!(statement.values.map(|v| v.0.len()), Some(1));
         assert_eq!(
             clock.after(Duration::from_secs(60)),
             Value::from(clock.local_now + chrono::Duration::seconds(60))

@@ -6,6 +6,7 @@ mod classify;
 mod clock;
 mod deadline;
 mod diagnose;
+mod due;
 pub(crate) mod parking;
 mod redact;
 mod scrub;

@@ -115,9 +115,11 @@ pub async fn settle(
             ),
             None => (counted, false),
         };
-        let gone = settled[last_success.map_or(0, |at| at + 1)..]
-            .iter()
-            .any(|outcome| outcome.gone);
+        // A `410` asks never to be called again, whatever other requests in flight to the
+        // endpoint answered before or after it: a success does not undo it.
+        // A `410` asks never to be called again, whatever other requests in flight to the
+        // endpoint answered before or after it: a success does not undo it.
+        let gone = settled.iter().any(|outcome| outcome.gone);
         let reason = if gone {
             DisabledReason::Gone
         } else if policy.disable_after_failures > 0

@@ -90,11 +90,9 @@ SELECT t.endpoint_id,
           AND d.next_attempt_at IS NOT NULL
         ORDER BY d.next_attempt_at LIMIT 1) AS due_at,
        (SELECT COUNT(*) FROM webhook_deliveries p
-        WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
-          AND p.next_attempt_at > {now} {not_ended}) AS in_flight,
+        WHERE p.endpoint_id = t.endpoint_id AND {in_flight(p)} {not_ended}) AS in_flight,
        (SELECT MIN(p.next_attempt_at) FROM webhook_deliveries p
-        WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
-          AND p.next_attempt_at > {now} {not_ended}) AS lease_min
+        WHERE p.endpoint_id = t.endpoint_id AND {in_flight(p)} {not_ended}) AS lease_min
 FROM t";
 
 /// Every endpoint's next turn in one statement on PostgreSQL (times as text, '' for none:

@@ -218,7 +218,7 @@ impl Deliveries {
         // Those of an endpoint paused by `Retry-After` are held, not due: a backlog alert
         // must not fire for a receiver that asked for the pause.
         const DUE_COUNT: &str = "SELECT COUNT(*) AS due FROM webhook_deliveries d \
-             WHERE d.state IN ('pending', 'processing') AND d.next_attempt_at <= {now} \
+             WHERE {due(d)} \
              AND NOT EXISTS (SELECT 1 FROM endpoints e \
                              WHERE e.id = d.endpoint_id AND e.paused_until > {now})";
         let row = self

@@ -22,16 +22,25 @@ use crate::service::lines;
 use crate::service::submissions::store::placed;
 use crate::service::time_range;
 
-/// A new cycle for one delivery in state `$2`: pending, due now on the database's clock (or
-/// parked while the endpoint is disabled), with a fresh count of attempts; lifetime numbers
-/// continue. The same `webhook-id` (the delivery's id) goes out again. A delivery with an
-/// ordering key then rejoins its line ([`lines::rejoin`]), as its head or waiting.
-const RESTART: &str = "\
-UPDATE webhook_deliveries
-SET state = 'pending', cycle_attempts = 0, updated_at = {now},
+/// The `SET` of a new cycle, one rule for every restart: pending, due now on the database's
+/// clock (or parked while the endpoint is disabled), with a fresh count of attempts;
+/// lifetime numbers continue. The same `webhook-id` (the delivery's id) goes out again.
+macro_rules! new_cycle {
+    () => {
+        "SET state = 'pending', cycle_attempts = 0, updated_at = {now},
     next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
-WHERE id = $1 AND state = $2
-RETURNING *";
+"
+    };
+}
+
+/// A new cycle (`new_cycle!`) for one delivery in state `$2`. A delivery with an ordering
+/// key then rejoins its line ([`lines::rejoin`]), as its head or waiting.
+const RESTART: &str = concat!(
+    "UPDATE webhook_deliveries\n",
+    new_cycle!(),
+    "WHERE id = $1 AND state = $2
+RETURNING *"
+);
 
 /// [`RESTART`] on PostgreSQL, saying what it found: the row is locked first (`seen`, which
 /// waits for a concurrent replay's commit and then reads what it wrote), the restart
@@ -39,19 +48,20 @@ RETURNING *";
 /// (`seen_state`) with the restarted row's columns, null when it did not match. A loser
 /// so reports the state it lost to, not a later one (the winner's cycle may have ended
 /// by the time a second read would run). No row: no such delivery.
-const RESTART_REPORTING: &str = "\
-WITH seen AS MATERIALIZED (
+const RESTART_REPORTING: &str = concat!(
+    "WITH seen AS MATERIALIZED (
     SELECT id, state FROM webhook_deliveries WHERE id = $1 FOR UPDATE
 ), restarted AS (
     UPDATE webhook_deliveries
-    SET state = 'pending', cycle_attempts = 0, updated_at = {now},
-        next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
-    FROM seen
+    ",
+    new_cycle!(),
+    "    FROM seen
     WHERE webhook_deliveries.id = seen.id AND seen.state = $2
     RETURNING webhook_deliveries.*
 )
 SELECT seen.state AS seen_state, restarted.*
-FROM seen LEFT JOIN restarted ON restarted.id = seen.id";
+FROM seen LEFT JOIN restarted ON restarted.id = seen.id"
+);
 
 /// On SQLite, the state a restart that matched nothing found: read in its transaction,
 /// which holds the write lock its UPDATE took, so no other write came between.
@@ -72,12 +82,12 @@ const LOCK_FAILED: &str =
     "SELECT id FROM webhook_deliveries WHERE id {ids} AND state = 'failed' ORDER BY id{lock}";
 
 /// Replays the locked rows `{ids}` as [`RESTART`] does.
-const REPLAY_LOCKED: &str = "\
-UPDATE webhook_deliveries
-SET state = 'pending', cycle_attempts = 0, updated_at = {now},
-    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
-WHERE id {ids} AND state = 'failed'
-RETURNING id, endpoint_id, updated_at, ordering_key";
+const REPLAY_LOCKED: &str = concat!(
+    "UPDATE webhook_deliveries\n",
+    new_cycle!(),
+    "WHERE id {ids} AND state = 'failed'
+RETURNING id, endpoint_id, updated_at, ordering_key"
+);
 
 /// Failed deliveries replayed per transaction: each batch commits on its own, so no lock is
 /// held for longer than one batch takes, and claims and recording go on in between.

@@ -66,11 +66,9 @@ WHERE endpoint_id IN (
     WHERE {asleep} AND NOT e.disabled {only}
       AND EXISTS (
           SELECT 1 FROM webhook_deliveries d
-          WHERE d.endpoint_id = f.endpoint_id AND d.state IN ('pending', 'processing')
-            AND d.next_attempt_at <= {now})
+          WHERE d.endpoint_id = f.endpoint_id AND {due(d)})
       AND (SELECT COUNT(*) FROM webhook_deliveries p
-           WHERE p.endpoint_id = f.endpoint_id AND p.state = 'processing'
-             AND p.next_attempt_at > {now}) < COALESCE(e.max_in_flight, $1)
+           WHERE p.endpoint_id = f.endpoint_id AND {in_flight(p)}) < COALESCE(e.max_in_flight, $1)
     ORDER BY f.endpoint_id {lock})";
 
 /// The sweep statement for `backend` (wake the sleeping endpoints with due work and a

@@ -53,13 +53,11 @@ claim_endpoint AS MATERIALIZED (
              AND (t.blocked_until IS NULL OR t.blocked_until <= {now})
              AND NOT EXISTS (
                  SELECT 1 FROM webhook_deliveries d
-                 WHERE d.endpoint_id = t.endpoint_id AND d.state IN ('pending', 'processing')
-                   AND d.next_attempt_at <= {now}) AS open
+                 WHERE d.endpoint_id = t.endpoint_id AND {due(d)}) AS open
     FROM claim_turn t JOIN claim_endpoint e ON e.id = t.endpoint_id
     CROSS JOIN LATERAL (
         SELECT COUNT(*) AS in_flight FROM webhook_deliveries p
-        WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
-          AND p.next_attempt_at > {now} AND p.id <> ALL({ended})
+        WHERE p.endpoint_id = t.endpoint_id AND {in_flight(p)} AND p.id <> ALL({ended})
     ) n
 ), room AS MATERIALIZED (
     SELECT endpoint_id, gen_random_uuid() AS token, {lease} AS lease

@@ -51,15 +51,13 @@ WITH turns AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT COUNT(*) AS in_flight, MIN(p.next_attempt_at) AS lease_min
         FROM webhook_deliveries p
-        WHERE p.endpoint_id = t.endpoint_id AND p.state = 'processing'
-          AND p.next_attempt_at > {now} AND p.id <> ALL($5::uuid[])
+        WHERE p.endpoint_id = t.endpoint_id AND {in_flight(p)} AND p.id <> ALL($5::uuid[])
     ) f
 ), due AS MATERIALIZED (
     SELECT d.id, d.state AS previous_state, d.submission_id, d.endpoint_id
     FROM turns CROSS JOIN LATERAL (
         SELECT d.id, d.state, d.submission_id, d.endpoint_id FROM webhook_deliveries d
-        WHERE d.endpoint_id = turns.endpoint_id AND d.state IN ('pending', 'processing')
-          AND d.next_attempt_at <= {now}
+        WHERE d.endpoint_id = turns.endpoint_id AND {due(d)}
         ORDER BY d.next_attempt_at
         LIMIT GREATEST(0, LEAST(turns.wanted, turns.cap - turns.in_flight))
         FOR UPDATE OF d SKIP LOCKED

@@ -15,12 +15,11 @@ use crate::service::flow::Standing;
 /// Step 2 on SQLite (inside `BEGIN IMMEDIATE`, which already excludes other writers), per
 /// endpoint: its requests in flight now (less `{not_ended}`).
 const IN_FLIGHT_SQLITE: &str = "SELECT COUNT(*) AS n FROM webhook_deliveries \
-     WHERE endpoint_id = $1 AND state = 'processing' AND next_attempt_at > {now} \
-       AND id {not_ended}";
+     WHERE endpoint_id = $1 AND {in_flight(webhook_deliveries)} AND id {not_ended}";
 
 /// ... its due rows in due order, at most `$2`.
 const DUE_SQLITE: &str = "SELECT id, state AS previous_state FROM webhook_deliveries \
-     WHERE endpoint_id = $1 AND state IN ('pending', 'processing') AND next_attempt_at <= {now} \
+     WHERE endpoint_id = $1 AND {due(webhook_deliveries)} \
      ORDER BY next_attempt_at LIMIT $2";
 
 /// ... and the UPDATE, guarded by the due conditions again (the write transaction excludes
@@ -31,8 +30,7 @@ UPDATE webhook_deliveries
 SET state = 'processing', claim_token = randomblob(16), claim_expires_at = {after($1)},
     next_attempt_at = {after($1)}, updated_at = {now},
     cycle_attempts = MIN(cycle_attempts + {retaken}, $2)
-WHERE state IN ('pending', 'processing')
-  AND next_attempt_at <= {now}
+WHERE {due(webhook_deliveries)}
   AND id {ids}
 RETURNING id, claim_token, cycle_attempts, endpoint_id, submission_id, created_at,
           claim_expires_at, updated_at, ordering_key, event_type";

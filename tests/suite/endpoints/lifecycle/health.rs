@@ -9,11 +9,18 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use courier::worker::claim::claim_due;
+use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
+use courier::worker::health::HealthPolicy;
+use courier::worker::record::{record, FinishedAttempt};
+use courier::worker::schedule::NextStep;
+
 use crate::on_both_backends;
 use crate::support::endpoints::{endpoint, set_disabled};
 use crate::support::fixtures::delivery_id;
 use crate::support::fixtures::worker_looks;
 use crate::support::fixtures::{count, eventually};
+use crate::support::fixtures::{events_for, LONG_LEASE};
 use crate::support::fixtures::{quick_worker, wait_for_state};
 use crate::support::fixtures::{submit, SUBMIT};
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
@@ -193,9 +200,75 @@ async fn disabling_parks_the_backlog_and_re_enabling_resumes_it(backend: Backend
     assert_eq!(receiver.received().len(), 3, "nothing lost, nothing twice");
 }
 
+/// A `410` recorded in one batch with successes of the same endpoint, one answered after
+/// it (requests in flight at once answer in any order): the endpoint is disabled `GONE` all
+/// the same, and what waits behind it is parked.
+async fn a_410_recorded_with_later_successes_still_disables(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn_with(&db, |config| config.worker_concurrency = 0).await;
+    let admin = app.admin_token().await;
+    let (id, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    for n in 0..3 {
+        let body = submit(&app, &admin, &id, json!({ "n": n }), None).await;
+        assert!(body["errors"].is_null(), "{body}");
+    }
+    let pool = &app.state.db;
+    let events = events_for(pool);
+    let claims = claim_due(pool, &events, 2, LONG_LEASE)
+        .await
+        .expect("claim");
+    assert_eq!(claims.len(), 2);
+    let gone_at = courier::db::now();
+    let answered =
+        |claim: &courier::worker::claim::Claim, status: u16, step, later_ms| FinishedAttempt {
+            claim: claim.clone(),
+            outcome: AttemptOutcome {
+                status: Some(status),
+                error: (status != 200).then(|| format!("HTTP {status}")),
+                retry_after: None,
+                duration: Duration::from_millis(3),
+                kind: if status == 200 {
+                    OutcomeKind::Success
+                } else {
+                    OutcomeKind::HttpStatus
+                },
+                answer: None,
+            },
+            step,
+            started_at: gone_at,
+            finished_at: gone_at + chrono::Duration::milliseconds(later_ms),
+        };
+    record(
+        pool,
+        &events,
+        HealthPolicy::default(),
+        &[
+            answered(&claims[0], 410, NextStep::Failed, 0),
+            answered(&claims[1], 200, NextStep::Delivered, 5),
+        ],
+    )
+    .await
+    .expect("record");
+
+    let gone = endpoint(&app, &admin, &id).await;
+    assert_eq!(gone["disabled"], true, "{gone}");
+    assert_eq!(gone["disabledReason"], "GONE", "{gone}");
+    let parked = count(
+        pool,
+        "SELECT COUNT(*) AS n FROM webhook_deliveries \
+         WHERE endpoint_id = $1 AND state = 'pending' AND next_attempt_at IS NULL",
+        vec![Uuid::parse_str(&id).expect("uuid").into()],
+    )
+    .await;
+    assert_eq!(parked, 1, "the third waits, parked");
+}
+
 on_both_backends!(
     gone_fails_at_once_and_disables_until_re_enabled,
     after_a_410_nothing_more_is_sent_and_the_rest_wait,
+    a_410_recorded_with_later_successes_still_disables,
     a_run_of_failed_deliveries_disables_the_endpoint,
     disabling_parks_the_backlog_and_re_enabling_resumes_it,
 );
