@@ -115,6 +115,9 @@ pub struct Metrics {
     /// Claims handed back because their endpoint's signing secret did not open with this
     /// process's `COURIER_ENCRYPTION_KEY`.
     pub claims_unopened: Counter,
+    /// Claims handed back unsent because their endpoint asked to wait (or answered `410`)
+    /// after they were made.
+    pub claims_held_back: Counter,
     /// Delivery attempts by outcome.
     pub attempts: Family<OutcomeLabels, Counter>,
     /// Results that arrived after their claim was superseded.
@@ -225,6 +228,7 @@ impl Metrics {
         let claims_at_submit = Counter::default();
         let claims_at_submit_failed = Counter::default();
         let claims_unopened = Counter::default();
+        let claims_held_back = Counter::default();
         let attempts = Family::<OutcomeLabels, Counter>::default();
         let superseded = Counter::default();
         let outcomes_given_up = Counter::default();
@@ -256,6 +260,11 @@ impl Metrics {
             "delivery_claims_unopened",
             "Claims handed back because their endpoint's signing secret did not open with this process's COURIER_ENCRYPTION_KEY",
             claims_unopened.clone(),
+        );
+        registry.register(
+            "delivery_claims_held_back",
+            "Claims handed back unsent because their endpoint asked to wait (429/503 with Retry-After) or answered 410 after they were made",
+            claims_held_back.clone(),
         );
         registry.register(
             "delivery_attempts",
@@ -354,6 +363,7 @@ impl Metrics {
             claims_at_submit,
             claims_at_submit_failed,
             claims_unopened,
+            claims_held_back,
             attempts,
             superseded,
             outcomes_given_up,

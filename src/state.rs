@@ -23,6 +23,7 @@ use crate::service::submissions::publish::Fanout;
 use crate::service::submissions::Submissions;
 use crate::service::tenants::Tenants;
 use crate::worker::handoff::Handoff;
+use crate::worker::hold::HeldEndpoints;
 
 /// Everything a request or a background task needs, behind one reference count: a request
 /// clones it several times, and cloning each service's pools and counters instead (dozens
@@ -76,6 +77,9 @@ pub struct Services {
     /// Where this process's worker takes the deliveries submissions claim as they are
     /// stored.
     pub handoff: Handoff,
+    /// The endpoints that asked this process's worker to wait, or answered `410`, until
+    /// their hold is over: claims this process made before the answer are not sent.
+    pub held: HeldEndpoints,
 }
 
 impl AppState {
@@ -130,6 +134,7 @@ impl AppState {
             bus,
             submit_rate_limiter,
             handoff,
+            held: HeldEndpoints::default(),
             wakeup,
             db,
             config: Arc::new(config),

@@ -1,16 +1,55 @@
 //! Holding back an endpoint that asked to wait (`429` or `503` with `Retry-After`), or never
 //! to be called again (`410 Gone`), the moment its answer comes back, before the outcome is
 //! recorded: no claim on any process starts another request to it in between (see
-//! [`crate::service::flow::HOLD_TURN`]).
+//! [`crate::service::flow::HOLD_TURN`]), and this process at once sends none of the claims
+//! it already holds for it ([`HeldEndpoints`]): they are handed back unsent.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use sea_orm::ConnectionTrait as _;
 use uuid::Uuid;
 
+use super::claim::{release, Claim};
+use super::Worker;
 use crate::db::Db;
 use crate::error::error_chain;
 use crate::service::flow::{HOLD_TURN, MAX_PAUSE};
+
+/// The endpoints that asked this process to wait (or answered `410`), and until when, known
+/// the moment the answer came back: a request claimed before that, and not yet started, is
+/// not started; this process's claims leave the endpoint to the database's hold meanwhile.
+#[derive(Debug, Default)]
+pub struct HeldEndpoints(Mutex<HashMap<Uuid, Instant>>);
+
+impl HeldEndpoints {
+    /// Holds `endpoint_id` for `wait` (at most [`MAX_PAUSE`]); a longer hold stands.
+    pub fn hold(&self, endpoint_id: Uuid, wait: Duration) {
+        let until = Instant::now() + wait.min(MAX_PAUSE);
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = held.entry(endpoint_id).or_insert(until);
+        *entry = (*entry).max(until);
+    }
+
+    /// Whether `endpoint_id` is held now.
+    pub fn holds(&self, endpoint_id: Uuid) -> bool {
+        let held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.get(&endpoint_id)
+            .is_some_and(|until| *until > Instant::now())
+    }
+
+    /// The endpoints held now (forgetting those whose hold is over).
+    pub fn snapshot(&self) -> Vec<Uuid> {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.is_empty() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        held.retain(|_, until| *until > now);
+        held.keys().copied().collect()
+    }
+}
 
 /// Holds `endpoint_id`'s turn back for `wait` (at most [`MAX_PAUSE`]). If that fails, the
 /// recording of the outcome pauses (or disables) the endpoint all the same, a moment later.
@@ -23,5 +62,42 @@ pub(super) async fn hold_turn(db: &Db, endpoint_id: Uuid, wait: Duration) {
     if let Err(err) = db.within_deadline(db.conn().execute_raw(hold)).await {
         tracing::warn!(%endpoint_id, error = %error_chain(&err),
             "holding back an endpoint that asked to wait failed; its recording pauses it");
+    }
+}
+
+impl Worker {
+    /// Hands `claim` back unsent (fenced by its token; pending again, and due once the
+    /// endpoint's hold or pause is over): its endpoint asked to wait after it was made.
+    pub(super) fn hand_back_held(self: &Arc<Self>, claim: Claim) {
+        self.state.metrics.claims_held_back.inc();
+        tracing::debug!(delivery_id = %claim.delivery_id, endpoint_id = %claim.endpoint_id,
+            "the endpoint asked to wait after this claim was made: handed back unsent");
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let (db, claims) = (&this.state.db, [claim]);
+            let released = db.within_deadline(release(db, &this.state.bus, &claims));
+            if let Err(err) = released.await {
+                // It stays `processing` and is retaken after its lease, as a lost request.
+                tracing::warn!(error = %error_chain(&err),
+                    "handing back a claim of an endpoint that asked to wait failed");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hold_lasts_its_wait_and_a_longer_one_stands() {
+        let held = HeldEndpoints::default();
+        let (short, long) = (Uuid::now_v7(), Uuid::now_v7());
+        held.hold(short, Duration::ZERO);
+        held.hold(long, Duration::from_secs(60));
+        held.hold(long, Duration::ZERO);
+        assert!(!held.holds(short), "a hold of no time is over");
+        assert!(held.holds(long), "a shorter hold does not end a longer one");
+        assert_eq!(held.snapshot(), vec![long]);
     }
 }

@@ -18,7 +18,7 @@ pub mod ended;
 mod endpoint_clients;
 pub mod handoff;
 pub mod health;
-mod hold;
+pub mod hold;
 pub mod record;
 mod recorder;
 pub mod retention;
@@ -308,7 +308,7 @@ impl Worker {
             ended: self.ended.snapshot(),
             only: None,
             shares: self.shares.snapshot(),
-            left_alone: self.unopened.snapshot(),
+            left_alone: [self.unopened.snapshot(), self.state.held.snapshot()].concat(),
             attempts_per_cycle: Some(self.policy.attempts_per_cycle()),
         };
         let began = std::time::Instant::now();
@@ -391,15 +391,27 @@ impl Worker {
         results: mpsc::Sender<Finished>,
     ) {
         let (delivery_id, endpoint_id) = (claim.delivery_id, claim.endpoint_id);
+        if self.state.held.holds(endpoint_id) {
+            // The endpoint asked to wait (or answered `410`) after this claim was made: the
+            // request is not started, and the claim goes back, unsent and with no attempt.
+            self.hand_back_held(claim);
+            drop(slot);
+            self.slot_freed();
+            return;
+        }
         let attempt = self.deliver(claim, target).await;
-        if health::is_gone(&attempt.outcome) {
+        let hold = if health::is_gone(&attempt.outcome) {
             // Asked never to be called again: no claim anywhere starts another request to
             // the endpoint before the recording disables it (and parks the rest) a moment
             // later. Were that recording lost, the hold ends with the delivery's lease.
-            hold::hold_turn(&self.state.db, endpoint_id, self.state.config.lease()).await;
-        } else if let Some(wait) = attempt.outcome.retry_after.filter(|wait| !wait.is_zero()) {
+            Some(self.state.config.lease())
+        } else {
             // Asked to wait: no claim anywhere starts another request to the endpoint,
             // from now rather than from when this outcome is recorded.
+            attempt.outcome.retry_after.filter(|wait| !wait.is_zero())
+        };
+        if let Some(wait) = hold {
+            self.state.held.hold(endpoint_id, wait);
             hold::hold_turn(&self.state.db, endpoint_id, wait).await;
         }
         // No longer in flight at the receiver: this process's claims stop counting

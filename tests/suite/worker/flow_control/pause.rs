@@ -12,7 +12,7 @@ use serde_json::json;
 use super::{each_once, endpoint_with, submit_many};
 use crate::on_both_backends;
 use crate::support::endpoints::{endpoint, set_disabled};
-use crate::support::fixtures::quick_worker;
+use crate::support::fixtures::{loop_at_rest, quick_worker, worker_looks};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// A quick worker with room for more than the endpoint's one request at a time.
@@ -167,6 +167,68 @@ async fn re_enabling_an_endpoint_ends_its_pause(backend: Backend) {
     wait_delivered(&app, &admin, &id, 3).await;
 }
 
+/// A claim made before its endpoint's answer asked to wait, and not yet sent when the answer
+/// came back, is not sent: this process knows of the wait at once, hands the claim back with
+/// no attempt, and claims nothing of the endpoint until the wait is over. (The claim at
+/// submit stands for such a claim: the process is told of the wait as an answer would tell
+/// it, and nothing in the database knows of it yet.)
+async fn a_claim_made_before_an_answer_asked_to_wait_is_not_sent(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.poll_interval_ms = 1_000;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let id = endpoint_with(&app, &admin, &receiver, "held", json!({})).await;
+    let endpoint_id = id.parse().expect("an endpoint id");
+    let metrics = &app.state.metrics;
+    let mut submitted = 0;
+    // A claim at submit is opportunistic (one that meets the claiming loop's round leaves
+    // the delivery to the loop): submit until one is made.
+    while metrics.claims_held_back.get() == 0 {
+        assert!(
+            submitted < 5,
+            "no claim at submit in {submitted} submissions"
+        );
+        loop_at_rest(&app).await;
+        app.state.held.hold(endpoint_id, Duration::from_secs(3));
+        let body =
+            crate::support::fixtures::submit(&app, &admin, &id, json!({ "n": submitted }), None)
+                .await;
+        assert!(body["errors"].is_null(), "{body}");
+        submitted += 1;
+    }
+    assert_eq!(
+        metrics.claims_held_back.get(),
+        metrics.claims_at_submit.get()
+    );
+    let pool = app.state.db.clone();
+    crate::support::fixtures::eventually("handed back", Duration::from_secs(10), || async {
+        crate::support::fixtures::count(
+            &pool,
+            "SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'pending'",
+            vec![],
+        )
+        .await
+            == submitted as i64
+    })
+    .await;
+    worker_looks(&app, 1).await;
+    assert!(receiver.received().is_empty(), "nothing sent while held");
+
+    wait_delivered(&app, &admin, &id, submitted).await;
+    each_once(&receiver, "held", submitted);
+    let attempts = crate::support::fixtures::count(
+        &pool,
+        "SELECT COUNT(*) AS n FROM delivery_attempts",
+        vec![],
+    )
+    .await;
+    assert_eq!(attempts, submitted as i64, "the hand-back spent no attempt");
+}
+
 /// Waits until `count` deliveries of `endpoint` are `DELIVERED`.
 async fn wait_delivered(app: &TestApp, admin: &str, endpoint: &str, count: usize) {
     let query = "query($id: ID!) { deliveries(filter: {endpointId: $id, state: DELIVERED}) \
@@ -192,4 +254,5 @@ on_both_backends!(
     deliveries_waiting_behind_a_429_wait_for_its_pause,
     a_retry_after_beyond_an_hour_holds_the_answered_delivery_an_hour,
     re_enabling_an_endpoint_ends_its_pause,
+    a_claim_made_before_an_answer_asked_to_wait_is_not_sent,
 );
