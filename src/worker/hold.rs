@@ -17,6 +17,13 @@ use crate::db::Db;
 use crate::error::error_chain;
 use crate::service::flow::{HOLD_TURN, MAX_PAUSE};
 
+/// How long this process itself holds an endpoint back after an answer asked it to wait,
+/// at most: long enough for the claims it made before the answer to have started or been
+/// handed back, and for the database's hold to have committed, which holds it from then on
+/// for every process. Kept short, because only the database learns when the wait is cut
+/// short (an operator's disable and enable ends a pause).
+pub const LOCAL_HOLD: Duration = Duration::from_secs(2);
+
 /// The endpoints that asked this process to wait (or answered `410`), and until when, known
 /// the moment the answer came back: a request claimed before that, and not yet started, is
 /// not started; this process's claims leave the endpoint to the database's hold meanwhile.
@@ -24,9 +31,9 @@ use crate::service::flow::{HOLD_TURN, MAX_PAUSE};
 pub struct HeldEndpoints(Mutex<HashMap<Uuid, Instant>>);
 
 impl HeldEndpoints {
-    /// Holds `endpoint_id` for `wait` (at most [`MAX_PAUSE`]); a longer hold stands.
+    /// Holds `endpoint_id` for `wait`, at most [`LOCAL_HOLD`]; a longer hold stands.
     pub fn hold(&self, endpoint_id: Uuid, wait: Duration) {
-        let until = Instant::now() + wait.min(MAX_PAUSE);
+        let until = Instant::now() + wait.min(LOCAL_HOLD);
         let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = held.entry(endpoint_id).or_insert(until);
         *entry = (*entry).max(until);
@@ -94,10 +101,15 @@ mod tests {
         let held = HeldEndpoints::default();
         let (short, long) = (Uuid::now_v7(), Uuid::now_v7());
         held.hold(short, Duration::ZERO);
-        held.hold(long, Duration::from_secs(60));
+        held.hold(long, Duration::from_secs(3600));
         held.hold(long, Duration::ZERO);
         assert!(!held.holds(short), "a hold of no time is over");
         assert!(held.holds(long), "a shorter hold does not end a longer one");
         assert_eq!(held.snapshot(), vec![long]);
+        let until = held.0.lock().map(|held| held[&long]).expect("held");
+        assert!(
+            until <= Instant::now() + LOCAL_HOLD,
+            "no longer than the local hold"
+        );
     }
 }

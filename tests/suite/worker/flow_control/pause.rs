@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::config::ServeArgs;
+use courier::worker::hold;
 use serde_json::json;
 
 use super::{each_once, endpoint_with, submit_many};
@@ -193,7 +194,7 @@ async fn a_claim_made_before_an_answer_asked_to_wait_is_not_sent(backend: Backen
             "no claim at submit in {submitted} submissions"
         );
         loop_at_rest(&app).await;
-        app.state.held.hold(endpoint_id, Duration::from_secs(3));
+        app.state.held.hold(endpoint_id, hold::LOCAL_HOLD);
         let body =
             crate::support::fixtures::submit(&app, &admin, &id, json!({ "n": submitted }), None)
                 .await;
