@@ -95,6 +95,10 @@ impl App {
                 .clone()
                 .prune_until(shutdown.clone()),
         );
+        let clock_watch = tokio::spawn(crate::db::ids::keep_measuring(
+            self.state.db.clone(),
+            shutdown.clone(),
+        ));
         let retention = tokio::spawn(crate::worker::retention::run(
             self.state.db.clone(),
             self.state.config.retention_days,
@@ -119,7 +123,13 @@ impl App {
             }
         };
         let background = stop_background(
-            [pruner, retention, events_listener, revocation_watcher],
+            [
+                pruner,
+                retention,
+                events_listener,
+                revocation_watcher,
+                clock_watch,
+            ],
             BACKGROUND_STOP_WITHIN,
         );
         tokio::join!(worker, background);
@@ -128,7 +138,7 @@ impl App {
 }
 
 /// How long the background tasks (pruning, retention, the event listener, the revocation
-/// watcher) get to stop on their own after a shutdown.
+/// watcher, the database clock's measurement) get to stop on their own after a shutdown.
 const BACKGROUND_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Waits up to `within` for `tasks`, each of which stops at the shutdown signal when idle,

@@ -125,7 +125,7 @@ pub async fn create_api_key(
     }
 
     let token = mint_token();
-    let id = Uuid::now_v7();
+    let id = crate::db::ids::new_id();
     let scope_json = (role == Role::Partner && limits.tenant.is_none())
         .then(|| serde_json::Value::Array(scope.iter().map(|id| id.to_string().into()).collect()));
     let row = api_key::ActiveModel {

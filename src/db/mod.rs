@@ -7,6 +7,7 @@ mod clock;
 mod deadline;
 mod diagnose;
 mod due;
+pub mod ids;
 pub(crate) mod parking;
 mod redact;
 mod scrub;
@@ -135,12 +136,19 @@ impl Db {
                 .max_connections(2)
                 .acquire_timeout(timeouts.acquire)
                 .connect_lazy_with(options);
-            Ok(Db::counted(
+            let db = Db::counted(
                 SqlxPostgresConnector::from_sqlx_postgres_pool(pool),
                 Some(listen_pool),
                 timeouts,
                 missed,
-            ))
+            );
+            // New ids carry the database's time (see [`ids`]); should this first look fail,
+            // they carry this host's until a serving process looks again.
+            if let Err(err) = db.within_deadline(ids::measure(&db)).await {
+                tracing::debug!(error = %crate::error::error_chain(&err),
+                    "measuring the database's clock failed");
+            }
+            Ok(db)
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
                 .map_err(sqlx_err)?

@@ -136,7 +136,7 @@ impl Endpoints {
         let rate_limit = validate_rate_limit(input.rate_limit)?;
         let secret = signing::mint_secret();
         let now = db::now();
-        let id = Uuid::now_v7();
+        let id = crate::db::ids::new_id();
         let row = endpoint::ActiveModel {
             id: Set(id),
             name: Set(name),

@@ -262,7 +262,7 @@ async fn publish_one(
     let payload = change.payload(at);
     // The payload holds only ids, type names and times: no number to fail on.
     let hash = payload_hash(&payload).map_err(|err| DbErr::Custom(err.to_string()))?;
-    let id = Uuid::now_v7();
+    let id = crate::db::ids::new_id();
     let row = txn
         .query_one_raw(clock.statement(
             INSERT_EVENT,

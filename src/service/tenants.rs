@@ -125,7 +125,7 @@ impl Tenants {
 pub async fn create(db: &Db, name: &str) -> Result<tenant::Model> {
     let name = crate::labels::validate(name)?;
     let tenant = tenant::ActiveModel {
-        id: Set(Uuid::now_v7()),
+        id: Set(crate::db::ids::new_id()),
         name: Set(name),
         created_at: Set(db::now()),
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use uuid::Uuid;
 
 use super::answer::ReceiverAnswer;
@@ -170,10 +170,7 @@ impl Dispatcher {
         };
         let status = response.status();
         let retry_after = match status.as_u16() {
-            429 | 503 => response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|value| retry_after::parse(value, std::time::SystemTime::now())),
+            429 | 503 => retry_after::wait_asked(response.headers(), std::time::SystemTime::now()),
             _ => None,
         };
         let answer = Some(ReceiverAnswer::read(&mut response).await);

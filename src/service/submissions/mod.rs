@@ -129,7 +129,7 @@ impl Submissions {
 
         let rows = NewRows {
             submission: submission::Model {
-                id: Uuid::now_v7(),
+                id: crate::db::ids::new_id(),
                 endpoint_id: input.endpoint_id,
                 idempotency_key: accepted.key.clone(),
                 payload: accepted.payload,
@@ -141,7 +141,7 @@ impl Submissions {
                 ordering_key: ordering_key.clone(),
                 trace_context: telemetry::context::current_trace_context(),
             },
-            delivery_id: Uuid::now_v7(),
+            delivery_id: crate::db::ids::new_id(),
         };
         match self.group_commit.store(rows).await? {
             Stored::Created(submission, delivery, claimed_at_submit) => {

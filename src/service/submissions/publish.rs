@@ -146,7 +146,7 @@ impl Fanout {
         }
 
         let event = event::Model {
-            id: Uuid::now_v7(),
+            id: crate::db::ids::new_id(),
             event_type,
             idempotency_key: key.clone(),
             payload,
@@ -349,7 +349,7 @@ pub fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
         .map(|endpoint_id| {
             prepare(NewRows {
                 submission: submission::Model {
-                    id: Uuid::now_v7(),
+                    id: crate::db::ids::new_id(),
                     endpoint_id,
                     idempotency_key: None,
                     // The event holds the payload, once however many endpoints it
@@ -363,7 +363,7 @@ pub fn fan_out_rows(event: &event::Model, targets: Vec<Uuid>) -> Vec<Prepared> {
                     ordering_key: event.ordering_key.clone(),
                     trace_context: event.trace_context.clone(),
                 },
-                delivery_id: Uuid::now_v7(),
+                delivery_id: crate::db::ids::new_id(),
             })
         })
         .collect()

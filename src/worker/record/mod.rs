@@ -284,7 +284,7 @@ async fn record_in(
         let attempt = &attempts[*index];
         let outcome = &attempt.outcome;
         rows.push([
-            Value::from(Uuid::now_v7()),
+            Value::from(crate::db::ids::new_id()),
             Value::from(attempt.claim.delivery_id),
             Value::from(*number),
             Value::from(attempt.claim.claim_token),

@@ -262,3 +262,102 @@ async fn operational_events_are_stamped_with_the_database_time() {
         "the event's time is the database's, not the skewed process's ({off} s off)"
     );
 }
+
+/// A receiver answers `503` with `Retry-After` as an HTTP date 30 s ahead (and its own
+/// `Date`): workers two minutes ahead and two minutes behind both pause the endpoint for
+/// those 30 s on the database's clock, neither ignoring the wait nor adding their skew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_date_pauses_as_long_as_the_receiver_asked_on_skewed_workers() {
+    const ASKED: Duration = Duration::from_secs(30);
+    let db = TestDb::new(Backend::Postgres).await;
+    let token = admin_token(&db).await;
+    let pool = db.connect(1).await;
+    for offset in [AHEAD, BEHIND] {
+        let receiver = Receiver::start(|_| {
+            let now = std::time::SystemTime::now();
+            Reply {
+                headers: vec![
+                    ("retry-after", httpdate::fmt_http_date(now + ASKED)),
+                    ("date", httpdate::fmt_http_date(now)),
+                ],
+                ..Reply::status(503)
+            }
+        })
+        .await;
+        let worker = skewed(&db, offset, &[WORKER]);
+        let endpoint = worker.create_endpoint(&token, &receiver, "busy", &[]).await;
+        let body = submit(&worker, &token, &endpoint, 1).await;
+        assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+        receiver.wait_for(1, Duration::from_secs(20)).await;
+        let paused_for = crate::support::fixtures::poll(
+            "the endpoint is paused",
+            Duration::from_secs(10),
+            || async {
+                let row = pool
+                    .conn()
+                    .query_one_raw(Statement::from_sql_and_values(
+                        DbBackend::Postgres,
+                        "SELECT EXTRACT(EPOCH FROM paused_until - now())::float8 AS s \
+                         FROM endpoints WHERE id = $1::uuid",
+                        [endpoint.clone().into()],
+                    ))
+                    .await
+                    .map_err(|err| err.to_string())?
+                    .ok_or("no endpoint")?;
+                row.try_get::<Option<f64>>("", "s")
+                    .map_err(|err| err.to_string())?
+                    .ok_or_else(|| "not paused".to_owned())
+            },
+        )
+        .await;
+        assert!(
+            (15.0..=31.0).contains(&paused_for),
+            "a worker {offset} s off paused the endpoint for {paused_for:.1} s, not about 30 s"
+        );
+        drop(worker);
+    }
+}
+
+/// Submissions made in turn through API processes two minutes ahead and two minutes behind
+/// list newest first in the order they were made: their ids carry the database's time, not
+/// their hosts'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_newest_first_listing_is_in_the_order_the_database_saw() {
+    const EACH: usize = 3;
+    let db = TestDb::new(Backend::Postgres).await;
+    let token = admin_token(&db).await;
+    let receiver = Receiver::accepting().await;
+    let ahead = skewed(&db, AHEAD, &[]);
+    let behind = skewed(&db, BEHIND, &[]);
+    let endpoint = ahead
+        .create_endpoint(&token, &receiver, "ordered", &[])
+        .await;
+    let mut made = Vec::new();
+    for n in 0..EACH {
+        for api in [&ahead, &behind] {
+            let body = submit(api, &token, &endpoint, n).await;
+            let id = body["data"]["submit"]["delivery"]["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{body}"))
+                .to_owned();
+            made.push(id);
+            // Well apart, beyond any error in the processes' measurements of the clock.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let listing = behind
+        .graphql(
+            &token,
+            "query($n: Int!) { deliveries(first: $n) { edges { node { id } } } }",
+            json!({ "n": 2 * EACH }),
+        )
+        .await;
+    let listed: Vec<String> = listing["data"]["deliveries"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listing}"))
+        .iter()
+        .filter_map(|edge| edge["node"]["id"].as_str().map(str::to_owned))
+        .collect();
+    made.reverse();
+    assert_eq!(listed, made, "newest first, in the order they were made");
+}
