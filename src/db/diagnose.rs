@@ -95,6 +95,7 @@ pub async fn explain_connect_error(url: &str, err: &DbErr, timeouts: Timeouts) -
         Some(sqlx::Error::PoolTimedOut) => {
             let probe =
                 tokio::time::timeout(timeouts.acquire.min(PROBE_TIMEOUT), options.connect()).await;
+            let waited = timeouts.acquire.as_millis();
             let reason = match probe {
                 Ok(Err(probe)) => sqlx_message(&probe),
                 Ok(Ok(connection)) => {
@@ -102,12 +103,18 @@ pub async fn explain_connect_error(url: &str, err: &DbErr, timeouts: Timeouts) -
                     "it accepted no connection in time (it answers now: was it starting up?)"
                         .to_owned()
                 }
-                Err(_) => "no answer (a firewall, or a host that is down?)".to_owned(),
+                Err(_) => {
+                    return format!(
+                        "cannot connect to {target}: no answer in {waited} ms \
+                         (COURIER_DB_ACQUIRE_TIMEOUT_MS), nor on a second look as long (a \
+                         firewall, or a host that is down?); check DATABASE_URL and that the \
+                         server is running and reachable"
+                    )
+                }
             };
             return format!(
-                "cannot connect to {target}: {reason}, for {} ms (COURIER_DB_ACQUIRE_TIMEOUT_MS); \
-                 check DATABASE_URL and that the server is running and reachable",
-                timeouts.acquire.as_millis()
+                "cannot connect to {target}: {reason}, for {waited} ms (COURIER_DB_ACQUIRE_TIMEOUT_MS); \
+                 check DATABASE_URL and that the server is running and reachable"
             );
         }
         Some(cause) => sqlx_message(cause),

@@ -53,6 +53,22 @@ fn an_unreachable_postgres_is_told_by_its_real_cause_and_host() {
     );
 }
 
+#[test]
+fn a_postgres_that_never_answers_is_told_with_both_waits() {
+    // Connections are accepted (the backlog holds them) and never answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let mut command = plain_courier(&format!("postgres://postgres@127.0.0.1:{port}/courier"));
+    command
+        .arg("migrate")
+        .env("COURIER_DB_ACQUIRE_TIMEOUT_MS", "300");
+    let line = fatal_line(&run_to_end(command));
+    drop(silent);
+    assert!(line.contains("no answer in 300 ms"), "{line}");
+    assert!(line.contains("second look as long"), "{line}");
+    assert!(line.contains("DATABASE_URL"), "{line}");
+}
+
 #[tokio::test]
 async fn a_postgres_refusal_is_told_without_its_server_source_line() {
     let server = postgres_server::url().await;
