@@ -14,6 +14,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
+use super::collector_url::CollectorUrl;
 use super::spans::TARGET;
 use super::throttle::Throttle;
 
@@ -59,13 +60,15 @@ impl Traces {
             .connect_timeout(Duration::from_secs(3))
             .timeout(EXPORT_TIMEOUT)
             .build()?;
+        let collector = CollectorUrl::new(url);
         let exporter = SpanExporter::builder()
             .with_http()
-            .with_endpoint(url)
+            .with_endpoint(collector.url)
             .with_timeout(EXPORT_TIMEOUT)
             .with_http_client(OnRuntime {
                 client,
                 runtime,
+                authorization: collector.authorization,
                 failures: Throttle::new(FAILURE_LOG_EVERY),
             })
             .build()?;
@@ -110,6 +113,9 @@ impl Traces {
 struct OnRuntime {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
+    /// The credentials the collector URL held, sent as a header (see [`CollectorUrl`]);
+    /// an `Authorization` in `OTEL_EXPORTER_OTLP_HEADERS` goes first.
+    authorization: Option<reqwest::header::HeaderValue>,
     /// Failed exports, told at most once per [`FAILURE_LOG_EVERY`].
     failures: Throttle,
 }
@@ -121,14 +127,27 @@ impl HttpClient for OnRuntime {
         request: http::Request<Bytes>,
     ) -> Result<http::Response<Bytes>, HttpError> {
         let client = self.client.clone();
-        let request = reqwest::Request::try_from(request)?;
+        let mut request = reqwest::Request::try_from(request)?;
+        if let Some(authorization) = &self.authorization {
+            request
+                .headers_mut()
+                .entry(reqwest::header::AUTHORIZATION)
+                .or_insert_with(|| authorization.clone());
+        }
         let sent = self.runtime.spawn(async move {
-            let response = client.execute(request).await?;
+            // Errors without the URL: a query string may hold a token.
+            let response = client
+                .execute(request)
+                .await
+                .map_err(reqwest::Error::without_url)?;
             let mut answer = http::Response::builder().status(response.status());
             if let Some(headers) = answer.headers_mut() {
                 headers.extend(response.headers().clone());
             }
-            let body = response.bytes().await?;
+            let body = response
+                .bytes()
+                .await
+                .map_err(reqwest::Error::without_url)?;
             Ok::<_, HttpError>(answer.body(body)?)
         });
         let answer = sent.await?;

@@ -4,6 +4,7 @@
 //! Tracing is off unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and costs nothing then: no
 //! span is made (see [`context::enabled`]) and nothing is stored with a submission.
 
+mod collector_url;
 pub mod context;
 mod export;
 mod headers;
@@ -87,7 +88,7 @@ pub fn init(format: LogFormat, tracing: &TracingArgs) -> Result<Telemetry, Expor
         .try_init();
     // Said once logging works, so that an operator can see tracing is on, and where to.
     let traces = traces.map(|(traces, url, service_name)| {
-        let url = crate::db::redact(&url);
+        let url = collector_url::shown(&url);
         tracing::info!(%url, service_name, "exporting traces over OTLP/HTTP");
         context::enable();
         traces

@@ -316,6 +316,41 @@ async fn a_collector_that_never_answers_fails_and_holds_up_nothing() {
         .all(|webhook| webhook.verified && webhook.traceparent.is_some()));
 }
 
+/// A collector URL with credentials in it (`http://user:password@host/...`): they reach the
+/// collector as an `Authorization: Basic` header, and the URL the process sends to (and
+/// would name in an error) holds none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_collector_url_are_sent_as_a_header() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let collector = Collector::start().await;
+    let with_credentials = collector
+        .url()
+        .replacen("http://", "http://otel:S3CRET%21@", 1);
+    let process = traced(&db, &with_credentials, &[]);
+    let token = admin_token(&db).await;
+    let receiver = Receiver::accepting().await;
+    let endpoint = process.create_endpoint(&token, &receiver, "r", &[]).await;
+    let submitted = process
+        .graphql(&token, SUBMIT, json!({ "id": endpoint, "p": { "n": 1 } }))
+        .await;
+    assert!(submitted["errors"].is_null(), "{submitted}");
+    collector
+        .wait_until(Duration::from_secs(20), |spans| {
+            !named(spans, "webhook attempt").is_empty()
+        })
+        .await;
+    use base64::Engine as _;
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("otel:S3CRET!")
+    );
+    let authorizations = collector.authorizations();
+    assert!(
+        !authorizations.is_empty() && authorizations.iter().all(|sent| *sent == expected),
+        "{authorizations:?}"
+    );
+}
+
 /// With no collector configured (the default) nothing is traced: a caller's
 /// `traceparent` is not carried on, no webhook has one, and no context is stored.
 async fn without_a_collector_nothing_is_traced(backend: Backend) {

@@ -50,6 +50,7 @@ pub struct CollectedSpan {
 struct Shared {
     spans: Mutex<Vec<CollectedSpan>>,
     content_types: Mutex<Vec<String>>,
+    authorizations: Mutex<Vec<String>>,
 }
 
 /// A running collector.
@@ -99,6 +100,11 @@ impl Collector {
         self.shared.content_types.lock().expect("lock").clone()
     }
 
+    /// The `Authorization` of every export received so far (empty when it sent none).
+    pub fn authorizations(&self) -> Vec<String> {
+        self.shared.authorizations.lock().expect("lock").clone()
+    }
+
     /// Waits until `done` holds of the spans received, and returns them; panics after
     /// `timeout` with what did arrive.
     pub async fn wait_until(
@@ -142,6 +148,16 @@ async fn export(
         .lock()
         .expect("lock")
         .push(content_type);
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    shared
+        .authorizations
+        .lock()
+        .expect("lock")
+        .push(authorization);
     let protobuf = [(header::CONTENT_TYPE, "application/x-protobuf")];
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
         return (StatusCode::BAD_REQUEST, protobuf, Vec::new());
