@@ -363,8 +363,6 @@ async fn record_in(
             at: attempts[*index].finished_at,
         })
         .collect();
-    let (disabled, mut announced) =
-        health::settle(txn, backend, policy, &settled, locked.as_ref()).await?;
     // A delivery of an operational event that fails or asks to wait is not announced
     // again, so two alerting endpoints cannot feed each other events.
     let operational_delivery = |claim: &Claim| {
@@ -411,7 +409,12 @@ async fn record_in(
     );
     // Endpoint rows are locked above (failure runs, disables, pauses, the listeners of
     // these events) before any ordering line below, the order every submit takes them in.
-    announced.extend(operational::publish(txn, backend, &events).await?);
+    // The failures and pauses are told before the disables they cause (listeners hear of
+    // an endpoint's events in the order they were made).
+    let mut announced = operational::publish(txn, backend, &events).await?;
+    let (disabled, disables_announced) =
+        health::settle(txn, backend, policy, &settled, locked.as_ref()).await?;
+    announced.extend(disables_announced);
     // A head that settled hands its line to the next delivery waiting in it.
     let lines_settled: Vec<(Uuid, String)> = fresh
         .iter()

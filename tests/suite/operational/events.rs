@@ -111,6 +111,12 @@ async fn each_event_reaches_the_operations_endpoint(backend: Backend) {
     assert_eq!(disabled.len(), 2, "{bodies:?}");
     assert_eq!(disabled[1]["reason"], "FAILING");
     assert_eq!(bodies.len(), 6, "nothing else: {types:?}");
+    // The disable is told after the failure that caused it (recorded in one transaction).
+    assert_eq!(
+        types.last(),
+        Some(&"courier.endpoint.disabled"),
+        "the failures first, then the disable they caused: {types:?}"
+    );
 }
 
 /// The event is written by the transaction that disables: rolled back, nothing; committed,
