@@ -329,7 +329,7 @@ impl Metrics {
         );
         registry.register(
             "events_published",
-            "Delivery state changes handed to this process's subscribers",
+            "Delivery state changes this process handed to its live feed (its own and other processes'), whether or not anyone subscribes",
             events_published.clone(),
         );
         registry.register(

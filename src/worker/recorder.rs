@@ -234,9 +234,11 @@ impl Recorder {
             }
             Some(state) => {
                 let outcome = &attempt.outcome;
-                let status = outcome.status.map_or_else(String::new, |s| s.to_string());
+                // Numbers as numbers (a JSON log line's `status` is 204, not "204"); no
+                // status when nothing answered.
+                let status = outcome.status;
                 let error = outcome.error.as_deref().unwrap_or_default();
-                let duration_ms = outcome.duration.as_millis();
+                let duration_ms = u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX);
                 tracing::debug!(%delivery_id, attempt = recorded.number, state = %state.to_value(), "attempt recorded");
                 match attempt.step {
                     NextStep::Delivered => {
@@ -244,19 +246,24 @@ impl Recorder {
                             .to_std()
                             .unwrap_or_default();
                         metrics.delivery_latency.observe(latency.as_secs_f64());
-                        tracing::info!(%delivery_id, attempt = recorded.number, %status, duration_ms, "delivered");
+                        tracing::info!(%delivery_id, attempt = recorded.number, status, duration_ms, "delivered");
                     }
                     NextStep::RetryAfter(delay) => {
                         let next_attempt_at = recorded
                             .next_attempt_at
                             .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
                             .unwrap_or_default();
-                        tracing::info!(%delivery_id, attempt = recorded.number, %status, error, duration_ms,
-                            retry_in_ms = delay.as_millis(), %next_attempt_at, "attempt failed; retry scheduled");
+                        let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                        tracing::info!(%delivery_id, attempt = recorded.number, status, error, duration_ms,
+                            retry_in_ms, %next_attempt_at, "attempt failed; retry scheduled");
                         self.wake_for_retry(delay);
                     }
+                    NextStep::Failed if super::health::is_gone(outcome) => {
+                        tracing::info!(%delivery_id, attempt = recorded.number, status, error, duration_ms,
+                            "delivery failed: the endpoint answered 410 Gone, so no retry; replay it once the endpoint is enabled again");
+                    }
                     NextStep::Failed => {
-                        tracing::info!(%delivery_id, attempt = recorded.number, %status, error, duration_ms,
+                        tracing::info!(%delivery_id, attempt = recorded.number, status, error, duration_ms,
                             "delivery failed: the cycle's attempts are spent; replay it to try again");
                     }
                 }

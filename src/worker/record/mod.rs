@@ -121,8 +121,11 @@ async fn record_unique(
     staged.committed();
     health::log_disabled(&disabled);
     for pause in paused {
-        tracing::warn!(endpoint_id = %pause.endpoint_id, paused_until = ?pause.until,
-            wait_ms = pause.wait.as_millis(),
+        let paused_until = pause
+            .until
+            .map(|until| until.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        tracing::warn!(endpoint_id = %pause.endpoint_id, paused_until,
+            wait_ms = u64::try_from(pause.wait.as_millis()).unwrap_or(u64::MAX),
             "endpoint paused: it asked to be left alone (Retry-After); its deliveries wait in place");
     }
     // Each settled claim freed a slot of its endpoint, and a retry is due again later: the

@@ -369,7 +369,11 @@ async fn outcomes_and_websockets_are_logged_one_line_each() {
     .await
     .expect("logs");
     let ([retry, delivered, _], gave_up) = lines;
-    assert_eq!(retry["status"], "500", "{retry}");
+    // Numbers as JSON numbers.
+    assert_eq!(retry["status"], 500, "{retry}");
+    assert!(retry["duration_ms"].is_u64(), "{retry}");
+    assert!(retry["retry_in_ms"].is_u64(), "{retry}");
+    assert_eq!(delivered["status"], 200, "{delivered}");
     assert!(
         retry["next_attempt_at"]
             .as_str()
