@@ -6,7 +6,7 @@
 
 use std::str::FromStr as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_graphql::http::WebSocketProtocols;
@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, PollSender};
 
-use super::ws_close::{fitted, too_big};
+use super::ws_close::{fitted, too_big, ClientEnd};
 use super::ws_gate::Gate;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
@@ -133,6 +133,9 @@ enum Ending {
     Close(Option<String>, CloseFrame),
     /// Without a close frame of ours (the client left), for this reason.
     Drop(&'static str),
+    /// The client ended it: with its close frame (answered by the socket itself), or
+    /// without one (told as 1005, or 1006 when the connection broke).
+    Left(CloseFrame),
 }
 
 /// One WebSocket session, before it starts.
@@ -171,9 +174,26 @@ impl Session {
         let (gate, mut violation) = Gate::new(self.legacy);
         let rules = (!self.legacy).then(|| gate.clone());
         let transport = gate.clone();
+        let client_end = Arc::new(Mutex::new(ClientEnd::Open));
+        let ended_by_client = client_end.clone();
         let incoming = incoming
             .filter(move |message| {
                 hearing.store(millis_since(opened), Ordering::Relaxed);
+                match message {
+                    Ok(Message::Close(frame)) => {
+                        let mut end = ended_by_client
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        *end = ClientEnd::Closed(frame.clone());
+                    }
+                    Err(err) if !too_big(err) => {
+                        let mut end = ended_by_client
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        *end = ClientEnd::Broken;
+                    }
+                    _ => {}
+                }
                 let admitted = match (&rules, message) {
                     (Some(rules), Ok(message)) => rules.admit(message),
                     (_, Err(err)) if too_big(err) => {
@@ -279,12 +299,17 @@ impl Session {
                     // The session is over and everything it sent is out.
                     (None, Phase::Refused(close)) => break Ending::Close(None, close.clone()),
                     (None, Phase::Revoked { .. }) => break self.revoked_ending(),
-                    // Ended by the client (the legacy `connection_terminate`): a normal
-                    // close, not a dropped connection.
-                    (None, _) => break Ending::Close(None, CloseFrame {
-                        code: close_code::NORMAL,
-                        reason: "Normal Closure".into(),
-                    }),
+                    // Ended by the client: its close frame, a broken connection, or the
+                    // legacy `connection_terminate` (a normal close, not a dropped one).
+                    (None, _) => {
+                        let end = std::mem::take(
+                            &mut *client_end.lock().unwrap_or_else(PoisonError::into_inner),
+                        );
+                        break end.frame().map(Ending::Left).unwrap_or_else(|| Ending::Close(None, CloseFrame {
+                            code: close_code::NORMAL,
+                            reason: "Normal Closure".into(),
+                        }));
+                    }
                 },
             }
         };
@@ -303,6 +328,10 @@ impl Session {
             }
             Ending::Drop(reason) => {
                 tracing::info!(protocol, reason, duration_ms, "WebSocket closed");
+            }
+            Ending::Left(close) => {
+                tracing::info!(protocol, code = close.code, reason = %close.reason, duration_ms,
+                    by = "client", "WebSocket closed");
             }
         }
     }

@@ -1,5 +1,6 @@
 //! What a WebSocket's closing looks like: a close frame's reason cut to what a control
-//! frame carries, and the transport's refusal of a message for its size told apart.
+//! frame carries, the transport's refusal of a message for its size told apart, and how
+//! the client ended its side.
 
 use axum::extract::ws::CloseFrame;
 
@@ -9,6 +10,38 @@ pub(super) fn too_big(err: &axum::Error) -> bool {
     std::error::Error::source(err)
         .and_then(|source| source.downcast_ref::<WsError>())
         .is_some_and(|err| matches!(err, WsError::Capacity(CapacityError::MessageTooLong { .. })))
+}
+
+/// How the client ended its side, as far as its messages told.
+#[derive(Debug, Default)]
+pub(super) enum ClientEnd {
+    /// It has not (yet) ended it.
+    #[default]
+    Open,
+    /// It sent a close frame (perhaps without a code).
+    Closed(Option<CloseFrame>),
+    /// The connection broke without a close frame.
+    Broken,
+}
+
+impl ClientEnd {
+    /// The close a session the client ended is told with (1005 for a close frame without a
+    /// code, 1006 for a broken connection, as RFC 6455 reports them): `None` when the client
+    /// did not end it (a legacy `connection_terminate` ends the session without a close).
+    pub(super) fn frame(self) -> Option<CloseFrame> {
+        match self {
+            ClientEnd::Open => None,
+            ClientEnd::Closed(Some(frame)) => Some(frame),
+            ClientEnd::Closed(None) => Some(CloseFrame {
+                code: 1005,
+                reason: "No Status Received".into(),
+            }),
+            ClientEnd::Broken => Some(CloseFrame {
+                code: 1006,
+                reason: "Abnormal Closure".into(),
+            }),
+        }
+    }
 }
 
 /// The most bytes a close frame's reason may take: a control frame carries at most 125

@@ -410,6 +410,48 @@ async fn outcomes_and_websockets_are_logged_one_line_each() {
     .await
     .expect("logs");
 
+    // Closed by the client with its own code, and dropped without a close frame: each is
+    // told as it happened, not as a normal closure.
+    let connect = || async {
+        let url = format!("ws://{}/graphql/ws", running.addr());
+        let mut request =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+                .expect("request");
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            "graphql-transport-ws".parse().expect("header"),
+        );
+        tokio_tungstenite::connect_async(request)
+            .await
+            .expect("upgrade")
+            .0
+    };
+    let mut closing = connect().await;
+    use futures_util::SinkExt as _;
+    let frame = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+        code: 4002.into(),
+        reason: "raw-reason".into(),
+    };
+    let _ = closing
+        .send(tokio_tungstenite::tungstenite::Message::Close(Some(frame)))
+        .await;
+    while crate::support::websocket::next(&mut closing)
+        .await
+        .is_some()
+    {}
+    let dropped = connect().await;
+    drop(dropped);
+    let running = tokio::task::spawn_blocking(move || {
+        let closed = running.wait_for(|line| line["code"] == 4002);
+        assert_eq!(closed["reason"], "raw-reason", "{closed}");
+        assert_eq!(closed["by"], "client", "{closed}");
+        let broken = running.wait_for(|line| line["code"] == 1006);
+        assert_eq!(broken["message"], "WebSocket closed", "{broken}");
+        running
+    })
+    .await
+    .expect("logs");
+
     for line in running.lines() {
         assert!(
             !line.to_string().contains("Some("),
