@@ -1,11 +1,12 @@
 //! GraphQL subscriptions: `deliveryStateChanged`, every committed state change a caller may see.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_graphql::{Context, Object, Subscription, ID};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
@@ -28,6 +29,11 @@ const LIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// selected) is tried before the subscription ends as lagged, and the pause between tries.
 const READ_TRIES: u32 = 3;
 const READ_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Most changes a subscriber that selects `delivery` takes from the broadcast at once when
+/// several wait, to read their deliveries in one statement: one read per change could not
+/// keep up with a thousand changes a second.
+const READ_AHEAD: usize = 256;
 
 /// Most subscriptions one WebSocket connection may run at once: room for a dashboard that
 /// watches each of hundreds of endpoints on its own, while a client opening thousands more
@@ -145,6 +151,7 @@ impl DeliverySubscription {
                 .exists()
                 .then(|| app.deliveries.clone()),
             receiver,
+            ahead: VecDeque::new(),
             key: app.revocations.register(caller.key_id),
             access: app.access.clone(),
             caller,
@@ -161,6 +168,8 @@ impl DeliverySubscription {
 /// One subscriber's position in the event broadcast.
 struct Watch {
     receiver: tokio::sync::broadcast::Receiver<ChangeMessage>,
+    /// What was taken from the broadcast ahead of telling it (see [`READ_AHEAD`]), in order.
+    ahead: VecDeque<Result<ChangeMessage, RecvError>>,
     /// The caller's key, watched for revocation.
     key: KeyInUse,
     access: Access,
@@ -224,16 +233,62 @@ impl Watch {
         }
     }
 
+    /// When the subscription selects `delivery` and more changes wait behind `first`: takes
+    /// up to [`READ_AHEAD`] of them, in order, and reads the deliveries of those of the
+    /// endpoint asked for in one statement. A read that fails is left to each change's own.
+    async fn read_ahead(&mut self, first: Arc<StateChange>) {
+        let Some(deliveries) = &self.deliveries else {
+            return;
+        };
+        while self.ahead.len() < READ_AHEAD {
+            match self.receiver.try_recv() {
+                Ok(message) => self.ahead.push_back(Ok(message)),
+                Err(TryRecvError::Lagged(missed)) => {
+                    self.ahead.push_back(Err(RecvError::Lagged(missed)));
+                    break;
+                }
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
+        }
+        if self.ahead.is_empty() {
+            return;
+        }
+        let asked = |change: &StateChange| {
+            self.endpoint
+                .is_none_or(|endpoint| endpoint == change.endpoint_id)
+        };
+        let changes: Vec<&StateChange> = std::iter::once(first.as_ref())
+            .chain(self.ahead.iter().filter_map(|message| match message {
+                Ok(ChangeMessage::Change(change)) => Some(change.as_ref()),
+                _ => None,
+            }))
+            .filter(|change| asked(change))
+            .collect();
+        if let Err(err) = deliveries.read_changes_ahead(&changes).await {
+            tracing::debug!(error = %err, "reading changes ahead failed; each is read alone");
+        }
+    }
+
     async fn next(mut self) -> Option<(ApiResult<DeliveryStateChange>, Watch)> {
         if self.finished {
             return None;
         }
         loop {
             // A revocation wins over any event already waiting: nothing is sent after it.
-            let received = tokio::select! {
-                biased;
-                () = self.key.revoked() => None,
-                received = self.receiver.recv() => Some(received),
+            let received = match self.ahead.pop_front() {
+                Some(_) if self.key.is_revoked() => None,
+                Some(received) => Some(received),
+                None => {
+                    let received = tokio::select! {
+                        biased;
+                        () = self.key.revoked() => None,
+                        received = self.receiver.recv() => Some(received),
+                    };
+                    if let Some(Ok(ChangeMessage::Change(change))) = &received {
+                        self.read_ahead(change.clone()).await;
+                    }
+                    received
+                }
             };
             let Some(received) = received else {
                 self.finished = true;
