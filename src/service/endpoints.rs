@@ -15,7 +15,7 @@ use crate::crypto::signing;
 use crate::db::{self, Db};
 use crate::destination;
 use crate::error::{Error, Result};
-use crate::service::access::{Access, Visible};
+use crate::service::access::Access;
 use crate::service::pagination::{Page, PageRequest};
 use crate::service::recent_health::{self, RecentHealth};
 use crate::service::switch::{self, DisabledReason};
@@ -407,14 +407,8 @@ impl Endpoints {
         page: PageRequest,
     ) -> Result<Page<endpoint::Model>> {
         let mut query = endpoint::Entity::find().order_by_asc(endpoint::Column::Id);
-        match caller.visible() {
-            Visible::Everything => {}
-            Visible::Endpoints(scope) => {
-                query = query.filter(endpoint::Column::Id.is_in(scope.iter().copied()));
-            }
-            Visible::Tenant(own) => {
-                query = query.filter(endpoint::Column::TenantId.eq(own));
-            }
+        if let Some(visible) = Access::endpoints_condition(caller) {
+            query = query.filter(visible);
         }
         if let Some(tenant) = tenant {
             query = query.filter(endpoint::Column::TenantId.eq(tenant));
