@@ -5,13 +5,13 @@
 //! it already holds for it ([`HeldEndpoints`]): they are handed back unsent.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sea_orm::ConnectionTrait as _;
 use uuid::Uuid;
 
-use super::claim::{release, Claim};
+use super::claim::{release_in_background, Claim};
 use super::Worker;
 use crate::db::Db;
 use crate::error::error_chain;
@@ -75,20 +75,16 @@ pub(super) async fn hold_turn(db: &Db, endpoint_id: Uuid, wait: Duration) {
 impl Worker {
     /// Hands `claim` back unsent (fenced by its token; pending again, and due once the
     /// endpoint's hold or pause is over): its endpoint asked to wait after it was made.
-    pub(super) fn hand_back_held(self: &Arc<Self>, claim: Claim) {
+    pub(super) fn hand_back_held(&self, claim: Claim) {
         self.state.metrics.claims_held_back.inc();
         tracing::debug!(delivery_id = %claim.delivery_id, endpoint_id = %claim.endpoint_id,
             "the endpoint asked to wait after this claim was made: handed back unsent");
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let (db, claims) = (&this.state.db, [claim]);
-            let released = db.within_deadline(release(db, &this.state.bus, &claims));
-            if let Err(err) = released.await {
-                // It stays `processing` and is retaken after its lease, as a lost request.
-                tracing::warn!(error = %error_chain(&err),
-                    "handing back a claim of an endpoint that asked to wait failed");
-            }
-        });
+        release_in_background(
+            self.state.db.clone(),
+            self.state.bus.clone(),
+            vec![claim],
+            "their endpoint asked to wait",
+        );
     }
 }
 

@@ -4,14 +4,13 @@
 //! claims leave their endpoints alone for a while.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use super::claim::{release, Claim};
+use super::claim::{release_in_background, Claim};
 use super::Worker;
-use crate::error::error_chain;
 
 /// How long this process leaves an endpoint whose secret it could not open to other
 /// processes' claims. Its own claims look again after that (the key may have been rotated
@@ -53,7 +52,7 @@ impl UnopenedEndpoints {
 impl Worker {
     /// Hands `claims` back (fenced by their tokens; due at once, for another process's
     /// claims) and leaves their endpoints alone for a while: their secrets do not open here.
-    pub(super) fn hand_back_unopened(self: &Arc<Self>, claims: Vec<Claim>) {
+    pub(super) fn hand_back_unopened(&self, claims: Vec<Claim>) {
         if claims.is_empty() {
             return;
         }
@@ -64,16 +63,12 @@ impl Worker {
             .metrics
             .claims_unopened
             .inc_by(claims.len() as u64);
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let db = &this.state.db;
-            let released = db.within_deadline(release(db, &this.state.bus, &claims));
-            if let Err(err) = released.await {
-                // They stay `processing` and are reclaimed after their lease.
-                tracing::error!(error = %error_chain(&err),
-                    "handing back claims whose secret did not open failed");
-            }
-        });
+        release_in_background(
+            self.state.db.clone(),
+            self.state.bus.clone(),
+            claims,
+            "their endpoint's secret did not open with this process's key",
+        );
     }
 }
 

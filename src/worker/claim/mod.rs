@@ -27,7 +27,7 @@ mod release;
 mod sqlite;
 mod warm;
 
-pub use self::release::release;
+pub use self::release::{release, release_in_background};
 pub use self::warm::{warm_claiming_loop, warm_statements};
 
 use self::sqlite::claim_sqlite;

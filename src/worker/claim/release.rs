@@ -1,5 +1,6 @@
-//! Giving claims back at once, fenced by their tokens, when what to send could not be
-//! read: the deliveries are due again (or parked, if their endpoint was disabled meanwhile).
+//! Giving claims back at once, fenced by their tokens, when they are not to be sent here
+//! (what to send could not be read, a secret did not open, the endpoint asked to wait): the
+//! deliveries are due again (or parked, if their endpoint was disabled meanwhile).
 
 use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DbErr};
@@ -8,6 +9,7 @@ use super::Claim;
 use crate::bus::{ChangeBus, StateChange};
 use crate::db::parking::with_parking;
 use crate::db::Db;
+use crate::error::error_chain;
 use crate::service::flow;
 
 /// Gives a claim back at once (when its delivery cannot be sent), fenced by its token:
@@ -52,4 +54,16 @@ pub async fn release(db: &Db, bus: &ChangeBus, claims: &[Claim]) -> Result<(), D
         .await?;
     staged.committed();
     Ok(())
+}
+
+/// [`release`] in a task of its own, within the database's deadline; `why` says in the log
+/// why they were handed back, should that fail (they stay `processing` and are retaken
+/// after their lease, as lost requests are).
+pub fn release_in_background(db: Db, bus: ChangeBus, claims: Vec<Claim>, why: &'static str) {
+    tokio::spawn(async move {
+        if let Err(err) = db.within_deadline(release(&db, &bus, &claims)).await {
+            tracing::warn!(error = %error_chain(&err), claims = claims.len(), why,
+                "handing claims back failed; they are retaken after their lease");
+        }
+    });
 }

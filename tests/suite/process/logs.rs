@@ -384,17 +384,23 @@ async fn outcomes_and_websockets_are_logged_one_line_each() {
     assert_eq!(gave_up["attempt"], 2, "{gave_up}");
 
     // A WebSocket with a wrong key: opened, then closed with 4403.
-    let url = format!("ws://{}/graphql/ws", running.addr());
-    let mut request =
-        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+    let ws_url = format!("ws://{}/graphql/ws", running.addr());
+    let connect = || async {
+        let mut request =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                ws_url.as_str(),
+            )
             .expect("request");
-    request.headers_mut().insert(
-        "sec-websocket-protocol",
-        "graphql-transport-ws".parse().expect("header"),
-    );
-    let (mut socket, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("upgrade");
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            "graphql-transport-ws".parse().expect("header"),
+        );
+        tokio_tungstenite::connect_async(request)
+            .await
+            .expect("upgrade")
+            .0
+    };
+    let mut socket = connect().await;
     crate::support::websocket::send(
         &mut socket,
         json!({ "type": "connection_init", "payload": { "Authorization": "Bearer wrong" } }),
@@ -412,20 +418,6 @@ async fn outcomes_and_websockets_are_logged_one_line_each() {
 
     // Closed by the client with its own code, and dropped without a close frame: each is
     // told as it happened, not as a normal closure.
-    let connect = || async {
-        let url = format!("ws://{}/graphql/ws", running.addr());
-        let mut request =
-            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
-                .expect("request");
-        request.headers_mut().insert(
-            "sec-websocket-protocol",
-            "graphql-transport-ws".parse().expect("header"),
-        );
-        tokio_tungstenite::connect_async(request)
-            .await
-            .expect("upgrade")
-            .0
-    };
     let mut closing = connect().await;
     use futures_util::SinkExt as _;
     let frame = tokio_tungstenite::tungstenite::protocol::CloseFrame {
