@@ -4,14 +4,13 @@
 //! [`crate::service::flow::HOLD_TURN`]), and this process at once sends none of the claims
 //! it already holds for it ([`HeldEndpoints`]): they are handed back unsent.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::ConnectionTrait as _;
 use uuid::Uuid;
 
 use super::claim::{release_in_background, Claim};
+use super::endpoints_until::EndpointsUntil;
 use super::Worker;
 use crate::db::Db;
 use crate::error::error_chain;
@@ -28,33 +27,22 @@ pub const LOCAL_HOLD: Duration = Duration::from_secs(2);
 /// the moment the answer came back: a request claimed before that, and not yet started, is
 /// not started; this process's claims leave the endpoint to the database's hold meanwhile.
 #[derive(Debug, Default)]
-pub struct HeldEndpoints(Mutex<HashMap<Uuid, Instant>>);
+pub struct HeldEndpoints(EndpointsUntil);
 
 impl HeldEndpoints {
     /// Holds `endpoint_id` for `wait`, at most [`LOCAL_HOLD`]; a longer hold stands.
     pub fn hold(&self, endpoint_id: Uuid, wait: Duration) {
-        let until = Instant::now() + wait.min(LOCAL_HOLD);
-        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = held.entry(endpoint_id).or_insert(until);
-        *entry = (*entry).max(until);
+        self.0.keep(endpoint_id, wait.min(LOCAL_HOLD));
     }
 
     /// Whether `endpoint_id` is held now.
     pub fn holds(&self, endpoint_id: Uuid) -> bool {
-        let held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        held.get(&endpoint_id)
-            .is_some_and(|until| *until > Instant::now())
+        self.0.contains(endpoint_id)
     }
 
     /// The endpoints held now (forgetting those whose hold is over).
     pub fn snapshot(&self) -> Vec<Uuid> {
-        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.is_empty() {
-            return Vec::new();
-        }
-        let now = Instant::now();
-        held.retain(|_, until| *until > now);
-        held.keys().copied().collect()
+        self.0.snapshot()
     }
 }
 
@@ -91,21 +79,19 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
-    fn a_hold_lasts_its_wait_and_a_longer_one_stands() {
+    fn a_hold_lasts_no_longer_than_the_local_hold() {
         let held = HeldEndpoints::default();
-        let (short, long) = (Uuid::now_v7(), Uuid::now_v7());
-        held.hold(short, Duration::ZERO);
-        held.hold(long, Duration::from_secs(3600));
-        held.hold(long, Duration::ZERO);
-        assert!(!held.holds(short), "a hold of no time is over");
-        assert!(held.holds(long), "a shorter hold does not end a longer one");
-        assert_eq!(held.snapshot(), vec![long]);
-        let until = held.0.lock().map(|held| held[&long]).expect("held");
+        let endpoint = Uuid::now_v7();
+        held.hold(endpoint, Duration::from_secs(3600));
+        assert!(held.holds(endpoint));
+        let until = held.0.until(endpoint).expect("held");
         assert!(
             until <= Instant::now() + LOCAL_HOLD,
             "no longer than the local hold"
         );
+        assert_eq!(held.snapshot(), vec![endpoint]);
     }
 }

@@ -16,6 +16,7 @@ pub mod claimer;
 pub mod dispatch;
 pub mod ended;
 mod endpoint_clients;
+pub mod endpoints_until;
 pub mod handoff;
 pub mod health;
 pub mod hold;

@@ -3,13 +3,12 @@
 //! at once, with no attempt recorded, for a process that holds the key, and this process's
 //! claims leave their endpoints alone for a while.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use uuid::Uuid;
 
 use super::claim::{release_in_background, Claim};
+use super::endpoints_until::EndpointsUntil;
 use super::Worker;
 
 /// How long this process leaves an endpoint whose secret it could not open to other
@@ -20,32 +19,22 @@ pub const LEAVE_ALONE: Duration = Duration::from_secs(30);
 /// The endpoints whose secret this process could not open lately, and until when it
 /// leaves them alone.
 #[derive(Debug, Default)]
-pub struct UnopenedEndpoints(Mutex<HashMap<Uuid, Instant>>);
+pub struct UnopenedEndpoints(EndpointsUntil);
 
 impl UnopenedEndpoints {
     /// Leaves `endpoint_id` alone for [`LEAVE_ALONE`].
     pub fn remember(&self, endpoint_id: Uuid) {
-        let mut until = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        until.insert(endpoint_id, Instant::now() + LEAVE_ALONE);
+        self.0.keep(endpoint_id, LEAVE_ALONE);
     }
 
     /// Whether `endpoint_id` is left alone now.
     pub fn contains(&self, endpoint_id: Uuid) -> bool {
-        let until = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        until
-            .get(&endpoint_id)
-            .is_some_and(|until| *until > Instant::now())
+        self.0.contains(endpoint_id)
     }
 
     /// The endpoints left alone now (forgetting those whose time is over).
     pub fn snapshot(&self) -> Vec<Uuid> {
-        let mut until = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if until.is_empty() {
-            return Vec::new();
-        }
-        let now = Instant::now();
-        until.retain(|_, until| *until > now);
-        until.keys().copied().collect()
+        self.0.snapshot()
     }
 }
 
@@ -75,22 +64,17 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
-    fn an_endpoint_is_left_alone_only_for_a_while() {
+    fn an_endpoint_is_left_alone_for_a_while() {
         let unopened = UnopenedEndpoints::default();
-        let (kept, expired) = (Uuid::new_v4(), Uuid::new_v4());
-        unopened.remember(kept);
-        unopened.remember(expired);
-        // As if remembered longer ago than LEAVE_ALONE.
-        unopened
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(expired, Instant::now() - Duration::from_millis(1));
-        assert!(unopened.contains(kept));
-        assert!(!unopened.contains(expired));
-        assert_eq!(unopened.snapshot(), vec![kept]);
-        assert!(!unopened.contains(Uuid::new_v4()));
+        let endpoint = Uuid::now_v7();
+        unopened.remember(endpoint);
+        assert!(unopened.contains(endpoint));
+        assert_eq!(unopened.snapshot(), vec![endpoint]);
+        let until = unopened.0.until(endpoint).expect("kept");
+        assert!(until <= Instant::now() + LEAVE_ALONE);
+        assert!(!unopened.contains(Uuid::now_v7()));
     }
 }
