@@ -1,9 +1,10 @@
-//! The GraphQL schema: the checked-in SDL, subscriptions over both protocols, numbers
-//! kept exact end to end, arguments coerced before anything runs, and where a field
-//! error leaves its `null`.
+//! The GraphQL schema: the checked-in SDL, subscriptions over both protocols (and at the
+//! pace of thousands of changes a second), numbers kept exact end to end, arguments coerced
+//! before anything runs, and where a field error leaves its `null`.
 
 mod coercion;
 mod exact_numbers;
 mod field_errors;
+mod pace;
 mod schema_drift;
 mod subscriptions;
