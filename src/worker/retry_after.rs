@@ -22,7 +22,7 @@ pub fn wait_asked(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 
 /// `Retry-After` as seconds or an HTTP date, relative to `now`. A number of seconds too
 /// large to hold is as long as can be (the caller caps it).
-pub fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
+fn parse(value: &HeaderValue, now: SystemTime) -> Option<Duration> {
     let text = value.to_str().ok()?.trim();
     if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
         return Some(

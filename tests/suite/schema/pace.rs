@@ -3,9 +3,33 @@
 
 use std::time::Duration;
 
+use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 
 use crate::support::{Backend, TestApp, TestDb};
+
+/// `query` run as an admin's subscription on `app`'s schema, in process, once its first
+/// poll has subscribed (and, nothing having happened yet, told nothing).
+async fn subscribed_in_process(
+    app: &TestApp,
+    query: &str,
+) -> BoxStream<'static, async_graphql::Response> {
+    let token = app.admin_token().await;
+    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let schema = courier::schema::build(Some(app.state.clone()));
+    let mut stream = schema
+        .execute_stream(async_graphql::Request::new(query).data(caller))
+        .boxed();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), stream.next())
+            .await
+            .is_err(),
+        "subscribed, nothing yet"
+    );
+    stream
+}
 
 /// A subscriber that falls behind is told so, with a stable code, instead of silently
 /// missing events; and the open-subscription gauge follows it.
@@ -13,21 +37,11 @@ use crate::support::{Backend, TestApp, TestDb};
 async fn a_lagging_subscriber_is_told_it_missed_events() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
-    let token = app.admin_token().await;
-    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
-        .await
-        .expect("caller");
-    let schema = courier::schema::build(Some(app.state.clone()));
-    let request =
-        async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
-            .data(caller);
-    let mut stream = schema.execute_stream(request);
-    // The first poll subscribes; nothing has happened yet.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(200), stream.next())
-            .await
-            .is_err()
-    );
+    let mut stream = subscribed_in_process(
+        &app,
+        "subscription { deliveryStateChanged { deliveryId state } }",
+    )
+    .await;
     assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
 
     for _ in 0..5_000 {
@@ -75,22 +89,11 @@ async fn a_subscriber_reading_each_delivery_keeps_up_with_thousands_of_changes()
     const ROUNDS: usize = 40;
     let db = TestDb::new(Backend::Postgres).await;
     let (app, ids) = crate::support::seeding::seed(&db, DELIVERIES).await;
-    let token = app.admin_token().await;
-    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
-        .await
-        .expect("caller");
-    let schema = courier::schema::build(Some(app.state.clone()));
-    let request = async_graphql::Request::new(
+    let mut stream = subscribed_in_process(
+        &app,
         "subscription { deliveryStateChanged { deliveryId state delivery { id state } } }",
     )
-    .data(caller);
-    let mut stream = schema.execute_stream(request);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(200), stream.next())
-            .await
-            .is_err(),
-        "subscribed, nothing yet"
-    );
+    .await;
     let endpoint_id = uuid::Uuid::now_v7();
     let bus = app.state.bus.clone();
     let producer = tokio::spawn(async move {
