@@ -20,7 +20,11 @@ const RESET_FAILURES: &str = "UPDATE endpoints SET consecutive_failures = $2 \
      WHERE id = $1 AND consecutive_failures <> $2 RETURNING consecutive_failures, disabled";
 
 /// Failures extend the run; the database adds, so concurrent recorders lose no increment.
-const ADD_FAILURES: &str = "UPDATE endpoints SET consecutive_failures = consecutive_failures + $2 \
+/// The count stops at the largest `Int` (an endpoint never disabled for its failures can
+/// fail for years) rather than overflow and fail the recording.
+const ADD_FAILURES: &str = "UPDATE endpoints SET consecutive_failures = \
+     CASE WHEN consecutive_failures > 2147483647 - $2 THEN 2147483647 \
+          ELSE consecutive_failures + $2 END \
      WHERE id = $1 RETURNING consecutive_failures, disabled";
 
 /// When endpoints are disabled for their health.
@@ -115,8 +119,6 @@ pub async fn settle(
             ),
             None => (counted, false),
         };
-        // A `410` asks never to be called again, whatever other requests in flight to the
-        // endpoint answered before or after it: a success does not undo it.
         // A `410` asks never to be called again, whatever other requests in flight to the
         // endpoint answered before or after it: a success does not undo it.
         let gone = settled.iter().any(|outcome| outcome.gone);

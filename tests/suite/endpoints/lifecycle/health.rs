@@ -265,12 +265,40 @@ async fn a_410_recorded_with_later_successes_still_disables(backend: Backend) {
     assert_eq!(parked, 1, "the third waits, parked");
 }
 
+async fn a_run_of_failures_stops_counting_at_the_largest_int(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.max_attempts = Some(1);
+        config.disable_after_failures = 0;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::start(|_| Reply::status(500)).await;
+    let (id, _) = app.create_endpoint(&admin, &receiver.url("down")).await;
+    // Years of failures on an endpoint nothing disables: one short of the largest `Int`.
+    crate::support::fixtures::rows(
+        &app.state.db,
+        "UPDATE endpoints SET consecutive_failures = 2147483646 WHERE id = $1",
+        vec![Uuid::parse_str(&id).expect("uuid").into()],
+    )
+    .await;
+    for _ in 0..2 {
+        let delivery = delivery_id(&submit(&app, &admin, &id, json!({}), None).await);
+        wait_for_state(&app, &admin, &delivery, "FAILED", Duration::from_secs(10)).await;
+    }
+    let endpoint = endpoint(&app, &admin, &id).await;
+    assert_eq!(endpoint["consecutiveFailures"], 2147483647, "{endpoint}");
+    assert_eq!(endpoint["disabled"], false);
+}
+
 on_both_backends!(
     gone_fails_at_once_and_disables_until_re_enabled,
     after_a_410_nothing_more_is_sent_and_the_rest_wait,
     a_410_recorded_with_later_successes_still_disables,
     a_run_of_failed_deliveries_disables_the_endpoint,
     disabling_parks_the_backlog_and_re_enabling_resumes_it,
+    a_run_of_failures_stops_counting_at_the_largest_int,
 );
 
 /// Keeps submitting through `app` until the endpoint refuses; returns the accepted deliveries.
