@@ -11,8 +11,8 @@ use rand::RngCore as _;
 use sea_orm::sea_query::Expr;
 use sea_orm::ExprTrait as _;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, Set,
-    Statement, Value,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter,
+    QuerySelect, Set, Statement, Value,
 };
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -26,6 +26,10 @@ use crate::error::{Error, Result};
 
 /// Every token starts with this, so leaked tokens are easy to recognise and scan for.
 const TOKEN_PREFIX: &str = "courier_";
+
+/// Most endpoints a partner key's list may name (`endpointIds`); a tenant's key reaches
+/// any number of endpoints.
+pub const MAX_KEY_ENDPOINTS: usize = 1_000;
 
 pub use entity::api_key::Role;
 
@@ -105,6 +109,13 @@ pub async fn create_api_key(
         }
         _ => {}
     }
+    if scope.len() > MAX_KEY_ENDPOINTS {
+        return Err(Error::bad_input(format!(
+            "endpointIds names {} endpoints; a key's list holds at most {MAX_KEY_ENDPOINTS} \
+             (a tenant's key reaches any number)",
+            scope.len()
+        )));
+    }
     if let Some(tenant) = limits.tenant {
         if entity::tenant::Entity::find_by_id(tenant)
             .one(db.conn())
@@ -114,11 +125,16 @@ pub async fn create_api_key(
             return Err(Error::bad_input(format!("tenant {tenant} does not exist")));
         }
     }
-    let found = entity::endpoint::Entity::find()
+    let found: std::collections::HashSet<Uuid> = entity::endpoint::Entity::find()
+        .select_only()
+        .column(entity::endpoint::Column::Id)
         .filter(entity::endpoint::Column::Id.is_in(scope.iter().copied()))
+        .into_tuple()
         .all(db.conn())
-        .await?;
-    if let Some(missing) = scope.iter().find(|id| !found.iter().any(|e| e.id == **id)) {
+        .await?
+        .into_iter()
+        .collect();
+    if let Some(missing) = scope.iter().find(|id| !found.contains(id)) {
         return Err(Error::bad_input(format!(
             "endpoint {missing} does not exist"
         )));

@@ -96,7 +96,7 @@ pub struct CreateApiKeyInput {
     name: String,
     /// What the key may do.
     role: Role,
-    /// For partner keys limited to a list: the endpoints it may use.
+    /// For partner keys limited to a list: the endpoints it may use (at most 1,000).
     endpoint_ids: Option<Vec<ID>>,
     /// For a tenant's partner key (instead of `endpointIds`): the tenant whose endpoints,
     /// those created later included, it may use and manage.

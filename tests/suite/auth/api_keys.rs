@@ -75,6 +75,30 @@ async fn admins_manage_keys_over_graphql(backend: Backend) {
         "{refused}"
     );
 
+    // A list longer than a key may hold is refused before anything is looked up or kept.
+    let keys = || async {
+        let listed = app.graphql(&admin, LIST, json!({})).await;
+        listed["data"]["apiKeys"]["edges"].as_array().map(Vec::len)
+    };
+    let keys_before = keys().await;
+    let too_many: Vec<String> = (0..=courier::auth::MAX_KEY_ENDPOINTS)
+        .map(|_| uuid::Uuid::now_v7().to_string())
+        .collect();
+    let long = json!({ "name": "long", "role": "PARTNER", "endpointIds": too_many });
+    let refused = app.graphql(&admin, CREATE, json!({ "input": long })).await;
+    assert_eq!(
+        gql_error_code(&refused),
+        Some("BAD_USER_INPUT"),
+        "{refused}"
+    );
+    assert!(
+        refused["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("at most 1000")),
+        "{refused}"
+    );
+    assert_eq!(keys().await, keys_before);
+
     // A partner key with no endpoints is a key that reaches none of them.
     let empty = json!({ "name": "no scope", "role": "PARTNER" });
     let created = app.graphql(&admin, CREATE, json!({ "input": empty })).await;
