@@ -23,6 +23,7 @@ mod m20261211_000001_events_by_time;
 mod m20261211_000002_failed_by_time;
 mod m20261211_000003_state_in_endpoint_indexes;
 mod m20261212_000001_listener_index;
+mod m20261213_000001_listings_in_order;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261211_000002_failed_by_time::Migration),
             Box::new(m20261211_000003_state_in_endpoint_indexes::Migration),
             Box::new(m20261212_000001_listener_index::Migration),
+            Box::new(m20261213_000001_listings_in_order::Migration),
         ]
     }
 }

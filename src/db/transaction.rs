@@ -105,12 +105,22 @@ impl Db {
     /// connection for any value (the connections' `force_generic_plan`): a plan for any
     /// event type, say, walks the newest deliveries first expecting a third of them to
     /// match, and for a type few or none have walks the whole history (all 100,000 rows of
-    /// a small one), where the plan for that type reads a few index pages. Both settings
-    /// in one round trip, as `SET LOCAL` would take two.
-    pub async fn begin_listing(&self) -> Result<DatabaseTransaction, DbErr> {
+    /// a small one), where the plan for that type reads a few index pages.
+    ///
+    /// With `in_order`, sorts are off too, for a listing that an index serves in its order
+    /// whatever the statistics say: a planner that cannot count a partial index's rows (a
+    /// table never vacuumed) takes it for small, reads all of it and sorts (every settled
+    /// delivery, for a page of delivered ones). The settings go in one round trip, as
+    /// `SET LOCAL` would take one each.
+    pub async fn begin_listing(&self, in_order: bool) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.conn.begin().await?;
         if self.backend() == DbBackend::Postgres {
-            txn.execute_unprepared(LISTING_SETTINGS).await?;
+            txn.execute_unprepared(if in_order {
+                IN_ORDER_LISTING_SETTINGS
+            } else {
+                LISTING_SETTINGS
+            })
+            .await?;
         }
         Ok(txn)
     }
@@ -128,6 +138,11 @@ impl Db {
 /// The settings of a listing's transaction (see [`Db::begin_listing`]), for it alone.
 const LISTING_SETTINGS: &str = "SELECT set_config('enable_bitmapscan', 'off', true), \
      set_config('plan_cache_mode', 'force_custom_plan', true)";
+
+/// [`LISTING_SETTINGS`] with sorts off, for a listing read in an index's order.
+const IN_ORDER_LISTING_SETTINGS: &str = "SELECT set_config('enable_bitmapscan', 'off', true), \
+     set_config('plan_cache_mode', 'force_custom_plan', true), \
+     set_config('enable_sort', 'off', true)";
 
 /// SQLite's write transactions take the write lock up front (`BEGIN IMMEDIATE`), so they
 /// wait on the busy timeout instead of failing when they would later upgrade a read lock.

@@ -3,18 +3,18 @@
 //! is read endpoint by endpoint on PostgreSQL, a page from each, and the pages merged: a
 //! quiet tenant's page never walks everyone's history looking for its rows.
 
+use entity::webhook_delivery::DeliveryState;
 use entity::{endpoint, submission, webhook_delivery};
 use sea_orm::sea_query::{
     Alias, Asterisk, Expr, ExprTrait as _, Query, SelectStatement, SimpleExpr, UnionType,
 };
-use sea_orm::ActiveEnum as _;
 use sea_orm::{
     ColumnTrait, Condition, DbBackend, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
     QueryTrait, Statement,
 };
 use uuid::Uuid;
 
-use super::{Deliveries, DeliveryFilter};
+use super::{state_filter, Deliveries, DeliveryFilter};
 use crate::auth::Identity;
 use crate::error::{Error, Result};
 use crate::service::access::{self, Access};
@@ -26,14 +26,26 @@ const FIRST: &str = "first_page";
 /// The endpoints' pages together, in a set listing's statement.
 const PAGE: &str = "page";
 
+/// One page of a listing, as it is to be run.
+pub(super) struct Listing {
+    /// The page's statement.
+    pub statement: Statement,
+    /// Whether an index serves the page in the listing's order, so that the planner is
+    /// to read it so and never sort (see [`crate::db::Db::begin_listing`]). Not for an
+    /// event's deliveries (a few, found by the event and sorted), nor for deliveries
+    /// pending or processing (the backlog, read from its own small index and sorted,
+    /// where the listing's order would walk all of history looking for them).
+    pub in_order: bool,
+}
+
 impl Deliveries {
-    /// The statement of one page of a listing, refusing a filter outside the caller's scope.
+    /// One page of a listing, refusing a filter outside the caller's scope.
     pub(super) async fn listing(
         &self,
         caller: &Identity,
         filter: DeliveryFilter,
         page: &PageRequest,
-    ) -> Result<Statement> {
+    ) -> Result<Listing> {
         time_range::validate(
             filter.created_after,
             filter.created_before,
@@ -76,9 +88,8 @@ impl Deliveries {
             }
         }
         if let Some(state) = filter.state {
-            // Written into the statement rather than bound, so that even a generic plan
-            // can read the partial index of that state; the value is one of four words.
-            query = query.filter(Expr::cust(format!("state = '{}'", state.to_value())));
+            let for_endpoints = filter.endpoint_id.is_some() || !set.is_empty();
+            query = query.filter(Expr::cust(state_filter::in_state(state, for_endpoints)));
         }
         if let Some(after) = filter.created_after {
             query = query.filter(webhook_delivery::Column::CreatedAt.gte(after));
@@ -91,6 +102,11 @@ impl Deliveries {
         }
         // An event's deliveries are one per endpoint it reached: few, and found by the event.
         let of_an_event = filter.event_id.is_some();
+        let in_order = !of_an_event
+            && !matches!(
+                filter.state,
+                Some(DeliveryState::Pending | DeliveryState::Processing)
+            );
         if let Some(event_id) = filter.event_id {
             let submissions = submission::Entity::find()
                 .select_only()
@@ -126,8 +142,12 @@ impl Deliveries {
         }
         let limit = page.fetch_limit();
         let backend = self.db.backend();
+        let listing = |statement| Listing {
+            statement,
+            in_order,
+        };
         if set.is_empty() {
-            return Ok(query.limit(limit).build(backend));
+            return Ok(listing(query.limit(limit).build(backend)));
         }
         let endpoints = endpoint::Entity::find()
             .select_only()
@@ -137,7 +157,7 @@ impl Deliveries {
             // SQLite has no history at this scale, nor an event that many deliveries: the
             // set as a filter.
             let in_set = webhook_delivery::Column::EndpointId.in_subquery(endpoints.into_query());
-            return Ok(query.filter(in_set).limit(limit).build(backend));
+            return Ok(listing(query.filter(in_set).limit(limit).build(backend)));
         }
         // Each endpoint's page is planned for that endpoint (a quiet one read from its own
         // index, not found by walking the newest rows of everyone), so the ids go in the
@@ -147,7 +167,9 @@ impl Deliveries {
             .into_tuple()
             .all(self.db.conn())
             .await?;
-        Ok(backend.build(&pages_merged(query, &ids, by_time, limit)))
+        Ok(listing(
+            backend.build(&pages_merged(query, &ids, by_time, limit)),
+        ))
     }
 }
 

@@ -5,6 +5,7 @@ mod change_reads;
 mod due_gauge;
 mod listing;
 mod replay;
+mod state_filter;
 pub mod tally;
 
 pub use self::change_reads::ChangeReads;
@@ -195,10 +196,10 @@ impl Deliveries {
         filter: DeliveryFilter,
         page: PageRequest,
     ) -> Result<Page<webhook_delivery::Model>> {
-        let statement = self.listing(caller, filter, &page).await?;
-        let txn = self.db.begin_listing().await?;
+        let listing = self.listing(caller, filter, &page).await?;
+        let txn = self.db.begin_listing(listing.in_order).await?;
         let rows = webhook_delivery::Entity::find()
-            .from_raw_sql(statement)
+            .from_raw_sql(listing.statement)
             .all(&txn)
             .await?;
         txn.commit().await?;
@@ -214,13 +215,16 @@ impl Deliveries {
         filter: DeliveryFilter,
         page: &PageRequest,
     ) -> Result<serde_json::Value> {
-        let statement = self.listing(caller, filter, page).await?;
+        let listing::Listing {
+            statement,
+            in_order,
+        } = self.listing(caller, filter, page).await?;
         let explained = sea_orm::Statement::from_sql_and_values(
             statement.db_backend,
             format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", statement.sql),
             statement.values.map(|values| values.0).unwrap_or_default(),
         );
-        let txn = self.db.begin_listing().await?;
+        let txn = self.db.begin_listing(in_order).await?;
         let plan = txn.query_one_raw(explained).await?;
         txn.commit().await?;
         let plan =

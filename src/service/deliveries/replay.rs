@@ -9,7 +9,7 @@ use sea_orm::{ActiveEnum as _, ConnectionTrait, DbBackend, FromQueryResult, Stat
 use uuid::Uuid;
 
 use super::tally::Tally;
-use super::Deliveries;
+use super::{state_filter, Deliveries};
 use crate::auth::Identity;
 use crate::bus::{Staged, StateChange};
 use crate::db::parking::{with_parking, LOCK_ENDPOINTS_OF};
@@ -68,11 +68,12 @@ FROM seen LEFT JOIN restarted ON restarted.id = seen.id"
 const STATE_OF: &str = "SELECT state AS seen_state FROM webhook_deliveries WHERE id = $1";
 
 /// The next batch of failed deliveries a bulk replay looks at: ids after the cursor `$1`,
-/// in id order (the failed-only indexes), narrowed by `{filters}`. Read without locks: the
-/// replay itself re-checks each row under its lock.
+/// in id order (the failed-only indexes), `{failed}` (see [`state_filter::in_state`]) and
+/// narrowed by `{filters}`. Read without locks: the replay itself re-checks each row under
+/// its lock.
 const NEXT_FAILED: &str = "\
 SELECT id FROM webhook_deliveries
-WHERE state = 'failed' AND id > $1{filters}
+WHERE {failed} AND id > $1{filters}
 ORDER BY id LIMIT {limit}";
 
 /// Locks those of the batch `{ids}` (a [`Db::id_list`]) still `failed`, in id order, so
@@ -249,9 +250,15 @@ impl Deliveries {
             (None, scope) => scope,
         };
         let (filters, mut values) = conditions(self.db.backend(), filter, scope);
+        // One endpoint's failures are read from its own index.
+        let failed = state_filter::in_state(DeliveryState::Failed, filter.endpoint_id.is_some());
         let next_failed = fill(
             NEXT_FAILED,
-            &[("filters", &filters), ("limit", &REPLAY_BATCH.to_string())],
+            &[
+                ("failed", &failed),
+                ("filters", &filters),
+                ("limit", &REPLAY_BATCH.to_string()),
+            ],
         );
         let mut cursor = Uuid::nil();
         let mut replayed = 0u64;

@@ -1,11 +1,11 @@
 //! Listings stay index-backed as history grows: every `deliveries` filter and combination,
 //! and paging deep into them, for admins, partners and tenants (a busy one and a quiet
-//! one), run against 300,000 deliveries of history written in the
-//! shape Courier writes them, first on tables never analyzed, then analyzed. The measure
-//! is the work each page actually did (`EXPLAIN (ANALYZE, BUFFERS)`): pages of the table
-//! or its indexes touched, which a scan of history would multiply.
-//! Listings run with bitmap scans off (`Db::begin_listing`), so even a planner without
-//! statistics walks an index in the listing's order and stops at the page's end.
+//! one), run against 300,000 deliveries of history written in the shape Courier writes
+//! them, on tables never vacuumed, never analyzed, then analyzed. The measure is the work
+//! each page actually did (`EXPLAIN (ANALYZE, BUFFERS)`): pages of the table or its
+//! indexes touched, which a scan of history would multiply. Listings run with bitmap
+//! scans (and, read in an index's order, sorts) off (`Db::begin_listing`), so even a
+//! planner without statistics walks an index in the listing's order and stops.
 
 use chrono::{Duration, Utc};
 use courier::auth::{self, Identity, Role};
@@ -30,7 +30,9 @@ async fn every_listing_reads_a_page_not_the_history() {
             .await;
         endpoints.push(Uuid::parse_str(&id).expect("uuid"));
     }
-    seed_history(&app).await;
+    // A receiver that was down for the whole month: every delivery of one endpoint failed.
+    let down = endpoints[19];
+    seed_history(&app, down).await;
     let caller: Identity = auth::authenticate(&app.state.db, Some(&format!("Bearer {admin}")))
         .await
         .expect("caller");
@@ -149,20 +151,6 @@ async fn every_listing_reads_a_page_not_the_history() {
         .try_get::<Uuid>("", "id")
         .expect("id");
     let endpoint = Some(endpoints[7]);
-    // A receiver that was down for the whole month: every delivery of one endpoint failed.
-    let down = endpoints[19];
-    rows(
-        &app.state.db,
-        &format!(
-            "UPDATE webhook_deliveries SET state = 'failed' \
-             WHERE endpoint_id = '{down}' AND state = 'delivered'"
-        ),
-        vec![],
-    )
-    .await;
-    // Its deliveries failed over a month, not at once: vacuum has long taken the versions
-    // they had while delivery was still being tried (it keeps the tables never analyzed).
-    rows(&app.state.db, "VACUUM webhook_deliveries", vec![]).await;
     let filter = |f: fn(&mut DeliveryFilter)| {
         let mut filter = DeliveryFilter::default();
         f(&mut filter);
@@ -313,6 +301,36 @@ async fn every_listing_reads_a_page_not_the_history() {
             Some(in_the_day),
         ),
         (
+            "delivered in a month",
+            &caller,
+            DeliveryFilter {
+                state: Some(DeliveryState::Delivered),
+                created_after: Some(now - Duration::days(31)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "an event type in a month",
+            &caller,
+            DeliveryFilter {
+                event_type: Some("order.paid".into()),
+                created_after: Some(now - Duration::days(31)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "an event type nobody has in a month",
+            &caller,
+            DeliveryFilter {
+                event_type: Some("nobody.has".into()),
+                created_after: Some(now - Duration::days(31)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
             "a down endpoint's delivered",
             &caller,
             DeliveryFilter {
@@ -460,10 +478,14 @@ async fn every_listing_reads_a_page_not_the_history() {
         ),
     ];
     let mut failures = Vec::new();
-    for analyzed in [false, true] {
-        if analyzed {
-            rows(&app.state.db, "ANALYZE", vec![]).await;
-        }
+    // Tables as a new deployment's first hour leaves them (never vacuumed: the planner
+    // cannot count a partial index's rows), vacuumed but never analyzed, and analyzed.
+    for statistics in ["never vacuumed", "never analyzed", "analyzed"] {
+        match statistics {
+            "never analyzed" => rows(&app.state.db, "VACUUM webhook_deliveries", vec![]).await,
+            "analyzed" => rows(&app.state.db, "ANALYZE", vec![]).await,
+            _ => Vec::new(),
+        };
         // A dashboard's page, and the largest a page may be (a planner with no statistics
         // weighs a larger limit differently).
         for first in [50, courier::service::pagination::MAX_PAGE_SIZE] {
@@ -475,12 +497,7 @@ async fn every_listing_reads_a_page_not_the_history() {
                 let (touched, plan) = buffers(&app, who, filter, &page).await;
                 if touched > MOST_BUFFERS {
                     failures.push(format!(
-                        "{name}, first {first} ({}): {touched} buffers\n{plan}",
-                        if analyzed {
-                            "analyzed"
-                        } else {
-                            "never analyzed"
-                        }
+                        "{name}, first {first} ({statistics}): {touched} buffers\n{plan}"
                     ));
                 }
             }

@@ -4,6 +4,7 @@
 use courier::auth::Identity;
 use courier::service::deliveries::DeliveryFilter;
 use courier::service::pagination::PageRequest;
+use uuid::Uuid;
 
 use super::fixtures::{rows, V7};
 use super::TestApp;
@@ -18,8 +19,9 @@ pub const MOST_BUFFERS: i64 = 600;
 
 /// History over 30 days, newest last: submissions (a third each `order.paid`,
 /// `order.shipped` and none) and their deliveries, nearly all delivered, one in 300
-/// failed and the hundred newest pending.
-pub async fn seed_history(app: &TestApp) {
+/// failed and the hundred newest pending; every delivery to `down` (a receiver down for
+/// the month) failed.
+pub async fn seed_history(app: &TestApp, down: Uuid) {
     let db = &app.state.db;
     for table in ["webhook_deliveries", "submissions", "delivery_attempts"] {
         rows(
@@ -44,7 +46,8 @@ pub async fn seed_history(app: &TestApp) {
                                          next_attempt_at, created_at, updated_at, event_type)
          SELECT {did}, s.id, s.endpoint_id,
                 CASE WHEN s.created_at > now() - interval '100 seconds' THEN 'pending'
-                     WHEN random() < 1.0 / 300 THEN 'failed' ELSE 'delivered' END,
+                     WHEN s.endpoint_id = '{down}' OR random() < 1.0 / 300 THEN 'failed'
+                     ELSE 'delivered' END,
                 1, NULL, s.created_at, s.created_at + interval '1 second', s.event_type
          FROM s",
         sid = id("h.at"),
