@@ -389,7 +389,12 @@ async fn connection_init(
     upgrade_authorization: Option<String>,
     settled: oneshot::Sender<Init>,
 ) -> async_graphql::Result<Data> {
-    let authorization = authorization_of(&payload).or(upgrade_authorization);
+    let authorization = match authorization_of(&payload) {
+        PayloadKey::Given(authorization) => Some(authorization),
+        PayloadKey::Absent => upgrade_authorization,
+        // Refused like a wrong key, whatever the upgrade request carried.
+        PayloadKey::Malformed => None,
+    };
     let lookup = app.keys.authenticate(&app.db, authorization.as_deref());
     match app.db.within_deadline(lookup).await {
         Ok(identity) => {
@@ -434,14 +439,33 @@ fn speaks_legacy(headers: &HeaderMap) -> bool {
         == Some(WebSocketProtocols::SubscriptionsTransportWS)
 }
 
+/// What a `connection_init` payload says of the key.
+#[derive(Debug, PartialEq, Eq)]
+enum PayloadKey {
+    /// No `Authorization` entry (or `null`, or no payload object): the upgrade request's
+    /// header counts, if any.
+    Absent,
+    /// The entry's value.
+    Given(String),
+    /// An entry that is not a string, or one named twice in different case: a wrong key,
+    /// as two `Authorization` headers on a request are.
+    Malformed,
+}
+
 /// The `Authorization` entry of a `connection_init` payload, its key matched case-insensitively.
-fn authorization_of(payload: &serde_json::Value) -> Option<String> {
-    payload.as_object().and_then(|object| {
-        object
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case("authorization"))
-            .and_then(|(_, value)| value.as_str().map(str::to_owned))
-    })
+fn authorization_of(payload: &serde_json::Value) -> PayloadKey {
+    let Some(object) = payload.as_object() else {
+        return PayloadKey::Absent;
+    };
+    let mut entries = object
+        .iter()
+        .filter(|(key, _)| key.eq_ignore_ascii_case("authorization"))
+        .map(|(_, value)| value);
+    match (entries.next(), entries.next()) {
+        (None | Some(serde_json::Value::Null), None) => PayloadKey::Absent,
+        (Some(serde_json::Value::String(value)), None) => PayloadKey::Given(value.clone()),
+        _ => PayloadKey::Malformed,
+    }
 }
 
 /// What the session reads once the client's messages stop: nothing more, ever, when they
@@ -468,10 +492,36 @@ mod tests {
     #[test]
     fn authorization_key_is_case_insensitive() {
         let payload = serde_json::json!({ "authorization": "Bearer x" });
-        assert_eq!(authorization_of(&payload).as_deref(), Some("Bearer x"));
+        assert_eq!(
+            authorization_of(&payload),
+            PayloadKey::Given("Bearer x".into())
+        );
         let payload = serde_json::json!({ "Authorization": "Bearer y" });
-        assert_eq!(authorization_of(&payload).as_deref(), Some("Bearer y"));
-        assert_eq!(authorization_of(&serde_json::json!(null)), None);
+        assert_eq!(
+            authorization_of(&payload),
+            PayloadKey::Given("Bearer y".into())
+        );
+        assert_eq!(
+            authorization_of(&serde_json::json!(null)),
+            PayloadKey::Absent
+        );
+        let payload = serde_json::json!({ "Authorization": null });
+        assert_eq!(authorization_of(&payload), PayloadKey::Absent);
+    }
+
+    #[test]
+    fn a_key_that_is_not_one_string_is_malformed() {
+        for payload in [
+            serde_json::json!({ "Authorization": 123 }),
+            serde_json::json!({ "Authorization": ["Bearer x"] }),
+            serde_json::json!({ "authorization": "Bearer x", "Authorization": "Bearer y" }),
+        ] {
+            assert_eq!(
+                authorization_of(&payload),
+                PayloadKey::Malformed,
+                "{payload}"
+            );
+        }
     }
 
     #[test]

@@ -179,7 +179,7 @@ async fn the_upgrade_request_may_carry_the_key_instead() {
         "authorization",
         HeaderValue::from_str(&format!("Bearer {admin}")).expect("header"),
     );
-    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+    let (mut socket, _) = tokio_tungstenite::connect_async(request.clone())
         .await
         .expect("upgrade");
     send(&mut socket, json!({ "type": "connection_init" })).await;
@@ -187,6 +187,24 @@ async fn the_upgrade_request_may_carry_the_key_instead() {
         next(&mut socket).await.expect("ack")["type"],
         "connection_ack"
     );
+    // A payload that names a key the wrong way is a wrong key: the header does not stand
+    // in for it.
+    for payload in [
+        json!({ "Authorization": 123 }),
+        json!({ "authorization": "Bearer courier_wrong", "Authorization": format!("Bearer {admin}") }),
+    ] {
+        let (mut socket, _) = tokio_tungstenite::connect_async(request.clone())
+            .await
+            .expect("upgrade");
+        send(
+            &mut socket,
+            json!({ "type": "connection_init", "payload": payload }),
+        )
+        .await;
+        let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+        let (code, reason) = close.unwrap_or_else(|| panic!("{payload}: no close frame"));
+        assert_eq!(code, 4403, "{payload}: {reason}");
+    }
 }
 
 /// A client that offers both protocols gets the first one it lists, in the handshake's
