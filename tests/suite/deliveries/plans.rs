@@ -15,7 +15,7 @@ use entity::webhook_delivery::DeliveryState;
 use uuid::Uuid;
 
 use crate::support::fixtures::rows;
-use crate::support::history::{buffers, seed_history, ENDPOINTS, MOST_BUFFERS};
+use crate::support::history::{buffers, cursor_at, seed_history, ENDPOINTS, MOST_BUFFERS};
 use crate::support::{Backend, TestApp, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,44 +112,28 @@ async fn every_listing_reads_a_page_not_the_history() {
     let quiet_key = identity(key_of(quiet).await).await;
     let quiet_pair = identity(app.token(Role::Partner, &quiet_endpoints).await).await;
     // Deep pages: after the delivery 290,000 from the newest, and one endpoint's oldest.
-    let deep = rows(
-        &app.state.db,
+    let deep = cursor_at(
+        &app,
         "SELECT id FROM webhook_deliveries ORDER BY id DESC OFFSET 290000 LIMIT 1",
-        vec![],
     )
-    .await[0]
-        .try_get::<Uuid>("", "id")
-        .expect("id");
+    .await;
     // A month's listing paged 25 days deep: where the cursor stands is where reading starts.
-    let deep_in_the_month = rows(
-        &app.state.db,
+    let deep_in_the_month = cursor_at(
+        &app,
         "SELECT id FROM webhook_deliveries ORDER BY created_at DESC, id DESC OFFSET 250000 LIMIT 1",
-        vec![],
     )
-    .await[0]
-        .try_get::<Uuid>("", "id")
-        .expect("id");
-    let busy_deep_in_the_month = rows(
-        &app.state.db,
-        &format!(
+    .await;
+    let busy_deep_in_the_month = cursor_at(&app, &format!(
             "SELECT d.id FROM webhook_deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
              WHERE e.tenant_id = '{busy}' ORDER BY d.created_at DESC, d.id DESC OFFSET 60000 LIMIT 1"
-        ),
-        vec![],
-    )
-    .await[0]
-        .try_get::<Uuid>("", "id")
-        .expect("id");
+        )).await;
     let now = Utc::now();
-    let in_the_day = rows(
-        &app.state.db,
+    let in_the_day = cursor_at(
+        &app,
         "SELECT id FROM webhook_deliveries WHERE created_at < now() - interval '10 days' \
          ORDER BY created_at DESC, id DESC OFFSET 5000 LIMIT 1",
-        vec![],
     )
-    .await[0]
-        .try_get::<Uuid>("", "id")
-        .expect("id");
+    .await;
     let endpoint = Some(endpoints[7]);
     let filter = |f: fn(&mut DeliveryFilter)| {
         let mut filter = DeliveryFilter::default();

@@ -62,6 +62,13 @@ pub async fn seed_history(app: &TestApp, down: Uuid) {
     .await;
 }
 
+/// The id `sql` (one row, one `id` column) finds: where a deep page's cursor stands.
+pub async fn cursor_at(app: &TestApp, sql: &str) -> Uuid {
+    rows(&app.state.db, sql, vec![]).await[0]
+        .try_get::<Uuid>("", "id")
+        .expect("id")
+}
+
 /// Buffers touched by one page of the listing, run as `deliveries` runs it.
 pub async fn buffers(
     app: &TestApp,
