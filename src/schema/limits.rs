@@ -361,6 +361,17 @@ impl Extension for DocumentLimitsExtension {
         } else {
             check_request_known(&mut request, &self.documents)?;
         }
+        if let Some(root_type) = ctx.schema_env.registry.subscription_type.as_deref() {
+            let operation_name = request.operation_name.clone();
+            let document = request.parsed_query()?;
+            if let Some(inlined) = super::single_root::root_fields_inlined(
+                document,
+                operation_name.as_deref(),
+                root_type,
+            ) {
+                request.set_parsed_query(inlined);
+            }
+        }
         super::variables::check_required(&mut request)?;
         super::coercion::check_arguments(&ctx.schema_env.registry, &mut request)?;
         next.run(ctx, request).await

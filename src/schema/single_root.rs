@@ -1,12 +1,15 @@
-//! The operation of a document that runs, and the GraphQL rule async-graphql does not
-//! check for it: a subscription selects exactly one root field ("Single root field",
-//! GraphQL spec 5.2.3.1), fragments included. Two would interleave two event streams in
-//! one subscription.
+//! The operation of a document that runs, and what async-graphql does not do for a
+//! subscription's root: check that it selects exactly one field ("Single root field",
+//! GraphQL spec 5.2.3.1), fragments included (two would interleave two event streams in one
+//! subscription), without `@skip` or `@include` there; and run a root field selected
+//! through a fragment (async-graphql starts streams for plain root fields only, and ends a
+//! subscription whose field came in a fragment at once, having sent nothing).
 
 use std::collections::HashSet;
 
 use async_graphql::parser::types::{
-    ExecutableDocument, OperationDefinition, OperationType, Selection, SelectionSet,
+    DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Selection,
+    SelectionSet,
 };
 use async_graphql::parser::Positioned;
 use async_graphql::Name;
@@ -21,19 +24,166 @@ pub fn refusal(document: &ExecutableDocument, operation_name: Option<&str>) -> O
     if operation.node.ty != OperationType::Subscription {
         return None;
     }
-    let mut keys = HashSet::new();
-    collect(document, &operation.node.selection_set.node, 0, &mut keys);
-    if keys.len() == 1 {
-        return None;
-    }
     let subject = match name {
         Some(name) => format!("Subscription \"{name}\""),
         None => "Anonymous Subscription".to_owned(),
     };
+    let root = &operation.node.selection_set.node;
+    if skips_or_includes(document, root, 0) {
+        return Some(ServerError::new(
+            format!(
+                "{subject} must not use `@skip` or `@include` directives in the top level selection."
+            ),
+            Some(operation.pos),
+        ));
+    }
+    let mut keys = HashSet::new();
+    collect(document, root, 0, &mut keys);
+    if keys.len() == 1 {
+        return None;
+    }
     Some(ServerError::new(
         format!("{subject} must select only one top level field."),
         Some(operation.pos),
     ))
+}
+
+/// Whether a selection at the root of a subscription (through fragments) carries `@skip`
+/// or `@include`: whether it runs would depend on variables (graphql-js refuses it too).
+fn skips_or_includes(document: &ExecutableDocument, set: &SelectionSet, depth: usize) -> bool {
+    if depth > MAX_FRAGMENT_DEPTH {
+        return false;
+    }
+    let conditional = |directives: &[Positioned<async_graphql::parser::types::Directive>]| {
+        directives
+            .iter()
+            .any(|directive| matches!(directive.node.name.node.as_str(), "skip" | "include"))
+    };
+    set.items.iter().any(|selection| match &selection.node {
+        Selection::Field(field) => conditional(&field.node.directives),
+        Selection::FragmentSpread(spread) => {
+            conditional(&spread.node.directives)
+                || document
+                    .fragments
+                    .get(&spread.node.fragment_name.node)
+                    .is_some_and(|fragment| {
+                        skips_or_includes(document, &fragment.node.selection_set.node, depth + 1)
+                    })
+        }
+        Selection::InlineFragment(inline) => {
+            conditional(&inline.node.directives)
+                || skips_or_includes(document, &inline.node.selection_set.node, depth + 1)
+        }
+    })
+}
+
+/// `document` with the root field of its subscription `operation_name` selected as a plain
+/// field where it was selected through fragments (on the type `root_type`, with no
+/// directive), the fragments only used there dropped; `None` when there is nothing to
+/// change (not a subscription, or its root field already plain).
+pub fn root_fields_inlined(
+    document: &ExecutableDocument,
+    operation_name: Option<&str>,
+    root_type: &str,
+) -> Option<ExecutableDocument> {
+    let (_, operation) = selected_operation(document, operation_name)?;
+    if operation.node.ty != OperationType::Subscription {
+        return None;
+    }
+    let root = &operation.node.selection_set.node;
+    let mut fields = Vec::new();
+    if !inline(document, root, root_type, 0, &mut fields) {
+        return None;
+    }
+    let used_before = used_fragments(document);
+    let mut inlined = document.clone();
+    let operation = match (&mut inlined.operations, operation_name) {
+        (DocumentOperations::Single(operation), _) => operation,
+        (DocumentOperations::Multiple(operations), Some(name)) => {
+            operations.get_mut(&Name::new(name))?
+        }
+        (DocumentOperations::Multiple(_), None) => return None,
+    };
+    operation.node.selection_set.node.items = fields;
+    // A fragment the root no longer spreads would fail validation as unused.
+    let used_after = used_fragments(&inlined);
+    inlined
+        .fragments
+        .retain(|name, _| used_after.contains(name) || !used_before.contains(name));
+    Some(inlined)
+}
+
+/// Adds the selections of `set` to `out`, those of fragments on `root_type` without
+/// directives in their place; whether any fragment was taken apart.
+fn inline(
+    document: &ExecutableDocument,
+    set: &SelectionSet,
+    root_type: &str,
+    depth: usize,
+    out: &mut Vec<Positioned<Selection>>,
+) -> bool {
+    let mut changed = false;
+    for selection in &set.items {
+        let inner = match &selection.node {
+            Selection::FragmentSpread(spread) if depth < MAX_FRAGMENT_DEPTH => document
+                .fragments
+                .get(&spread.node.fragment_name.node)
+                .filter(|fragment| {
+                    spread.node.directives.is_empty()
+                        && fragment.node.directives.is_empty()
+                        && fragment.node.type_condition.node.on.node == root_type
+                })
+                .map(|fragment| &fragment.node.selection_set.node),
+            Selection::InlineFragment(inline) if depth < MAX_FRAGMENT_DEPTH => Some(inline)
+                .filter(|inline| {
+                    inline.node.directives.is_empty()
+                        && inline
+                            .node
+                            .type_condition
+                            .as_ref()
+                            .is_none_or(|condition| condition.node.on.node == root_type)
+                })
+                .map(|inline| &inline.node.selection_set.node),
+            _ => None,
+        };
+        match inner {
+            Some(inner) => {
+                inline(document, inner, root_type, depth + 1, out);
+                changed = true;
+            }
+            None => out.push(selection.clone()),
+        }
+    }
+    changed
+}
+
+/// The fragments the operations of `document` spread, directly or through others.
+fn used_fragments(document: &ExecutableDocument) -> HashSet<Name> {
+    let mut used = HashSet::new();
+    for (_, operation) in document.operations.iter() {
+        spreads(document, &operation.node.selection_set.node, &mut used);
+    }
+    used
+}
+
+/// Adds the fragments `set` spreads, at any depth, to `used`.
+fn spreads(document: &ExecutableDocument, set: &SelectionSet, used: &mut HashSet<Name>) {
+    for selection in &set.items {
+        match &selection.node {
+            Selection::Field(field) => spreads(document, &field.node.selection_set.node, used),
+            Selection::FragmentSpread(spread) => {
+                let name = &spread.node.fragment_name.node;
+                if used.insert(name.clone()) {
+                    if let Some(fragment) = document.fragments.get(name) {
+                        spreads(document, &fragment.node.selection_set.node, used);
+                    }
+                }
+            }
+            Selection::InlineFragment(inline) => {
+                spreads(document, &inline.node.selection_set.node, used)
+            }
+        }
+    }
 }
 
 /// The operation of `document` that would run: the one named `operation_name`, or the
@@ -114,5 +264,89 @@ mod tests {
         assert_eq!(refused(both, Some("Q")), None);
         assert!(refused(both, Some("S")).is_some());
         assert_eq!(refused("{ a b c }", None), None);
+    }
+
+    #[test]
+    fn a_subscription_root_is_never_conditional() {
+        for query in [
+            "subscription { a @skip(if: true) { b } }",
+            "subscription($x: Boolean!) { a @include(if: $x) { b } }",
+            "subscription { ... @include(if: false) { a { b } } }",
+            "subscription { ...F } fragment F on Subscription { a @skip(if: false) { b } }",
+        ] {
+            assert!(
+                refused(query, None).is_some_and(|message| message.contains("@skip")),
+                "{query}"
+            );
+        }
+        assert_eq!(
+            refused("subscription { a { b @skip(if: true) } }", None),
+            None
+        );
+    }
+
+    fn inlined(query: &str, name: Option<&str>) -> Option<String> {
+        let document = async_graphql::parser::parse_query(query).expect("parses");
+        root_fields_inlined(&document, name, "Subscription").map(|document| {
+            let (_, operation) = selected_operation(&document, name).expect("operation");
+            let root: Vec<String> = operation
+                .node
+                .selection_set
+                .node
+                .items
+                .iter()
+                .map(|selection| match &selection.node {
+                    Selection::Field(field) => field.node.name.node.to_string(),
+                    _ => "fragment".to_owned(),
+                })
+                .collect();
+            let mut fragments: Vec<String> = document
+                .fragments
+                .keys()
+                .map(|name| name.to_string())
+                .collect();
+            fragments.sort();
+            format!("{} / {}", root.join(" "), fragments.join(" "))
+        })
+    }
+
+    #[test]
+    fn a_root_field_selected_through_fragments_is_selected_plainly() {
+        assert_eq!(inlined("subscription { a { b } }", None), None);
+        assert_eq!(
+            inlined("query { ...F } fragment F on Query { a }", None),
+            None
+        );
+        assert_eq!(
+            inlined(
+                "subscription { ...F } fragment F on Subscription { a { b } }",
+                None
+            )
+            .as_deref(),
+            Some("a / ")
+        );
+        assert_eq!(
+            inlined(
+                "subscription { ... on Subscription { ... { a { ...G } } } } fragment G on A { b }",
+                None
+            )
+            .as_deref(),
+            Some("a / G"),
+            "a fragment used below the root stays"
+        );
+        // A fragment on another type, or with a directive, is left for validation to judge.
+        assert_eq!(
+            inlined("subscription { ...F } fragment F on Query { a }", None),
+            None
+        );
+        // The fragment another operation of the document uses stays.
+        assert_eq!(
+            inlined(
+                "subscription S { ...F } query Q { x { ...F } } fragment F on Subscription { a }",
+                Some("S")
+            )
+            .as_deref(),
+            Some("a / F")
+        );
     }
 }

@@ -6,5 +6,6 @@ mod coercion;
 mod exact_numbers;
 mod field_errors;
 mod pace;
+mod root_fragments;
 mod schema_drift;
 mod subscriptions;
