@@ -13,14 +13,13 @@ use serde::Deserialize;
 use super::negotiate::{self, MediaType};
 use super::HttpState;
 use crate::auth::Identity;
-use crate::db::Progress;
 use crate::error::{error_chain, Error};
 use crate::schema::ensure_codes;
+use crate::schema::in_time::{execute_in_time, server_error};
 use crate::schema::json;
 use crate::schema::limits;
 use crate::schema::loaders::RequestLoaders;
 use crate::schema::observed::CallerTrace;
-use crate::schema::ApiError;
 use crate::telemetry;
 
 /// The body of a GraphQL POST: `query` is required, `variables` must be an object.
@@ -212,7 +211,7 @@ async fn authenticate(state: &HttpState, headers: &HeaderMap) -> Result<Identity
 async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Request) -> Response {
     // A caching set of loaders for this request alone (see `schema::loaders`).
     let request = request.data(RequestLoaders::default());
-    let mut response = execute_in_time(state, request).await;
+    let mut response = execute_in_time(&state.schema, &state.app.db, request).await;
     // Parse and validation failures (and the depth/complexity limits) never reach a resolver:
     // they come back with no data and no error path. Such a request could not be executed.
     let not_executed = response.data == Value::Null
@@ -242,36 +241,6 @@ async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Re
     retry_later_if_asked(&mut http, &response.errors);
     http.headers_mut().extend(response.http_headers);
     http
-}
-
-/// Executes `request` within the database deadline: a request whose database work cannot
-/// finish in time is abandoned and answered `SERVICE_UNAVAILABLE`, instead of holding its
-/// client for as long as the network to the database stays silent.
-async fn execute_in_time(
-    state: &HttpState,
-    request: async_graphql::Request,
-) -> async_graphql::Response {
-    // Work in batches (a bulk replay) reports each committed batch, which moves the
-    // deadline on; the deadline still ends a request whose database stops answering.
-    let progress = Progress::default();
-    let request = request.data(progress.clone());
-    let execution = async { Ok::<_, Error>(state.schema.execute(request).await) };
-    let db = &state.app.db;
-    match db
-        .within_progress(db.timeouts().work, &progress, execution)
-        .await
-    {
-        Ok(response) => response,
-        Err(err) => async_graphql::Response::from_errors(vec![server_error(err)]),
-    }
-}
-
-/// A service error raised outside any resolver, in its GraphQL form (no path, no location).
-fn server_error(err: Error) -> ServerError {
-    let err = async_graphql::Error::from(ApiError::from(err));
-    let mut error = ServerError::new(err.message, None);
-    error.extensions = err.extensions;
-    error
 }
 
 /// The HTTP side of an error that says when to come back (`extensions.retryAfter`), for

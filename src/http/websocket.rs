@@ -216,7 +216,10 @@ impl Session {
         let session = GraphQLWebSocket::new_with_pair(
             PollSender::new(to_client),
             incoming,
-            CodedExecutor(self.state.schema.clone()),
+            CodedExecutor {
+                schema: self.state.schema.clone(),
+                db: self.state.app.db.clone(),
+            },
             self.protocol,
         )
         .on_connection_init(move |payload| {

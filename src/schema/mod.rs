@@ -8,6 +8,7 @@ pub mod documents;
 mod endpoint;
 mod error;
 mod event;
+pub mod in_time;
 pub mod json;
 pub mod limits;
 pub mod loaders;
@@ -98,32 +99,48 @@ pub fn ensure_codes(response: &mut async_graphql::Response) {
     }
 }
 
-/// The schema as the WebSocket transport runs it: every response's errors carry a code,
-/// as they do over HTTP.
+/// The schema as the WebSocket transport runs it: queries and mutations within the
+/// database's deadline, and every response's errors carrying a code, as over HTTP.
 #[derive(Clone)]
-pub struct CodedExecutor(pub CourierSchema);
+pub struct CodedExecutor {
+    /// The schema.
+    pub schema: CourierSchema,
+    /// The database whose deadline operations run within.
+    pub db: crate::db::Db,
+}
 
 impl async_graphql::Executor for CodedExecutor {
     fn execute(
         &self,
         request: async_graphql::Request,
     ) -> impl std::future::Future<Output = async_graphql::Response> + Send {
-        let schema = self.0.clone();
+        let (schema, db) = (self.schema.clone(), self.db.clone());
         async move {
-            let mut response = schema.execute(request).await;
+            let mut response = in_time::execute_in_time(&schema, &db, request).await;
             ensure_codes(&mut response);
             response
         }
     }
 
+    /// Every operation of a WebSocket comes here, queries and mutations too: those run
+    /// within the database's deadline.
     fn execute_stream(
         &self,
-        request: async_graphql::Request,
+        mut request: async_graphql::Request,
         session_data: Option<std::sync::Arc<async_graphql::Data>>,
     ) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = async_graphql::Response> + Send + 'static>>
     {
         use futures_util::StreamExt as _;
-        let stream = async_graphql::Executor::execute_stream(&self.0, request, session_data);
+        if !in_time::subscribes(&mut request) {
+            let (schema, db) = (self.schema.clone(), self.db.clone());
+            return Box::pin(futures_util::stream::once(async move {
+                let mut response =
+                    in_time::execute_once_in_time(schema, &db, request, session_data).await;
+                ensure_codes(&mut response);
+                response
+            }));
+        }
+        let stream = async_graphql::Executor::execute_stream(&self.schema, request, session_data);
         Box::pin(stream.map(|mut response| {
             ensure_codes(&mut response);
             response

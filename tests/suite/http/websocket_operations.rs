@@ -1,7 +1,7 @@
 //! How an operation on a GraphQL WebSocket ends, on both protocols: refused before it runs,
 //! with one `error` message and no `complete`; completed by the client, with nothing more
-//! sent for it, so its id can be reused at once; and how the socket ends when the process
-//! shuts down.
+//! sent for it, so its id can be reused at once; within the database's deadline, as over
+//! HTTP; and how the socket ends when the process shuts down.
 
 use std::time::Duration;
 
@@ -126,4 +126,64 @@ async fn a_shutdown_closes_sockets_with_going_away() {
         assert_eq!(close.map(|(code, _)| code), Some(1001), "{protocol}");
         stopping.await.expect("stopped");
     }
+}
+
+/// Both protocols: a query and a mutation whose statements wait on a lock another
+/// connection holds are answered `SERVICE_UNAVAILABLE` once the database's deadline
+/// passes, as over HTTP, not whenever the lock is let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_ends_at_the_database_deadline() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let timeouts = courier::db::Timeouts {
+        work: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let pool = courier::db::Db::connect_with(&db.url, 5, timeouts)
+        .await
+        .expect("connect");
+    let app = TestApp::spawn_on(pool, |_| {}).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/hook")
+        .await;
+    let holder = db.connect(1).await;
+    let txn = holder.begin_write().await.expect("begin");
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &txn,
+        "LOCK TABLE endpoints, submissions IN ACCESS EXCLUSIVE MODE",
+    )
+    .await
+    .expect("lock");
+    let submit = format!(
+        "mutation {{ submit(input: {{ endpointId: \"{endpoint}\", payload: {{}} }}) {{ created }} }}"
+    );
+    for (protocol, kind) in [
+        ("graphql-transport-ws", "subscribe"),
+        ("graphql-ws", "start"),
+    ] {
+        let mut socket = initialised(&app, protocol, &admin).await;
+        let started = std::time::Instant::now();
+        for (id, query) in [("read", QUERY), ("write", submit.as_str())] {
+            let payload = json!({ "query": query });
+            send(
+                &mut socket,
+                json!({ "id": id, "type": kind, "payload": payload }),
+            )
+            .await;
+        }
+        let mut answered = 0;
+        while answered < 2 {
+            let message = tokio::time::timeout(Duration::from_secs(4), next(&mut socket))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| panic!("{protocol}: no answer by {:?}", started.elapsed()));
+            // Refused as a whole, as over HTTP: one `error` message, no `complete`.
+            assert_eq!(message["type"], "error", "{protocol}: {message}");
+            let code = &message["payload"][0]["extensions"]["code"];
+            assert_eq!(code, "SERVICE_UNAVAILABLE", "{protocol}: {message}");
+            answered += 1;
+        }
+    }
+    txn.rollback().await.expect("let go");
 }
