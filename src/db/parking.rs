@@ -48,16 +48,19 @@ pub fn with_parking(backend: DbBackend, template: &str) -> String {
     })
 }
 
-/// PostgreSQL: share-locks the endpoints of the deliveries `{ids}` (a
-/// [`crate::db::Db::id_list`]) once each, in id order: run before a statement that asks
-/// `{parked(X)}` of many deliveries, whose own locks would come in row order. Transactions
-/// that lock several endpoints (a recording locks those it writes, in id order) then never
-/// each hold one the other waits for.
+/// PostgreSQL: locks the endpoints of the deliveries `{ids}` (a
+/// [`crate::db::Db::id_list`]) once each, in id order, as a recording locks the endpoints
+/// it writes (`FOR NO KEY UPDATE`, which holds off a disable as the parking rule's share
+/// lock does): run before any of the deliveries is locked, by work that restarts many of
+/// them and asks `{parked(X)}` of them. Such work on one endpoint then takes turns with
+/// the endpoint's recordings and with other such work: each rejoins or hands on the
+/// endpoint's lines (ordering keys), updating rows of the line in its own order, and two
+/// holding the endpoint at once (a share lock each) deadlocked on those rows.
 pub const LOCK_ENDPOINTS_OF: &str = "\
 SELECT id FROM endpoints
 WHERE id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id {ids})
 ORDER BY id
-FOR SHARE";
+FOR NO KEY UPDATE";
 
 #[cfg(test)]
 mod tests {

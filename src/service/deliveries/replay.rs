@@ -162,6 +162,13 @@ impl Deliveries {
         let restarted = db
             .transaction(|txn| async move {
                 let postgres = db.backend() == DbBackend::Postgres;
+                if postgres {
+                    // The endpoint first, as bulk replays and recordings take it.
+                    let (list, values) = Db::id_list(db.backend(), 1, &[id], false);
+                    let sql = fill(LOCK_ENDPOINTS_OF, &[("ids", &list)]);
+                    txn.execute_raw(Statement::from_sql_and_values(db.backend(), &sql, values))
+                        .await?;
+                }
                 let template = if postgres { RESTART_REPORTING } else { RESTART };
                 let sql = with_parking(db.backend(), template);
                 let values = [Value::from(id), Value::from(from.to_value())];
@@ -305,6 +312,17 @@ impl Deliveries {
         let (replayed, staged) = db
             .transaction(|txn| async move {
                 let (list, values) = Db::id_list(backend, 1, ids, false);
+                // The endpoints first, as recordings take them (a delivery's endpoint never
+                // changes, so the batch names them before its rows are locked).
+                if backend == DbBackend::Postgres {
+                    let sql = fill(LOCK_ENDPOINTS_OF, &[("ids", &list)]);
+                    txn.execute_raw(Statement::from_sql_and_values(
+                        backend,
+                        &sql,
+                        values.clone(),
+                    ))
+                    .await?;
+                }
                 let lock = fill(LOCK_FAILED, &[("ids", &list), ("lock", db.lock_rows())]);
                 let locked = txn
                     .query_all_raw(Statement::from_sql_and_values(backend, &lock, values))
@@ -316,15 +334,6 @@ impl Deliveries {
                     return Ok((0, bus.stage(&*txn, Vec::new()).await?));
                 }
                 let (list, values) = Db::id_list(backend, 1, &locked, false);
-                if backend == DbBackend::Postgres {
-                    let sql = fill(LOCK_ENDPOINTS_OF, &[("ids", &list)]);
-                    txn.execute_raw(Statement::from_sql_and_values(
-                        backend,
-                        &sql,
-                        values.clone(),
-                    ))
-                    .await?;
-                }
                 let sql = fill(&with_parking(backend, REPLAY_LOCKED), &[("ids", &list)]);
                 let mut replayed = Vec::with_capacity(locked.len());
                 let mut keyed = Vec::new();

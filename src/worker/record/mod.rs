@@ -160,6 +160,32 @@ async fn record_in(
     ids.dedup();
     let (id_list, id_values) = Db::id_list(backend, 1, &ids, false);
 
+    // The endpoint rows this recording writes, locked in id order before any is touched,
+    // and before the deliveries themselves, as replays and disables take them: a keyed
+    // delivery that settles hands its line on (updating other deliveries of the line, which
+    // a replay rejoining the line updates too), so whoever holds a line's endpoint holds
+    // its rows. Locked after its own deliveries, a recording held the head of a line while
+    // it waited for the endpoint, held by a replay that waited for that head. The hand-on
+    // also share-locks the line's endpoint (the parking rule). One that may be announced
+    // (a delivery failed, which may also disable its endpoint; a `410 Gone`; a pause) locks
+    // the listeners of operational events too. (An attempt recorded before, by a try of
+    // this batch that did not commit, is counted here too: its endpoint is locked for
+    // nothing, rarely.)
+    let mut endpoint_locks = EndpointLocks::default();
+    for attempt in attempts {
+        let (state, _) = attempt.transition();
+        let announcing = state == DeliveryState::Failed
+            || health::is_gone(&attempt.outcome)
+            || attempt.outcome.retry_after.is_some();
+        if announcing {
+            endpoint_locks.may_announce();
+        }
+        let written =
+            announcing || state != DeliveryState::Delivered || attempt.claim.ordering_key.is_some();
+        endpoint_locks.note(attempt.claim.endpoint_id, written);
+    }
+    let locked = endpoint_locks.lock(txn, backend).await?;
+
     let mut due: HashMap<Uuid, Option<DateTime<Utc>>> = HashMap::new();
     for row in txn
         .query_all_raw(Statement::from_sql_and_values(
@@ -224,28 +250,6 @@ async fn record_in(
             Vec::new(),
         ));
     }
-
-    // The endpoint rows this recording writes, locked in id order before any is touched.
-    // A keyed delivery that settles hands its line on, and the hand-on share-locks the
-    // line's endpoint (the parking rule): left out here, that lock would come after
-    // higher ids were locked, and two recorders could each hold what the other waits for.
-    // One that may be announced (a delivery failed, which may also disable its endpoint;
-    // a `410 Gone`; a pause) locks the listeners of operational events too.
-    let mut endpoint_locks = EndpointLocks::default();
-    for (index, _, state, _) in &fresh {
-        let attempt = &attempts[*index];
-        let announcing = *state == DeliveryState::Failed
-            || health::is_gone(&attempt.outcome)
-            || attempt.outcome.retry_after.is_some();
-        if announcing {
-            endpoint_locks.may_announce();
-        }
-        let written = announcing
-            || *state != DeliveryState::Delivered
-            || attempt.claim.ordering_key.is_some();
-        endpoint_locks.note(attempt.claim.endpoint_id, written);
-    }
-    let locked = endpoint_locks.lock(txn, backend).await?;
 
     // Each delivery appears once per batch, so a returned id names the claim that held:
     // its new due time and the database's time of the change.

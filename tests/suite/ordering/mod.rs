@@ -11,3 +11,4 @@ mod bounds;
 mod hand_on;
 mod in_flight_head;
 mod lines;
+mod replays_at_once;
