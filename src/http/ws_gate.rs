@@ -135,12 +135,14 @@ impl Gate {
                 return Some(message);
             };
             let mut seen = self.seen();
+            // The echo of the client's own `complete`: the operation it ended was ended
+            // then, and one that reuses the id since is left running.
+            if text.starts_with(r#"{"type":"complete""#) && seen.stopped.remove(&id) {
+                return None;
+            }
             seen.running.remove(&id);
             seen.answered.remove(&id);
             if seen.refused.remove(&id) {
-                return None;
-            }
-            if text.starts_with(r#"{"type":"complete""#) && seen.stopped.remove(&id) {
                 return None;
             }
         }
@@ -199,6 +201,7 @@ impl Gate {
                 let id = id()?;
                 let mut seen = self.seen();
                 if seen.running.remove(id) {
+                    seen.answered.remove(id);
                     seen.stopped.insert(id.to_owned());
                 }
                 Ok(())
@@ -324,6 +327,18 @@ mod tests {
         assert_eq!(
             relayed(&gate, r#"{"type":"complete","id":"s"}"#).map(|m| m["type"].clone()),
             Some("complete".into())
+        );
+        // Completed by the client again, while running under the reused id: its echo is
+        // held back too, and the id is running until the client completes it.
+        assert!(gate.admit(&subscribe("t")));
+        assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "t" }))));
+        assert!(gate.admit(&subscribe("t")));
+        assert_eq!(relayed(&gate, r#"{"type":"complete","id":"t"}"#), None);
+        assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "t" }))));
+        assert_eq!(
+            relayed(&gate, r#"{"type":"complete","id":"t"}"#),
+            None,
+            "no stray complete"
         );
         // A complete for what already ended is no echo to hold back.
         assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
