@@ -111,6 +111,39 @@ impl<'a> Walk<'a> {
         })
     }
 
+    /// Refuses variable `name` where a value of type `location` goes, unless GraphQL
+    /// allows its declared type there ("All Variable Usages Are Allowed"): the same type,
+    /// or a non-null one where null is allowed, or a nullable one with a non-null default.
+    fn usage(&self, name: &Name, location: &str) -> Result<(), (String, String)> {
+        let Some(definition) = self
+            .definitions
+            .iter()
+            .find(|definition| &definition.node.name.node == name)
+        else {
+            return Ok(());
+        };
+        let declared = definition.node.var_type.node.to_string();
+        let defaulted = definition
+            .node
+            .default_value
+            .as_ref()
+            .is_some_and(|default| default.node != ConstValue::Null);
+        let allowed = match MetaTypeName::create(location) {
+            MetaTypeName::NonNull(nullable) if !declared.ends_with('!') => {
+                defaulted && compatible(&declared, nullable)
+            }
+            _ => compatible(&declared, location),
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err((
+                String::new(),
+                format!("variable ${name} of type {declared} cannot be used where {location} is expected"),
+            ))
+        }
+    }
+
     /// The value of variable `name`: given, or its definition's default; `None` if neither.
     fn variable(&self, name: &Name) -> Option<&'a ConstValue> {
         self.variables.get(name).or_else(|| {
@@ -162,6 +195,9 @@ impl<'a> Walk<'a> {
     /// (a type as the registry spells it), as far as `Int` ranges and `DateTime`s go; every
     /// other rule is validation's. Values of other scalars (a `JSON` payload) are not walked.
     fn check(&self, ty: &str, input: Input<'a>) -> Result<(), (String, String)> {
+        if let Input::Literal(Value::Variable(name)) = input {
+            self.usage(name, ty)?;
+        }
         let name = match MetaTypeName::create(ty) {
             MetaTypeName::NonNull(inner) => return self.check(inner, input),
             MetaTypeName::List(item) => {
@@ -192,7 +228,16 @@ impl<'a> Walk<'a> {
                         None => Ok(()),
                     }
                 }),
-                _ => Ok(()),
+                Shape::Null | Shape::Unknown => Ok(()),
+                // A literal of another kind is validation's to refuse; a variable's value
+                // is only read here.
+                _ if matches!(input, Input::Literal(value) if !matches!(value, Value::Variable(_))) => {
+                    Ok(())
+                }
+                _ => Err((
+                    String::new(),
+                    format!("expected an input object of type {name}"),
+                )),
             },
             (Some(MetaType::Scalar { .. }), "Int") => match self.shape(input) {
                 Shape::Number(number) => match number.as_i64().map(i32::try_from) {
@@ -215,6 +260,26 @@ impl<'a> Walk<'a> {
             },
             _ => Ok(()),
         }
+    }
+}
+
+/// Whether a variable of type `variable` may stand where `location` goes (GraphQL's
+/// `AreTypesCompatible`; both as the registry spells types).
+fn compatible(variable: &str, location: &str) -> bool {
+    match (
+        MetaTypeName::create(variable),
+        MetaTypeName::create(location),
+    ) {
+        (MetaTypeName::NonNull(variable), MetaTypeName::NonNull(location)) => {
+            compatible(variable, location)
+        }
+        (_, MetaTypeName::NonNull(_)) => false,
+        (MetaTypeName::NonNull(variable), _) => compatible(variable, location),
+        (MetaTypeName::List(variable), MetaTypeName::List(location)) => {
+            compatible(variable, location)
+        }
+        (MetaTypeName::List(_), _) | (_, MetaTypeName::List(_)) => false,
+        (MetaTypeName::Named(variable), MetaTypeName::Named(location)) => variable == location,
     }
 }
 

@@ -172,3 +172,56 @@ async fn an_int_past_32_bits_is_refused_before_anything_runs() {
     );
     app.stop().await;
 }
+
+/// A variable used where its declared type is not allowed ("All Variable Usages Are
+/// Allowed"), or whose value is not an input object where one goes, is refused before
+/// anything runs; the usages GraphQL allows run.
+#[tokio::test]
+async fn a_variable_of_the_wrong_type_is_refused_before_anything_runs() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let id = json!({ "id": "0190c3c5-7c5e-7cc0-8000-000000000000" });
+    let refused = [
+        (
+            "query($id: String) { delivery(id: $id) { id } }",
+            id.clone(),
+            "id: variable $id of type String cannot be used where ID! is expected",
+        ),
+        (
+            "query($id: ID) { delivery(id: $id) { id } }",
+            id.clone(),
+            "id: variable $id of type ID cannot be used where ID! is expected",
+        ),
+        (
+            "query($id: Int!) { delivery(id: $id) { id } }",
+            json!({ "id": 5 }),
+            "id: variable $id of type Int! cannot be used where ID! is expected",
+        ),
+        (
+            "query($f: DeliveryFilter) { deliveries(filter: $f) { edges { cursor } } }",
+            json!({ "f": 5 }),
+            "filter: expected an input object of type DeliveryFilter",
+        ),
+        (
+            "query($s: [DeliveryState]) { deliveries(filter: {state: $s}) { edges { cursor } } }",
+            json!({ "s": ["FAILED"] }),
+            "filter.state: variable $s of type [DeliveryState] cannot be used where DeliveryState is expected",
+        ),
+    ];
+    for (query, variables, message) in refused {
+        let (status, body) = run(&app, &admin, query, variables).await;
+        refused_before_running(status, &body, message);
+    }
+    let allowed = [
+        ("query($id: ID!) { delivery(id: $id) { id } }", id.clone()),
+        ("query($id: ID = \"0190c3c5-7c5e-7cc0-8000-000000000000\") { delivery(id: $id) { id } }", json!({})),
+        ("query($s: DeliveryState!) { deliveries(filter: {state: $s}) { edges { cursor } } }", json!({ "s": "FAILED" })),
+        ("query($f: DeliveryFilter) { deliveries(filter: $f) { edges { cursor } } }", json!({ "f": null })),
+    ];
+    for (query, variables) in allowed {
+        let (status, body) = run(&app, &admin, query, variables).await;
+        assert_eq!(status, StatusCode::OK, "{query}: {body}");
+        assert!(body["errors"].is_null(), "{query}: {body}");
+    }
+}
