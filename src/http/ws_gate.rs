@@ -1,6 +1,7 @@
 //! The `graphql-transport-ws` rules async-graphql's session does not enforce, checked on
 //! each client message before the session reads it: a message that is not a known one is
-//! closed with 4400, a `subscribe` before `connection_init` with 4401 (one sent right
+//! closed with 4400 (a `subscribe` without an id or a query too), a `subscribe` before
+//! `connection_init` with 4401 (one sent right
 //! after `connection_init`, before its `connection_ack`, waits for the init to settle, as
 //! async-graphql has always let it; a refused init closes with 4403), and a `subscribe`
 //! reusing the id of a subscription still running with 4409. An operation refused before
@@ -179,8 +180,11 @@ impl Gate {
             "ping" | "pong" => Ok(()),
             "subscribe" => {
                 let id = id()?;
-                if value.get("payload").is_none_or(|p| !p.is_object()) {
+                let Some(payload) = value.get("payload").filter(|p| p.is_object()) else {
                     return Err(invalid("no payload"));
+                };
+                if !payload.get("query").is_some_and(|query| query.is_string()) {
+                    return Err(invalid("no query in the payload"));
                 }
                 let mut seen = self.seen();
                 if !seen.initialised {

@@ -255,8 +255,8 @@ async fn the_first_protocol_the_client_offers_is_the_one_spoken() {
 }
 
 /// `graphql-transport-ws` rules broken by a client get the protocol's close codes: a
-/// message that is not one (not JSON, no or an unknown type, a `subscribe` without an id)
-/// 4400, a `subscribe` before `connection_init` 4401, and a `subscribe` reusing the id of a
+/// message that is not one (not JSON, no or an unknown type, a `subscribe` without an id
+/// or a query) 4400, a `subscribe` before `connection_init` 4401, and a `subscribe` reusing the id of a
 /// running subscription 4409. The process answers the next client as ever.
 #[tokio::test]
 async fn protocol_violations_close_with_the_protocols_codes() {
@@ -271,6 +271,8 @@ async fn protocol_violations_close_with_the_protocols_codes() {
         json!({ "type": "launch" }).to_string(),
         json!({ "payload": {} }).to_string(),
         json!({ "type": "subscribe", "payload": { "query": QUERY } }).to_string(),
+        json!({ "id": "e", "type": "subscribe", "payload": {} }).to_string(),
+        json!({ "id": "n", "type": "subscribe", "payload": { "query": 5 } }).to_string(),
     ] {
         let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
         futures_util::SinkExt::send(&mut socket, Message::text(garbage.clone()))
