@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::support::fixtures::{endpoint_on, quick_worker, submit};
-use crate::support::websocket::{connect, next, send, Socket};
+use crate::support::websocket::{initialised, next, send, Socket};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 /// A socket of `protocol`, authenticated, running `query` as the operation `s`.
@@ -17,13 +17,7 @@ async fn subscribed(
     query: &str,
     endpoint: &str,
 ) -> Socket {
-    let mut socket = connect(app, protocol).await;
-    let init = json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {token}") } });
-    send(&mut socket, init).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
+    let mut socket = initialised(app, protocol, token).await;
     let start = if protocol == "graphql-ws" {
         "start"
     } else {
