@@ -8,6 +8,7 @@ mod exposition;
 mod graphql;
 mod negotiate;
 mod websocket;
+mod ws_auth;
 mod ws_close;
 mod ws_gate;
 

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, PollSender};
 
+use super::ws_auth::PayloadKey;
 use super::ws_close::{fitted, too_big, ClientEnd};
 use super::ws_gate::Gate;
 use super::HttpState;
@@ -392,7 +393,7 @@ async fn connection_init(
     upgrade_authorization: Option<String>,
     settled: oneshot::Sender<Init>,
 ) -> async_graphql::Result<Data> {
-    let authorization = match authorization_of(&payload) {
+    let authorization = match super::ws_auth::authorization_of(&payload) {
         PayloadKey::Given(authorization) => Some(authorization),
         PayloadKey::Absent => upgrade_authorization,
         // Refused like a wrong key, whatever the upgrade request carried.
@@ -442,35 +443,6 @@ fn speaks_legacy(headers: &HeaderMap) -> bool {
         == Some(WebSocketProtocols::SubscriptionsTransportWS)
 }
 
-/// What a `connection_init` payload says of the key.
-#[derive(Debug, PartialEq, Eq)]
-enum PayloadKey {
-    /// No `Authorization` entry (or `null`, or no payload object): the upgrade request's
-    /// header counts, if any.
-    Absent,
-    /// The entry's value.
-    Given(String),
-    /// An entry that is not a string, or one named twice in different case: a wrong key,
-    /// as two `Authorization` headers on a request are.
-    Malformed,
-}
-
-/// The `Authorization` entry of a `connection_init` payload, its key matched case-insensitively.
-fn authorization_of(payload: &serde_json::Value) -> PayloadKey {
-    let Some(object) = payload.as_object() else {
-        return PayloadKey::Absent;
-    };
-    let mut entries = object
-        .iter()
-        .filter(|(key, _)| key.eq_ignore_ascii_case("authorization"))
-        .map(|(_, value)| value);
-    match (entries.next(), entries.next()) {
-        (None | Some(serde_json::Value::Null), None) => PayloadKey::Absent,
-        (Some(serde_json::Value::String(value)), None) => PayloadKey::Given(value.clone()),
-        _ => PayloadKey::Malformed,
-    }
-}
-
 /// What the session reads once the client's messages stop: nothing more, ever, when they
 /// stopped because the key was revoked (the session only finishes sending); the end, when
 /// the client closed its side, so the session and its subscriptions end with it (a peer
@@ -491,41 +463,6 @@ fn after_input(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn authorization_key_is_case_insensitive() {
-        let payload = serde_json::json!({ "authorization": "Bearer x" });
-        assert_eq!(
-            authorization_of(&payload),
-            PayloadKey::Given("Bearer x".into())
-        );
-        let payload = serde_json::json!({ "Authorization": "Bearer y" });
-        assert_eq!(
-            authorization_of(&payload),
-            PayloadKey::Given("Bearer y".into())
-        );
-        assert_eq!(
-            authorization_of(&serde_json::json!(null)),
-            PayloadKey::Absent
-        );
-        let payload = serde_json::json!({ "Authorization": null });
-        assert_eq!(authorization_of(&payload), PayloadKey::Absent);
-    }
-
-    #[test]
-    fn a_key_that_is_not_one_string_is_malformed() {
-        for payload in [
-            serde_json::json!({ "Authorization": 123 }),
-            serde_json::json!({ "Authorization": ["Bearer x"] }),
-            serde_json::json!({ "authorization": "Bearer x", "Authorization": "Bearer y" }),
-        ] {
-            assert_eq!(
-                authorization_of(&payload),
-                PayloadKey::Malformed,
-                "{payload}"
-            );
-        }
-    }
 
     #[test]
     fn the_protocol_is_the_first_known_one_the_client_lists() {

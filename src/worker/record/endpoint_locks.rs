@@ -17,11 +17,14 @@
 
 use std::collections::{BTreeSet, HashSet};
 
+use entity::webhook_delivery::DeliveryState;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, Statement, Value};
 use uuid::Uuid;
 
+use super::FinishedAttempt;
 use crate::db::sql::fill;
 use crate::service::operational;
+use crate::worker::health;
 
 /// Locks, in id order, the endpoints `$2` a recording will write or share-lock, and those of
 /// `$1` whose run of failures a success would end (a healthy endpoint's row stays unlocked
@@ -54,9 +57,37 @@ pub(super) struct EndpointLocks {
 }
 
 impl EndpointLocks {
+    /// The locks a recording of `attempts` takes, before any of its deliveries is touched:
+    /// a keyed delivery that settles hands its line on (updating other deliveries of the
+    /// line, which a replay rejoining the line updates too), so whoever holds a line's
+    /// endpoint holds its rows. Locked after its own deliveries, a recording held the head
+    /// of a line while it waited for the endpoint, held by a replay that waited for that
+    /// head. The hand-on also share-locks the line's endpoint (the parking rule). One that
+    /// may be announced (a delivery failed, which may also disable its endpoint; a `410
+    /// Gone`; a pause) locks the listeners of operational events too. (An attempt recorded
+    /// before, by a try of the batch that did not commit, counts too: its endpoint is
+    /// locked for nothing, rarely.)
+    pub(super) fn of(attempts: &[FinishedAttempt]) -> Self {
+        let mut locks = EndpointLocks::default();
+        for attempt in attempts {
+            let (state, _) = attempt.transition();
+            let announcing = state == DeliveryState::Failed
+                || health::is_gone(&attempt.outcome)
+                || attempt.outcome.retry_after.is_some();
+            if announcing {
+                locks.may_announce();
+            }
+            let written = announcing
+                || state != DeliveryState::Delivered
+                || attempt.claim.ordering_key.is_some();
+            locks.note(attempt.claim.endpoint_id, written);
+        }
+        locks
+    }
+
     /// Notes an outcome for `endpoint_id`: one it certainly writes (`written`), or a success
     /// that may end a run of failures.
-    pub(super) fn note(&mut self, endpoint_id: Uuid, written: bool) {
+    fn note(&mut self, endpoint_id: Uuid, written: bool) {
         if written {
             self.written.insert(endpoint_id);
         } else {
@@ -67,7 +98,7 @@ impl EndpointLocks {
     /// Notes an outcome that may be announced by an operational event (a failed delivery,
     /// which may also disable its endpoint; a pause; a `410 Gone`): the listeners are
     /// locked too.
-    pub(super) fn may_announce(&mut self) {
+    fn may_announce(&mut self) {
         self.announcing = true;
     }
 

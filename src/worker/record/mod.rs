@@ -161,30 +161,9 @@ async fn record_in(
     let (id_list, id_values) = Db::id_list(backend, 1, &ids, false);
 
     // The endpoint rows this recording writes, locked in id order before any is touched,
-    // and before the deliveries themselves, as replays and disables take them: a keyed
-    // delivery that settles hands its line on (updating other deliveries of the line, which
-    // a replay rejoining the line updates too), so whoever holds a line's endpoint holds
-    // its rows. Locked after its own deliveries, a recording held the head of a line while
-    // it waited for the endpoint, held by a replay that waited for that head. The hand-on
-    // also share-locks the line's endpoint (the parking rule). One that may be announced
-    // (a delivery failed, which may also disable its endpoint; a `410 Gone`; a pause) locks
-    // the listeners of operational events too. (An attempt recorded before, by a try of
-    // this batch that did not commit, is counted here too: its endpoint is locked for
-    // nothing, rarely.)
-    let mut endpoint_locks = EndpointLocks::default();
-    for attempt in attempts {
-        let (state, _) = attempt.transition();
-        let announcing = state == DeliveryState::Failed
-            || health::is_gone(&attempt.outcome)
-            || attempt.outcome.retry_after.is_some();
-        if announcing {
-            endpoint_locks.may_announce();
-        }
-        let written =
-            announcing || state != DeliveryState::Delivered || attempt.claim.ordering_key.is_some();
-        endpoint_locks.note(attempt.claim.endpoint_id, written);
-    }
-    let locked = endpoint_locks.lock(txn, backend).await?;
+    // and before the deliveries themselves, as replays and disables take them (see
+    // `endpoint_locks`).
+    let locked = EndpointLocks::of(attempts).lock(txn, backend).await?;
 
     let mut due: HashMap<Uuid, Option<DateTime<Utc>>> = HashMap::new();
     for row in txn
