@@ -43,9 +43,18 @@ pub async fn execute_once_in_time(
     .await
 }
 
-/// Whether the operation `request` selects is a subscription (or cannot be told, the
-/// document not parsing: async-graphql then reports why).
+/// Whether the operation `request` selects is to be run as a subscription: it is one, or
+/// that cannot be told here. The document is parsed only once it passed the checks made
+/// before parsing (see `limits`), and only if it is small: a larger one is parsed off the
+/// runtime by the limits' extension, and runs as before, with no deadline. One that does
+/// not parse is left for async-graphql to report. A parsed document stays with the
+/// request, so it is not parsed again.
 pub fn subscribes(request: &mut async_graphql::Request) -> bool {
+    if request.query.len() > super::limits::PARSE_OFF_RUNTIME_BYTES
+        || super::limits::scan_text(&request.query).is_err()
+    {
+        return true;
+    }
     let operation_name = request.operation_name.clone();
     let Ok(document) = request.parsed_query() else {
         return true;

@@ -38,7 +38,7 @@ pub const MAX_ROOT_FIELDS: usize = 32;
 /// Longest chain of fragments spreading fragments.
 pub const MAX_FRAGMENT_DEPTH: usize = 32;
 /// Documents larger than this are parsed and checked off the async runtime's threads.
-const PARSE_OFF_RUNTIME_BYTES: usize = 8 * 1024;
+pub(super) const PARSE_OFF_RUNTIME_BYTES: usize = 8 * 1024;
 
 /// Why a document was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
