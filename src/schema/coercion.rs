@@ -105,10 +105,21 @@ impl<'a> Walk<'a> {
     }
 
     /// Checks `value`, given to `argument` at `pos`.
-    fn argument(&self, argument: &MetaInputValue, value: Input<'_>, pos: Pos) -> ServerResult<()> {
-        self.check(&argument.ty, value).map_err(|(path, problem)| {
-            ServerError::new(format!("{}{path}: {problem}", argument.name), Some(pos))
-        })
+    fn argument(&self, argument: &MetaInputValue, value: Input<'a>, pos: Pos) -> ServerResult<()> {
+        self.position(&argument.ty, value)
+            .map_err(|(path, problem)| {
+                ServerError::new(format!("{}{path}: {problem}", argument.name), Some(pos))
+            })
+    }
+
+    /// [`Walk::check`] of `input` at a position of type `ty` (an argument, an input
+    /// object's field, an item of a list literal), where a variable's declared type is
+    /// checked against the position's too.
+    fn position(&self, ty: &str, input: Input<'a>) -> Result<(), (String, String)> {
+        if let Input::Literal(Value::Variable(name)) = input {
+            self.usage(name, ty)?;
+        }
+        self.check(ty, input)
     }
 
     /// Refuses variable `name` where a value of type `location` goes, unless GraphQL
@@ -195,9 +206,6 @@ impl<'a> Walk<'a> {
     /// (a type as the registry spells it), as far as `Int` ranges and `DateTime`s go; every
     /// other rule is validation's. Values of other scalars (a `JSON` payload) are not walked.
     fn check(&self, ty: &str, input: Input<'a>) -> Result<(), (String, String)> {
-        if let Input::Literal(Value::Variable(name)) = input {
-            self.usage(name, ty)?;
-        }
         let name = match MetaTypeName::create(ty) {
             MetaTypeName::NonNull(inner) => return self.check(inner, input),
             MetaTypeName::List(item) => {
@@ -207,7 +215,7 @@ impl<'a> Walk<'a> {
                             .into_iter()
                             .enumerate()
                             .try_for_each(|(index, value)| {
-                                self.check(item, value).map_err(|(path, problem)| {
+                                self.position(item, value).map_err(|(path, problem)| {
                                     (format!("[{index}]{path}"), problem)
                                 })
                             })
@@ -223,7 +231,7 @@ impl<'a> Walk<'a> {
                 Shape::Object(fields) => fields.into_iter().try_for_each(|(field, value)| {
                     match input_fields.get(field.as_str()) {
                         Some(meta) => self
-                            .check(&meta.ty, value)
+                            .position(&meta.ty, value)
                             .map_err(|(path, problem)| (format!(".{field}{path}"), problem)),
                         None => Ok(()),
                     }

@@ -15,7 +15,9 @@ use entity::webhook_delivery::DeliveryState;
 use uuid::Uuid;
 
 use crate::support::fixtures::rows;
-use crate::support::history::{buffers, cursor_at, seed_history, ENDPOINTS, MOST_BUFFERS};
+use crate::support::history::{
+    buffers, cursor_at, seed_history, tenant_key, ENDPOINTS, MOST_BUFFERS,
+};
 use crate::support::{Backend, TestApp, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,21 +97,8 @@ async fn every_listing_reads_a_page_not_the_history() {
     )
     .await;
     assert!(submitted["errors"].is_null(), "{submitted}");
-    let key_of = |tenant: Uuid| {
-        let db = app.state.db.clone();
-        async move {
-            let limits = auth::KeyLimits {
-                tenant: Some(tenant),
-                ..Default::default()
-            };
-            auth::create_api_key(&db, "tenant", Role::Partner, limits)
-                .await
-                .expect("a tenant key")
-                .token
-        }
-    };
-    let busy_key = identity(key_of(busy).await).await;
-    let quiet_key = identity(key_of(quiet).await).await;
+    let busy_key = identity(tenant_key(&app, busy).await).await;
+    let quiet_key = identity(tenant_key(&app, quiet).await).await;
     let quiet_pair = identity(app.token(Role::Partner, &quiet_endpoints).await).await;
     // Deep pages: after the delivery 290,000 from the newest, and one endpoint's oldest.
     let deep = cursor_at(
@@ -297,6 +286,16 @@ async fn every_listing_reads_a_page_not_the_history() {
         (
             "an event type in a month",
             &caller,
+            DeliveryFilter {
+                event_type: Some("order.paid".into()),
+                created_after: Some(now - Duration::days(31)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "a busy tenant's event type in a month",
+            &busy_key,
             DeliveryFilter {
                 event_type: Some("order.paid".into()),
                 created_after: Some(now - Duration::days(31)),

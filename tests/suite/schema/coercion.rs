@@ -218,6 +218,10 @@ async fn a_variable_of_the_wrong_type_is_refused_before_anything_runs() {
         ("query($id: ID = \"0190c3c5-7c5e-7cc0-8000-000000000000\") { delivery(id: $id) { id } }", json!({})),
         ("query($s: DeliveryState!) { deliveries(filter: {state: $s}) { edges { cursor } } }", json!({ "s": "FAILED" })),
         ("query($f: DeliveryFilter) { deliveries(filter: $f) { edges { cursor } } }", json!({ "f": null })),
+        // A list's variable left out, null, or one value standing for a list of one.
+        ("mutation($ids: [ID!]) { createApiKey(input: {name: \"k\", role: PARTNER, endpointIds: $ids}) { token } }", json!({})),
+        ("mutation($ids: [ID!]) { createApiKey(input: {name: \"k\", role: PARTNER, endpointIds: $ids}) { token } }", json!({ "ids": null })),
+        ("mutation($ids: [ID!]) { createApiKey(input: {name: \"k\", role: PARTNER, endpointIds: $ids}) { token } }", json!({ "ids": [] })),
     ];
     for (query, variables) in allowed {
         let (status, body) = run(&app, &admin, query, variables).await;

@@ -69,6 +69,23 @@ pub async fn cursor_at(app: &TestApp, sql: &str) -> Uuid {
         .expect("id")
 }
 
+/// The token of a new partner key of `tenant`.
+pub async fn tenant_key(app: &TestApp, tenant: Uuid) -> String {
+    let limits = courier::auth::KeyLimits {
+        tenant: Some(tenant),
+        ..Default::default()
+    };
+    courier::auth::create_api_key(
+        &app.state.db,
+        "tenant",
+        courier::auth::Role::Partner,
+        limits,
+    )
+    .await
+    .expect("a tenant key")
+    .token
+}
+
 /// Buffers touched by one page of the listing, run as `deliveries` runs it.
 pub async fn buffers(
     app: &TestApp,
