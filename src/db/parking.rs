@@ -62,6 +62,13 @@ WHERE id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id {ids})
 ORDER BY id
 FOR NO KEY UPDATE";
 
+/// PostgreSQL: share-locks the endpoints `$1` (a `uuid[]`) once each, in id order, for
+/// work that then asks `{parked(X)}` of deliveries one by one in another order (claims
+/// handed back): the endpoints are taken before the deliveries, as replays and recordings
+/// take them, so such work never holds a delivery while it waits for an endpoint.
+pub const SHARE_ENDPOINTS: &str = "\
+SELECT id FROM endpoints WHERE id = ANY($1::uuid[]) ORDER BY id FOR SHARE";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,7 +92,11 @@ pub fn root_fields_inlined(
     }
     let root = &operation.node.selection_set.node;
     let mut fields = Vec::new();
-    if !inline(document, root, root_type, 0, &mut fields) {
+    let inlined = inline(document, root, root_type, 0, &mut fields);
+    // async-graphql starts one stream per root field: the same field selected twice
+    // (plainly, or once plainly and once through a fragment) would send every event twice.
+    let merged = merge_repeated(&mut fields);
+    if !inlined && !merged {
         return None;
     }
     let used_before = used_fragments(document);
@@ -155,6 +159,49 @@ fn inline(
         }
     }
     changed
+}
+
+/// Merges fields of `selections` that repeat an earlier one (the same response key, name
+/// and arguments) into it, their selections appended to its own; whether any was.
+fn merge_repeated(selections: &mut Vec<Positioned<Selection>>) -> bool {
+    let mut kept: Vec<Positioned<Selection>> = Vec::with_capacity(selections.len());
+    let mut merged = false;
+    for selection in selections.drain(..) {
+        let Selection::Field(field) = &selection.node else {
+            kept.push(selection);
+            continue;
+        };
+        let same = |earlier: &Positioned<Selection>| match &earlier.node {
+            Selection::Field(earlier) => {
+                earlier.node.response_key().node == field.node.response_key().node
+                    && earlier.node.name.node == field.node.name.node
+                    && earlier.node.directives.is_empty()
+                    && field.node.directives.is_empty()
+                    && earlier.node.arguments.len() == field.node.arguments.len()
+                    && earlier
+                        .node
+                        .arguments
+                        .iter()
+                        .zip(&field.node.arguments)
+                        .all(|((name, value), (other_name, other_value))| {
+                            name.node == other_name.node && value.node == other_value.node
+                        })
+            }
+            _ => false,
+        };
+        match kept.iter_mut().find(|earlier| same(earlier)) {
+            Some(earlier) => {
+                if let Selection::Field(earlier) = &mut earlier.node {
+                    let more = field.node.selection_set.node.items.iter().cloned();
+                    earlier.node.selection_set.node.items.extend(more);
+                    merged = true;
+                }
+            }
+            None => kept.push(selection),
+        }
+    }
+    *selections = kept;
+    merged
 }
 
 /// The fragments the operations of `document` spread, directly or through others.
@@ -338,6 +385,24 @@ mod tests {
         assert_eq!(
             inlined("subscription { ...F } fragment F on Query { a }", None),
             None
+        );
+        // A field selected again, plainly or through a fragment, is selected once.
+        assert_eq!(
+            inlined(
+                "subscription { a { x } ...F } fragment F on Subscription { a { y } }",
+                None
+            )
+            .as_deref(),
+            Some("a / ")
+        );
+        assert_eq!(
+            inlined("subscription { a { x } a { y } }", None).as_deref(),
+            Some("a / ")
+        );
+        assert_eq!(
+            inlined("subscription { a(n: 1) { x } a(n: 2) { y } }", None).as_deref(),
+            None,
+            "arguments that differ are validation's to refuse"
         );
         // The fragment another operation of the document uses stays.
         assert_eq!(

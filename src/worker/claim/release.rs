@@ -3,11 +3,12 @@
 //! deliveries are due again (or parked, if their endpoint was disabled meanwhile).
 
 use entity::webhook_delivery::DeliveryState;
-use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
+use uuid::Uuid;
 
 use super::Claim;
 use crate::bus::{ChangeBus, StateChange};
-use crate::db::parking::with_parking;
+use crate::db::parking::{with_parking, SHARE_ENDPOINTS};
 use crate::db::Db;
 use crate::error::error_chain;
 use crate::service::flow;
@@ -27,6 +28,17 @@ RETURNING updated_at";
 pub async fn release(db: &Db, bus: &ChangeBus, claims: &[Claim]) -> Result<(), DbErr> {
     let staged = db
         .transaction(|txn| async move {
+            if db.backend() == DbBackend::Postgres {
+                let mut ids: Vec<Uuid> = claims.iter().map(|claim| claim.endpoint_id).collect();
+                ids.sort();
+                ids.dedup();
+                txn.execute_raw(Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    SHARE_ENDPOINTS,
+                    [ids.into()],
+                ))
+                .await?;
+            }
             let sql = with_parking(db.backend(), RELEASE);
             let mut changes = Vec::new();
             let mut endpoints = Vec::new();

@@ -52,6 +52,10 @@ async fn a_root_field_in_a_fragment_streams_its_changes() {
         format!("subscription($e: ID) {{ ...F }} fragment F on Subscription {{ {field} }}"),
         format!("subscription($e: ID) {{ ... on Subscription {{ {field} }} }}"),
         format!("subscription($e: ID) {{ ... {{ ... {{ {field} }} }} }}"),
+        // Selected twice, its selections split: one stream, each change whole, once.
+        "subscription($e: ID) { deliveryStateChanged(endpointId: $e) { deliveryId } ...F } \
+         fragment F on Subscription { deliveryStateChanged(endpointId: $e) { state } }"
+            .to_owned(),
     ];
     for protocol in ["graphql-transport-ws", "graphql-ws"] {
         for document in &documents {
@@ -72,7 +76,7 @@ async fn a_root_field_in_a_fragment_streams_its_changes() {
             );
             let change = &message["payload"]["data"]["deliveryStateChanged"];
             assert!(
-                change["state"].is_string(),
+                change["state"].is_string() && change["deliveryId"].is_string(),
                 "{protocol} {document}: {message}"
             );
         }
