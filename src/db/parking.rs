@@ -4,7 +4,8 @@
 //! waiting behind its ordering line's head has no due time either, and re-enabling leaves it
 //! waiting: see [`crate::service::lines`].)
 
-use sea_orm::DbBackend;
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
+use uuid::Uuid;
 
 /// Renders `{parked(X)}` in `template`, where `X` is the SQL naming a delivery's
 /// endpoint id, as a boolean: whether that endpoint is disabled. On PostgreSQL the endpoint
@@ -48,19 +49,37 @@ pub fn with_parking(backend: DbBackend, template: &str) -> String {
     })
 }
 
-/// PostgreSQL: locks the endpoints of the deliveries `{ids}` (a
-/// [`crate::db::Db::id_list`]) once each, in id order, as a recording locks the endpoints
-/// it writes (`FOR NO KEY UPDATE`, which holds off a disable as the parking rule's share
-/// lock does): run before any of the deliveries is locked, by work that restarts many of
-/// them and asks `{parked(X)}` of them. Such work on one endpoint then takes turns with
-/// the endpoint's recordings and with other such work: each rejoins or hands on the
-/// endpoint's lines (ordering keys), updating rows of the line in its own order, and two
-/// holding the endpoint at once (a share lock each) deadlocked on those rows.
-pub const LOCK_ENDPOINTS_OF: &str = "\
+/// PostgreSQL: locks the endpoints of the deliveries `$1` (a `uuid[]`) once each, in id
+/// order, as a recording locks the endpoints it writes (`FOR NO KEY UPDATE`, which holds off
+/// a disable as the parking rule's share lock does): run before any of the deliveries is
+/// locked, by work that restarts many of them and asks `{parked(X)}` of them. Such work on
+/// one endpoint then takes turns with the endpoint's recordings and with other such work:
+/// each rejoins or hands on the endpoint's lines (ordering keys), updating rows of the line
+/// in its own order, and two holding the endpoint at once (a share lock each) deadlocked on
+/// those rows.
+const LOCK_ENDPOINTS_OF: &str = "\
 SELECT id FROM endpoints
-WHERE id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id {ids})
+WHERE id IN (SELECT endpoint_id FROM webhook_deliveries WHERE id = ANY($1::uuid[]))
 ORDER BY id
 FOR NO KEY UPDATE";
+
+/// Takes [`LOCK_ENDPOINTS_OF`] for the deliveries `ids` in `txn` (PostgreSQL; SQLite's
+/// write transactions already exclude each other).
+pub async fn lock_endpoints_of(
+    txn: &impl ConnectionTrait,
+    backend: DbBackend,
+    ids: &[Uuid],
+) -> Result<(), DbErr> {
+    if backend == DbBackend::Postgres {
+        txn.execute_raw(Statement::from_sql_and_values(
+            backend,
+            LOCK_ENDPOINTS_OF,
+            [Value::from(ids.to_vec())],
+        ))
+        .await?;
+    }
+    Ok(())
+}
 
 /// PostgreSQL: share-locks the endpoints `$1` (a `uuid[]`) once each, in id order, for
 /// work that then asks `{parked(X)}` of deliveries one by one in another order (claims

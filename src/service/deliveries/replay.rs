@@ -12,7 +12,7 @@ use super::tally::Tally;
 use super::{state_filter, Deliveries};
 use crate::auth::Identity;
 use crate::bus::{Staged, StateChange};
-use crate::db::parking::{with_parking, LOCK_ENDPOINTS_OF};
+use crate::db::parking::{lock_endpoints_of, with_parking};
 use crate::db::sql::fill;
 use crate::db::{Db, Progress};
 use crate::error::{Error, Result};
@@ -162,13 +162,8 @@ impl Deliveries {
         let restarted = db
             .transaction(|txn| async move {
                 let postgres = db.backend() == DbBackend::Postgres;
-                if postgres {
-                    // The endpoint first, as bulk replays and recordings take it.
-                    let (list, values) = Db::id_list(db.backend(), 1, &[id], false);
-                    let sql = fill(LOCK_ENDPOINTS_OF, &[("ids", &list)]);
-                    txn.execute_raw(Statement::from_sql_and_values(db.backend(), &sql, values))
-                        .await?;
-                }
+                // The endpoint first, as bulk replays and recordings take it.
+                lock_endpoints_of(&*txn, db.backend(), &[id]).await?;
                 let template = if postgres { RESTART_REPORTING } else { RESTART };
                 let sql = with_parking(db.backend(), template);
                 let values = [Value::from(id), Value::from(from.to_value())];
@@ -314,15 +309,7 @@ impl Deliveries {
                 let (list, values) = Db::id_list(backend, 1, ids, false);
                 // The endpoints first, as recordings take them (a delivery's endpoint never
                 // changes, so the batch names them before its rows are locked).
-                if backend == DbBackend::Postgres {
-                    let sql = fill(LOCK_ENDPOINTS_OF, &[("ids", &list)]);
-                    txn.execute_raw(Statement::from_sql_and_values(
-                        backend,
-                        &sql,
-                        values.clone(),
-                    ))
-                    .await?;
-                }
+                lock_endpoints_of(&*txn, backend, ids).await?;
                 let lock = fill(LOCK_FAILED, &[("ids", &list), ("lock", db.lock_rows())]);
                 let locked = txn
                     .query_all_raw(Statement::from_sql_and_values(backend, &lock, values))

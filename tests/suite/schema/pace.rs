@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 
-use crate::support::{Backend, TestApp, TestDb};
+use crate::support::{response_error_code, Backend, TestApp, TestDb};
 
 /// `query` run as an admin's subscription on `app`'s schema, in process, once its first
 /// poll has subscribed (and, nothing having happened yet, told nothing).
@@ -60,14 +60,9 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
         .await
         .expect("answered")
         .expect("an item");
-    let code = response
-        .errors
-        .first()
-        .and_then(|e| e.extensions.as_ref())
-        .and_then(|e| e.get("code").cloned());
     assert_eq!(
-        code,
-        Some(async_graphql::Value::from("SUBSCRIPTION_LAGGED")),
+        response_error_code(&response).as_deref(),
+        Some("SUBSCRIPTION_LAGGED"),
         "{response:?}"
     );
     assert!(

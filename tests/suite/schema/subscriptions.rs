@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use crate::support::fixtures::submit;
 use crate::support::fixtures::{endpoint_on, quick_worker};
 use crate::support::websocket::{connect, next, send, Socket};
-use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
+use crate::support::{response_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 const SUBSCRIPTION: &str =
     "subscription($endpointId: ID) { deliveryStateChanged(endpointId: $endpointId) {
@@ -242,14 +242,9 @@ async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() 
         .await
         .expect("the subscriber is told at once")
         .expect("an item");
-    let code = response
-        .errors
-        .first()
-        .and_then(|e| e.extensions.as_ref())
-        .and_then(|e| e.get("code").cloned());
     assert_eq!(
-        code,
-        Some(async_graphql::Value::from("SUBSCRIPTION_LAGGED")),
+        response_error_code(&response).as_deref(),
+        Some("SUBSCRIPTION_LAGGED"),
         "{response:?}"
     );
 }

@@ -165,3 +165,11 @@ impl Drop for TestApp {
 pub fn gql_error_code(body: &Value) -> Option<&str> {
     body["errors"][0]["extensions"]["code"].as_str()
 }
+
+/// The code of the first error of a response run in process, if any.
+pub fn response_error_code(response: &async_graphql::Response) -> Option<String> {
+    match response.errors.first()?.extensions.as_ref()?.get("code")? {
+        async_graphql::Value::String(code) => Some(code.clone()),
+        _ => None,
+    }
+}

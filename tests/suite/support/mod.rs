@@ -19,7 +19,7 @@ pub mod seeding;
 pub mod tenants;
 pub mod websocket;
 
-pub use app::{gql_error_code, TestApp};
+pub use app::{gql_error_code, response_error_code, TestApp};
 pub use browser::{TestBrowser, TestPage};
 pub use database::{Backend, TestDb};
 pub use partition::PartitionProxy;
