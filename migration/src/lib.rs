@@ -24,6 +24,7 @@ mod m20261211_000002_failed_by_time;
 mod m20261211_000003_state_in_endpoint_indexes;
 mod m20261212_000001_listener_index;
 mod m20261213_000001_listings_in_order;
+mod m20261214_000001_endpoint_event_type_by_time;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -52,6 +53,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261211_000003_state_in_endpoint_indexes::Migration),
             Box::new(m20261212_000001_listener_index::Migration),
             Box::new(m20261213_000001_listings_in_order::Migration),
+            Box::new(m20261214_000001_endpoint_event_type_by_time::Migration),
         ]
     }
 }

@@ -272,7 +272,7 @@ async fn count_statements_never_scan_history() {
                 [
                     "idx_webhook_deliveries_due_by_endpoint",
                     "idx_webhook_deliveries_in_flight",
-                    "idx_webhook_deliveries_failed_by_endpoint",
+                    "idx_webhook_deliveries_endpoint_failed",
                     "endpoint_settled_counts_pkey",
                 ]
                 .contains(&index.as_str()),
