@@ -4,8 +4,12 @@
 //! another replay took first is simply not matched again.
 
 use chrono::{DateTime, Utc};
+use entity::endpoint;
 use entity::webhook_delivery::{self, DeliveryState};
-use sea_orm::{ActiveEnum as _, ConnectionTrait, DbBackend, FromQueryResult, Statement, Value};
+use sea_orm::{
+    ActiveEnum as _, ConnectionTrait, DbBackend, EntityTrait as _, FromQueryResult,
+    QueryFilter as _, QueryOrder as _, QuerySelect as _, Statement, Value,
+};
 use uuid::Uuid;
 
 use super::tally::Tally;
@@ -16,7 +20,7 @@ use crate::db::parking::{lock_endpoints_of, with_parking};
 use crate::db::sql::fill;
 use crate::db::{Db, Progress};
 use crate::error::{Error, Result};
-use crate::service::access::Visible;
+use crate::service::access::{Access, Visible};
 use crate::service::flow;
 use crate::service::lines;
 use crate::service::submissions::store::placed;
@@ -243,15 +247,45 @@ impl Deliveries {
                 .transpose()?,
             ..filter.clone()
         };
-        let scope = match (filter.endpoint_id, caller.visible()) {
-            (Some(endpoint), _) => {
+        // The endpoints it walks, each through its own failed index: the one named, or
+        // every endpoint in the caller's scope (a partner's list, a tenant's endpoints, as
+        // they are now), or, for an admin, every failure at once.
+        let endpoints: Vec<Option<Uuid>> = match filter.endpoint_id {
+            Some(endpoint) => {
                 self.access.require_existing(caller, endpoint).await?;
-                Visible::Everything
+                vec![Some(endpoint)]
             }
-            (None, Visible::Endpoints([])) => return Ok(0),
-            (None, scope) => scope,
+            None => match Access::endpoints_condition(caller) {
+                None => vec![None],
+                Some(in_scope) => endpoint::Entity::find()
+                    .select_only()
+                    .column(endpoint::Column::Id)
+                    .filter(in_scope)
+                    .order_by_asc(endpoint::Column::Id)
+                    .into_tuple::<Uuid>()
+                    .all(self.db.conn())
+                    .await?
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
+            },
         };
-        let (filters, mut values) = conditions(self.db.backend(), filter, scope);
+        let mut replayed = 0u64;
+        for endpoint_id in endpoints {
+            let filter = ReplayFilter {
+                endpoint_id,
+                ..filter.clone()
+            };
+            replayed += self.replay_walk(&filter, progress).await?;
+        }
+        tracing::info!(replayed, "failed deliveries replayed in bulk");
+        Ok(replayed)
+    }
+
+    /// Replays every failed delivery `filter` matches (of one endpoint, or of every
+    /// endpoint), walking them in id order a batch at a time; returns how many.
+    async fn replay_walk(&self, filter: &ReplayFilter, progress: Option<&Progress>) -> Result<u64> {
+        let (filters, mut values) = conditions(filter);
         // One endpoint's failures are read from its own index.
         let failed = state_filter::in_state(DeliveryState::Failed, filter.endpoint_id.is_some());
         let next_failed = fill(
@@ -296,7 +330,6 @@ impl Deliveries {
                 progress.made();
             }
         }
-        tracing::info!(replayed, "failed deliveries replayed in bulk");
         Ok(replayed)
     }
 
@@ -381,35 +414,14 @@ async fn announce(
     bus.stage(txn, changes).await
 }
 
-/// The SQL narrowing [`NEXT_FAILED`] to `filter` (and, for a partner without an endpoint
-/// in the filter, to its `scope`), and its values from `$1` on; `$1`, the cursor, is bound
-/// per batch.
-fn conditions(
-    backend: DbBackend,
-    filter: &ReplayFilter,
-    scope: Visible<'_>,
-) -> (String, Vec<Value>) {
+/// The SQL narrowing [`NEXT_FAILED`] to `filter`, and its values from `$1` on; `$1`, the
+/// cursor, is bound per batch.
+fn conditions(filter: &ReplayFilter) -> (String, Vec<Value>) {
     let mut sql = String::new();
     let mut values = vec![Value::from(Uuid::nil())];
     if let Some(endpoint) = filter.endpoint_id {
         values.push(Value::from(endpoint));
         sql.push_str(&format!(" AND endpoint_id = ${}", values.len()));
-    } else {
-        match scope {
-            Visible::Everything => {}
-            Visible::Endpoints(scope) => {
-                let (list, scoped) = Db::id_list(backend, values.len() + 1, scope, false);
-                values.extend(scoped);
-                sql.push_str(&format!(" AND endpoint_id {list}"));
-            }
-            Visible::Tenant(tenant) => {
-                values.push(Value::from(tenant));
-                sql.push_str(&format!(
-                    " AND endpoint_id IN (SELECT id FROM endpoints WHERE tenant_id = ${})",
-                    values.len()
-                ));
-            }
-        }
     }
     if let Some(since) = filter.since {
         values.push(Value::from(since));

@@ -9,3 +9,4 @@ mod plans;
 mod recovery;
 mod replay;
 mod resend;
+mod scoped_replay;
