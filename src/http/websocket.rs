@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::ws_auth::PayloadKey;
-use super::ws_close::{fitted, too_big, ClientEnd};
+use super::ws_close::{fitted, refusal, ClientEnd};
 use super::ws_gate::Gate;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
@@ -180,6 +180,7 @@ impl Session {
         let incoming = incoming
             .filter(move |message| {
                 hearing.store(millis_since(opened), Ordering::Relaxed);
+                let refused = message.as_ref().err().and_then(refusal);
                 match message {
                     Ok(Message::Close(frame)) => {
                         let mut end = ended_by_client
@@ -187,7 +188,7 @@ impl Session {
                             .unwrap_or_else(PoisonError::into_inner);
                         *end = ClientEnd::Closed(frame.clone());
                     }
-                    Err(err) if !too_big(err) => {
+                    Err(_) if refused.is_none() => {
                         let mut end = ended_by_client
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner);
@@ -195,13 +196,10 @@ impl Session {
                     }
                     _ => {}
                 }
-                let admitted = match (&rules, message) {
-                    (Some(rules), Ok(message)) => rules.admit(message),
-                    (_, Err(err)) if too_big(err) => {
-                        transport.refuse(CloseFrame {
-                            code: close_code::SIZE,
-                            reason: "Message Too Big".into(),
-                        });
+                let admitted = match (&rules, message, refused) {
+                    (Some(rules), Ok(message), _) => rules.admit(message),
+                    (_, Err(_), Some(close)) => {
+                        transport.refuse(close);
                         false
                     }
                     _ => true,

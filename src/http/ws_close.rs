@@ -1,15 +1,34 @@
 //! What a WebSocket's closing looks like: a close frame's reason cut to what a control
-//! frame carries, the transport's refusal of a message for its size told apart, and how
-//! the client ended its side.
+//! frame carries, the close answering a message the transport refused, and how the
+//! client ended its side.
 
-use axum::extract::ws::CloseFrame;
+use axum::extract::ws::{close_code, CloseFrame};
 
-/// Whether the transport refused a message for its size (over `COURIER_MAX_BODY_BYTES`).
-pub(super) fn too_big(err: &axum::Error) -> bool {
-    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
-    std::error::Error::source(err)
-        .and_then(|source| source.downcast_ref::<WsError>())
-        .is_some_and(|err| matches!(err, WsError::Capacity(CapacityError::MessageTooLong { .. })))
+/// The close that answers a message the transport refused (RFC 6455 section 7.4.1): 1009
+/// for one over `COURIER_MAX_BODY_BYTES`, 1007 for text that is not UTF-8, 1002 for a frame
+/// that breaks the protocol (unmasked, reserved bits set, an unknown opcode, a stray
+/// continuation, a fragmented or oversized control frame). `None` when the connection
+/// itself broke, when nothing can be sent.
+pub(super) fn refusal(err: &axum::Error) -> Option<CloseFrame> {
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError, ProtocolError};
+    let err = std::error::Error::source(err)?.downcast_ref::<WsError>()?;
+    let (code, reason) = match err {
+        WsError::Capacity(CapacityError::MessageTooLong { .. }) => {
+            (close_code::SIZE, "Message Too Big")
+        }
+        WsError::Utf8(_) => (close_code::INVALID, "Invalid frame payload data"),
+        WsError::Protocol(
+            ProtocolError::ResetWithoutClosingHandshake
+            | ProtocolError::ReceivedAfterClosing
+            | ProtocolError::SendAfterClosing,
+        ) => return None,
+        WsError::Protocol(_) => (close_code::PROTOCOL, "Protocol error"),
+        _ => return None,
+    };
+    Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    })
 }
 
 /// How the client ended its side, as far as its messages told.

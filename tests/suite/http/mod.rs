@@ -13,4 +13,5 @@ mod known_documents;
 mod open_routes;
 mod subscription_limits;
 mod websocket;
+mod websocket_framing;
 mod websocket_operations;
