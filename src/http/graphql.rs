@@ -73,6 +73,20 @@ pub async fn post(
             "content-type must be application/json",
         );
     }
+    if !negotiate::is_unencoded(&headers) {
+        let mut refused = request_error(
+            media,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "BAD_USER_INPUT",
+            "content-encoding is not supported: send the body unencoded",
+        );
+        // RFC 9110, section 12.5.3: the codings that would have been accepted.
+        refused.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        return refused;
+    }
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,
         Err(err) => return auth_error(media, err),

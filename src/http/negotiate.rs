@@ -93,6 +93,23 @@ pub fn is_json_request(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case(APPLICATION_JSON))
 }
 
+/// Whether a request body is sent as it is: no `Content-Encoding`, or only `identity`.
+/// Courier decodes no content coding, so a body declared compressed is refused rather than
+/// read as if it were not.
+pub fn is_unencoded(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .all(|value| {
+            value.to_str().is_ok_and(|value| {
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .all(|coding| coding.is_empty() || coding.eq_ignore_ascii_case("identity"))
+            })
+        })
+}
+
 /// Whether the client names a JSON response type in `Accept` (a GraphQL client, not a
 /// browser or a bare request).
 pub fn names_json(headers: &HeaderMap) -> bool {

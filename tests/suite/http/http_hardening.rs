@@ -198,6 +198,44 @@ async fn media_types_and_methods_follow_graphql_over_http() {
     let (status, _) = post_raw(&app, &admin, "text/plain", query.clone()).await;
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
 
+    // A body declared compressed is refused, not read as if it were plain: nothing runs.
+    let create = json!({ "query": "mutation { createEndpoint(input: {name: \"z\", \
+        url: \"https://example.com/z\"}) { endpoint { id } } }" })
+    .to_string();
+    for coding in ["gzip", "br", "identity, gzip"] {
+        let refused = app
+            .request(Method::POST, "/graphql")
+            .bearer_auth(&admin)
+            .header("content-type", "application/json")
+            .header("content-encoding", coding)
+            .body(create.clone())
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(
+            refused.status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{coding}"
+        );
+        assert_eq!(refused.headers()["accept-encoding"], "identity", "{coding}");
+        let body: serde_json::Value = refused.json().await.expect("a JSON body");
+        assert_eq!(body["errors"][0]["extensions"]["code"], "BAD_USER_INPUT");
+    }
+    let listed = app
+        .graphql(&admin, "{ endpoints { edges { cursor } } }", json!({}))
+        .await;
+    assert_eq!(listed["data"]["endpoints"]["edges"], json!([]), "{listed}");
+    let identity = app
+        .request(Method::POST, "/graphql")
+        .bearer_auth(&admin)
+        .header("content-type", "application/json")
+        .header("content-encoding", "identity")
+        .body(query.clone())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(identity.status(), StatusCode::OK);
+
     let ok = app
         .request(Method::POST, "/graphql")
         .bearer_auth(&admin)
