@@ -248,6 +248,9 @@ impl Session {
                 }),
                 Ok(close) = &mut violation => break Ending::Close(None, close),
                 settled = &mut init, if awaiting_init => {
+                    // The session read nothing while the key was checked: the client counts
+                    // as heard from now, not from its `connection_init`.
+                    heard.store(millis_since(opened), Ordering::Relaxed);
                     phase = match settled {
                         Ok(Init::Accepted(key)) => Phase::Active(key),
                         Ok(Init::Refused(close)) => Phase::Refused(close),
@@ -271,7 +274,9 @@ impl Session {
                 () = &mut session, if session_running => session_running = false,
                 _ = ping.tick() => {
                     let last_heard = Duration::from_millis(heard.load(Ordering::Relaxed));
-                    if opened.elapsed().saturating_sub(last_heard) >= gone_after {
+                    // Until the init settles, the session reads nothing (not even pongs)
+                    // while it checks the key; the init's own deadline bounds that wait.
+                    if !awaiting_init && opened.elapsed().saturating_sub(last_heard) >= gone_after {
                         break Ending::Drop("the client stopped answering pings");
                     }
                     let pinged = outgoing.send(Message::Ping(axum::body::Bytes::new()));

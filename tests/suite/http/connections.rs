@@ -290,3 +290,49 @@ async fn a_websocket_whose_peer_is_gone_is_dropped_after_unanswered_pings() {
         Some(Frame::Message(message)) => panic!("unexpected {message}"),
     }
 }
+
+/// A client waiting for its `connection_init` to be accepted while the key check waits on
+/// the database (here a lock another connection holds, longer than two ping intervals) is
+/// not taken for gone: it answers pings, and is accepted once the check ends, on both
+/// protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_waiting_on_a_slow_key_check_is_not_taken_for_gone() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.ws_ping_ms = 100;
+        config.auth_cache_ms = 0;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        let holder = db.connect(1).await;
+        let txn = holder.begin_write().await.expect("begin");
+        sea_orm::ConnectionTrait::execute_unprepared(
+            &txn,
+            "LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE",
+        )
+        .await
+        .expect("lock the keys");
+        let letting_go = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            txn.rollback().await.expect("let go");
+        });
+        // `initialised_at` reads (answering pings) until the acknowledgement, and fails on
+        // anything else.
+        let mut socket = initialised_at(&app.addr.to_string(), protocol, &admin).await;
+        letting_go.await.expect("the lock let go");
+        send(
+            &mut socket,
+            json!({ "id": "q", "type": if protocol == "graphql-ws" { "start" } else { "subscribe" },
+                    "payload": { "query": "{ endpoints { edges { cursor } } }" } }),
+        )
+        .await;
+        let answer = crate::support::websocket::next(&mut socket)
+            .await
+            .expect("an answer");
+        assert!(
+            answer["payload"]["data"]["endpoints"].is_object(),
+            "{protocol}: {answer}"
+        );
+    }
+}
