@@ -280,14 +280,22 @@ impl Endpoints {
                 }
                 // A new cap or rate limit is felt by the next claim on every process (they
                 // read it from this row); the turn is looked at afresh.
-                let settings_changed = endpoint.max_in_flight != current.max_in_flight
-                    || endpoint.rate_limit != current.rate_limit;
+                let rate_changed = endpoint.rate_limit != current.rate_limit;
+                let settings_changed =
+                    rate_changed || endpoint.max_in_flight != current.max_in_flight;
                 if settings_changed {
-                    txn.execute_raw(
-                        db.clock()
-                            .statement(flow::SETTINGS_CHANGED, [endpoint.id.into()]),
-                    )
-                    .await?;
+                    let clock = db.clock();
+                    let statement = if rate_changed {
+                        let interval = endpoint
+                            .rate_limit
+                            .and_then(|rate| u32::try_from(rate).ok())
+                            .and_then(|rate| flow::Rate::new(rate).interval().to_std().ok());
+                        let values = [endpoint.id.into(), clock.after_opt(interval)];
+                        clock.statement(flow::RATE_CHANGED, values)
+                    } else {
+                        clock.statement(flow::CAP_CHANGED, [endpoint.id.into()])
+                    };
+                    txn.execute_raw(statement).await?;
                 }
                 // Re-enabled, or with new limits: its deliveries may be due with no state
                 // change to announce them.

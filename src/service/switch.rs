@@ -146,7 +146,7 @@ pub async fn enable(
         .await?;
     // Re-enabling is an operator's "go": a `Retry-After` pause (lifted above) and any turn
     // held back for it end too.
-    txn.execute_raw(clock.statement(flow::SETTINGS_CHANGED, [endpoint_id.into()]))
+    txn.execute_raw(clock.statement(flow::FLOW_RESTARTED, [endpoint_id.into()]))
         .await?;
     flow::wake_endpoints(txn, backend, &[endpoint_id]).await?;
     let event = Operational::Enabled { endpoint_id };

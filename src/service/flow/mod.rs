@@ -24,8 +24,8 @@ use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
 pub use self::statements::{
-    sweep, wake, wake_endpoints, HOLD_TURN, INSERT_FLOW, PAUSE_ENDPOINT, PAUSE_TURN,
-    SETTINGS_CHANGED,
+    sweep, wake, wake_endpoints, CAP_CHANGED, FLOW_RESTARTED, HOLD_TURN, INSERT_FLOW,
+    PAUSE_ENDPOINT, PAUSE_TURN, RATE_CHANGED,
 };
 
 /// Fewest requests in flight an endpoint may be given.

@@ -95,10 +95,26 @@ pub fn sweep(backend: DbBackend, only: Option<&str>) -> String {
 pub const INSERT_FLOW: &str =
     "INSERT INTO endpoint_flow (endpoint_id, served_at) VALUES ($1, {now})";
 
-/// After its cap or rate limit changed, an endpoint is looked at afresh: the limiter starts
-/// over and the next claim recomputes its turn (a pause is read from the endpoint itself).
-pub const SETTINGS_CHANGED: &str = "UPDATE endpoint_flow \
+/// Re-enabled (an operator's "go"): the endpoint is looked at afresh, its limiter starts
+/// over and any hold ends (a pause is read from the endpoint itself, where enabling lifts it).
+pub const FLOW_RESTARTED: &str = "UPDATE endpoint_flow \
      SET rate_tat = NULL, blocked_until = NULL, turn_at = {now} WHERE endpoint_id = $1";
+
+/// After its cap changed, an endpoint is looked at afresh by the next claim on any process
+/// (which reads the cap from the endpoint). Its rate limiter's schedule and any hold stand:
+/// a `Retry-After` not yet recorded still holds every process off.
+pub const CAP_CHANGED: &str = "UPDATE endpoint_flow SET turn_at = {now} WHERE endpoint_id = $1";
+
+/// After its rate limit changed: as [`CAP_CHANGED`], and the limiter's schedule runs no
+/// later than one interval of the new limit from now (`$2`, bound by `Clock::after_opt`;
+/// NULL when the limit was lifted, which clears the schedule). A lower limit keeps the
+/// schedule and spaces the next starts by its own interval, never sooner. A hold stands: a
+/// `Retry-After` not yet recorded, or the old limit's wait, at most one of its intervals.
+pub const RATE_CHANGED: &str = "UPDATE endpoint_flow \
+     SET rate_tat = CASE WHEN {after($2)} IS NULL OR rate_tat > {after($2)} \
+                         THEN {after($2)} ELSE rate_tat END, \
+         turn_at = {now} \
+     WHERE endpoint_id = $1";
 
 /// The moment a `429` or `503` with `Retry-After` comes back, before its outcome is
 /// recorded: the endpoint's turn is held back for `$2` from now (database clock), unless a
@@ -119,9 +135,11 @@ pub const PAUSE_ENDPOINT: &str = "UPDATE endpoints SET paused_until = {after($2)
      RETURNING paused_until";
 
 /// The paused endpoint's turn waits for the pause (`$2`, the moment [`PAUSE_ENDPOINT`]
-/// stored): no claim on any process starts anything for it before then.
+/// stored): no claim on any process starts anything for it before then. A longer hold
+/// stands: another `Retry-After` of the endpoint, answered before this one was recorded,
+/// whose own recording is still to come.
 pub const PAUSE_TURN: &str = "UPDATE endpoint_flow \
-     SET blocked_until = $2, \
+     SET blocked_until = CASE WHEN blocked_until > $2 THEN blocked_until ELSE $2 END, \
          turn_at = CASE WHEN turn_at IS NULL OR turn_at > $2 THEN turn_at ELSE $2 END \
      WHERE endpoint_id = $1";
 

@@ -103,18 +103,19 @@ impl EndpointLocks {
     }
 
     /// Takes the locks, and returns the endpoints locked (PostgreSQL), or `None` when none
-    /// needed taking: the transaction already excludes every other writer (SQLite), or
-    /// every outcome is a success (its recording then locks endpoints only to end runs of
-    /// failures, one by one in id order, and nothing before: a healthy drain costs no extra
-    /// statement). An endpoint left unlocked had no run of failures when looked at: a run
-    /// another recorder starts meanwhile is ordered after this recording, whose successes
-    /// then end nothing.
+    /// needed taking: the transaction already excludes every other writer (SQLite). A
+    /// recording of successes alone locks only the endpoints whose run of failures it ends
+    /// (a healthy drain's statement locks nothing), before its deliveries like every other:
+    /// taken after, a success held its delivery while it waited for the endpoint, held by a
+    /// late outcome of that delivery (or a replay) waiting for the delivery. An endpoint
+    /// left unlocked had no run of failures when looked at: a run another recorder starts
+    /// meanwhile is ordered after this recording, whose successes then end nothing.
     pub(super) async fn lock(
         self,
         txn: &DatabaseTransaction,
         backend: DbBackend,
     ) -> Result<Option<HashSet<Uuid>>, DbErr> {
-        if backend != DbBackend::Postgres || self.written.is_empty() {
+        if backend != DbBackend::Postgres || (self.written.is_empty() && self.settled.is_empty()) {
             return Ok(None);
         }
         let all: Vec<Uuid> = self.settled.union(&self.written).copied().collect();

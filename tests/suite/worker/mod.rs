@@ -13,4 +13,5 @@ mod flow_control;
 mod notifications;
 mod recording_locks;
 mod schedule;
+mod success_lock_order;
 mod worker_pipeline;

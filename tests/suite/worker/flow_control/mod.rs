@@ -16,6 +16,7 @@ mod neighbours;
 mod pace;
 mod pause;
 mod relaxed_commit;
+mod settings_change;
 mod stale_turns;
 
 use std::time::{Duration, Instant};
