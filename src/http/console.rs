@@ -158,13 +158,13 @@ mod tests {
             include_str!("assets/console.js"),
         ];
         for page in pages {
-            for (at, _) in page.match_indices("/assets/") {
-                let rest = &page[at + "/assets/".len()..];
+            for (at, _) in page.match_indices("\"assets/") {
+                let rest = &page[at + "\"assets/".len()..];
                 let end = rest.find(['"', '\'', '`']).unwrap_or(rest.len());
                 let path = &rest[..end];
                 assert!(
                     ASSETS.iter().any(|asset| asset.path == path),
-                    "a page loads /assets/{path}, which is not embedded"
+                    "a page loads assets/{path}, which is not embedded"
                 );
             }
         }

@@ -130,7 +130,7 @@ class ApiError extends Error {
 async function gql(query, variables = {}) {
   let response;
   try {
-    response = await fetch("/graphql", {
+    response = await fetch(new URL("graphql", document.baseURI), {
       method: "POST",
       headers: {
         "content-type": "application/json",
@@ -318,7 +318,7 @@ async function signIn(token) {
   $("dashboard").hidden = false;
   $("sign-out").hidden = false;
   if (!page.chart) page.chart = new ThroughputChart($("chart"), $("chart-summary"));
-  const url = new URL("/graphql/ws", window.location.origin);
+  const url = new URL("graphql/ws", document.baseURI);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   page.live = new LiveSubscription({
     url: url.toString(),

@@ -47,8 +47,8 @@
 
   const token = takeFragmentToken() || sessionStorage.getItem(KEY);
   const auth = token ? { Authorization: "Bearer " + token } : {};
-  const base = new URL("/graphql", window.location.origin);
-  const ws = new URL("/graphql/ws", window.location.origin);
+  const base = new URL("graphql", document.baseURI);
+  const ws = new URL("graphql/ws", document.baseURI);
   ws.protocol = ws.protocol === "https:" ? "wss:" : "ws:";
   ReactDOM.createRoot(document.getElementById("graphiql")).render(
     React.createElement(GraphiQL, {

@@ -2,6 +2,7 @@
 //! delivery or an endpoint's every failed one), scoped to the key, responsive under a
 //! stream of events.
 
+mod behind_a_prefix;
 mod connection;
 mod flow_column;
 mod lines;
@@ -55,7 +56,7 @@ async fn the_console_loads_from_courier_alone() {
         assert!(csp.contains(directive), "{directive} missing from {csp}");
     }
     let html = response.text().await.unwrap();
-    assert!(html.contains("/assets/console.js") && !html.contains("https://"));
+    assert!(html.contains("\"assets/console.js\"") && !html.contains("https://"));
 
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &admin, "").await;

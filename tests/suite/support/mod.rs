@@ -13,6 +13,7 @@ pub mod operational;
 pub mod ordering;
 pub mod partition;
 pub mod postgres_server;
+pub mod prefix_proxy;
 pub mod process;
 pub mod receiver;
 pub mod seeding;
