@@ -390,6 +390,17 @@ pub(crate) async fn claim_in(
         }
     };
 
+    // Endpoints given less than they could take for want of room in the shares, with work
+    // still due, wait for it: the heavy share is split among its contenders meanwhile.
+    let could = flow::wants(&standings, now, request.limit, |_| u32::MAX);
+    request
+        .shares
+        .note_waiting(&endpoints, &wants, &could, |endpoint_id| {
+            facts
+                .get(&endpoint_id)
+                .and_then(|facts| facts.due_at)
+                .is_some_and(|due_at| due_at <= now)
+        });
     let changes = taken
         .iter()
         .filter(|(claim, _)| claim.previous_state != DeliveryState::Processing)

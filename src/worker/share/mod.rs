@@ -10,7 +10,12 @@
 //! quickly: new ones and slow ones) hold all but a quarter of that eighth at most
 //! together, and take heavy room only while they hold less than the heavy share, so that
 //! many new receivers that all turn out to hang cannot take the slots of the receivers
-//! known to answer quickly. An endpoint's cap still counts across processes, on
+//! known to answer quickly. While an endpoint with due work waits for room in the heavy
+//! share (it was given less than it could take, and has work left), the heavy share is
+//! split evenly among the endpoints contending for it (holding it, or waiting), so that
+//! receivers that hang, holding their slots for a whole request timeout, give their slots
+//! up as their requests end rather than take them back turn after turn while a quick
+//! endpoint's backlog waits. An endpoint's cap still counts across processes, on
 //! the database; these shares count one process's requests, in the process.
 
 mod snapshot;
@@ -41,6 +46,11 @@ const MOST_LISTED: usize = 1_000;
 /// How often the endpoints seen long ago are looked for, to forget them.
 const FORGET_EVERY: Duration = Duration::from_secs(10);
 
+/// How long an endpoint counts as waiting for heavy room after a claim last left it work
+/// for want of room (claims see a waiting endpoint again as soon as one of its own
+/// requests ends, or the room it waits for frees).
+const WAITING_FOR: Duration = Duration::from_secs(2);
+
 /// The requests each endpoint has under way in this process, against the shares.
 #[derive(Debug)]
 pub struct Shares {
@@ -54,13 +64,15 @@ pub struct Shares {
 
 /// When each endpoint's requests under way started, the slots reserved for its claims at
 /// submit not yet started, and which endpoints are slow or trusted (since when they were
-/// last seen so); an endpoint is at most one of the two.
+/// last seen so); an endpoint is at most one of the two. And the endpoints waiting for
+/// heavy room, since when a claim last left them work for want of it.
 #[derive(Debug, Default)]
 struct State {
     held: HashMap<Uuid, Vec<Instant>>,
     reserved: HashMap<Uuid, u32>,
     slow: HashMap<Uuid, Instant>,
     trusted: HashMap<Uuid, Instant>,
+    waiting: HashMap<Uuid, Instant>,
     forgot_at: Option<Instant>,
 }
 
@@ -69,6 +81,8 @@ struct Tally {
     held: HashMap<Uuid, u32>,
     heavy: u32,
     untrusted: u32,
+    waiting: HashSet<Uuid>,
+    contenders: HashSet<Uuid>,
 }
 
 impl State {
@@ -113,13 +127,26 @@ impl State {
             .map(|id| (*id, self.held_by(*id)))
     }
 
-    /// What each endpoint holds, and what the heavy and the untrusted ones hold together.
-    fn tally(&self, light_below: u32) -> Tally {
+    /// What each endpoint holds, what the heavy and the untrusted ones hold together, and
+    /// who contends for the heavy share (its holders, and the endpoints waiting for it).
+    fn tally(&mut self, light_below: u32) -> Tally {
         let (heavy, untrusted) = self.sums(light_below);
+        let now = Instant::now();
+        self.waiting
+            .retain(|_, since| now.duration_since(*since) < WAITING_FOR);
+        let waiting: HashSet<Uuid> = self.waiting.keys().copied().collect();
+        let contenders = self
+            .holdings()
+            .filter(|(id, held)| *held >= light_below || self.slow.contains_key(id))
+            .map(|(id, _)| id)
+            .chain(waiting.iter().copied())
+            .collect();
         Tally {
             held: self.holdings().collect(),
             heavy,
             untrusted,
+            waiting,
+            contenders,
         }
     }
 
@@ -250,7 +277,22 @@ impl Shares {
             untrusted: tally.untrusted,
             held: tally.held,
             slow,
+            waiting: tally.waiting,
+            contenders: tally.contenders,
             trust: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Notes that a claim left `endpoints` work they could have started but for their room
+    /// in the shares: for a while, the heavy share is split among its contenders.
+    pub fn waiting(&self, endpoints: &[Uuid]) {
+        if endpoints.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut state = self.lock();
+        for endpoint_id in endpoints {
+            state.waiting.insert(*endpoint_id, now);
         }
     }
 

@@ -26,6 +26,11 @@ pub struct Snapshot {
     pub held: HashMap<Uuid, u32>,
     /// The endpoints known to be slow: heavy whatever they hold.
     pub slow: HashSet<Uuid>,
+    /// The endpoints waiting for heavy room (see [`Shares::waiting`]).
+    pub waiting: HashSet<Uuid>,
+    /// The endpoints contending for the heavy share: the heavy ones holding some of it, and
+    /// those waiting for it.
+    pub contenders: HashSet<Uuid>,
     /// Where whether an endpoint is trusted is read (as it is when asked: it changes only
     /// as requests end). `None`: every endpoint is (a claim outside the worker).
     pub(super) trust: Option<Arc<Shares>>,
@@ -85,13 +90,33 @@ impl Snapshot {
         } else {
             heavy_others.max(self.untrusted.saturating_sub(held))
         };
-        let heavy_room = self.most.saturating_sub(others).saturating_sub(held);
+        let heavy_room = self
+            .most
+            .saturating_sub(others)
+            .saturating_sub(held)
+            .min(self.even_room(endpoint_id));
         let room = self.light_room(endpoint_id).max(heavy_room);
         if trusted {
             room
         } else {
             room.min(self.untrusted_room())
         }
+    }
+
+    /// While another endpoint waits for heavy room, how many more `endpoint_id` may hold
+    /// of an even split of the heavy share among its contenders (itself included; never
+    /// less than an endpoint holds while light): an endpoint over it takes nothing more, so
+    /// the room its requests free as they end goes to those waiting. Unbounded while no
+    /// other endpoint waits.
+    fn even_room(&self, endpoint_id: Uuid) -> u32 {
+        if !self.waiting.iter().any(|id| *id != endpoint_id) {
+            return u32::MAX;
+        }
+        let contenders =
+            self.contenders.len() + usize::from(!self.contenders.contains(&endpoint_id));
+        let contenders = u32::try_from(contenders).unwrap_or(u32::MAX).max(1);
+        let even = (self.most / contenders).max(self.light_below);
+        even.saturating_sub(self.held_by(endpoint_id))
     }
 
     /// Cuts `wants` (of the endpoints `endpoints`, in turn order) so that what the claim
@@ -142,6 +167,28 @@ impl Snapshot {
         } else {
             *want = light_room;
         }
+    }
+
+    /// Notes the endpoints that `wants` leaves waiting for room: those among `endpoints` (in
+    /// turn order) given less than they could take (`could`: their wants with no room
+    /// counted) that still have work due (`due_left`).
+    pub fn note_waiting(
+        &self,
+        endpoints: &[Uuid],
+        wants: &[u32],
+        could: &[u32],
+        due_left: impl Fn(Uuid) -> bool,
+    ) {
+        let Some(shares) = &self.trust else {
+            return;
+        };
+        let waiting: Vec<Uuid> = endpoints
+            .iter()
+            .zip(wants.iter().zip(could))
+            .filter(|(id, (want, could))| want < could && due_left(**id))
+            .map(|(id, _)| *id)
+            .collect();
+        shares.waiting(&waiting);
     }
 
     /// The endpoints that may start nothing more: a claim leaves their turns to other

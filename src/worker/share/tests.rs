@@ -268,3 +268,42 @@ fn a_slot_reserved_for_a_claim_at_submit_counts_until_dropped() {
     drop(shares.reserved(other));
     assert!(!shares.trusts(other) && shares.snapshot().held.is_empty());
 }
+
+#[test]
+fn while_an_endpoint_waits_for_heavy_room_the_heavy_share_is_split_evenly() {
+    // 16 slots: the heavy endpoints hold 14 at most together, light ones hold 1.
+    let shares = Arc::new(Shares::new(16, Wakeup::default()));
+    let (hog, quick) = (Uuid::now_v7(), Uuid::now_v7());
+    for answered in [hog, quick] {
+        drop(shares.started(answered));
+    }
+    let mut hogged: Vec<Held> = (0..14).map(|_| shares.started(hog)).collect();
+    hogged.pop();
+    // Nobody waits: the room a request frees goes back to whoever takes it.
+    assert_eq!(shares.snapshot().room(hog), 1);
+    // The quick endpoint was left work for want of room: an even split, 7 each.
+    shares.waiting(&[quick]);
+    let snapshot = shares.snapshot();
+    assert_eq!(snapshot.room(hog), 0, "over its even share");
+    assert!(snapshot.full().contains(&hog));
+    assert_eq!(snapshot.room(quick), 1, "its light slot");
+    hogged.truncate(7);
+    let snapshot = shares.snapshot();
+    assert_eq!(snapshot.room(hog), 0, "at its even share");
+    assert_eq!(snapshot.room(quick), 7, "the other half");
+    // Holding its half, the quick one counts among the contenders once heavy.
+    let _quick: Vec<Held> = (0..7).map(|_| shares.started(quick)).collect();
+    let snapshot = shares.snapshot();
+    assert_eq!(snapshot.room(quick), 0);
+    assert_eq!(snapshot.room(hog), 0);
+    // A third endpoint waiting, with the heavy share taken (7 and 7): its light slot.
+    let third = Uuid::now_v7();
+    shares.waiting(&[third]);
+    assert_eq!(shares.snapshot().room(third), 1);
+    // The hog's requests end: the waiting one may take half, and the hog, come back, a
+    // third (14 / 3) while the other two contend.
+    drop(hogged);
+    let snapshot = shares.snapshot();
+    assert_eq!(snapshot.room(third), 7);
+    assert_eq!(snapshot.room(hog), 4);
+}

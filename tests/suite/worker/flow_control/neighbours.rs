@@ -400,3 +400,53 @@ async fn new_hanging_neighbours_leave_slots_to_an_endpoint_known_quick() {
     drop(hanging);
     app.stop().await;
 }
+
+/// A hanging receiver with a large cap, holding every heavy slot, and a quick endpoint
+/// with a backlog (more than the few requests a light endpoint holds): while the quick one
+/// waits for room, the heavy share is split between them, so the hanging one takes no
+/// slot back as its requests time out until it holds no more than half, and the quick
+/// one's backlog goes out through the other half rather than one slot's worth at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quick_backlog_beside_a_hanging_neighbour_takes_half_the_heavy_share() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = answering_after(Duration::from_secs(30)).await;
+    let fast = answering_after(Duration::from_millis(200)).await;
+    // Sixteen slots: the heavy endpoints hold fourteen together, light ones one each.
+    let app = beside_hanging(&db, 16, 1_500).await;
+    let admin = app.admin_token().await;
+    let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
+    submit_many(&app, &admin, &stuck, 200).await;
+    eventually(
+        "the hanging endpoint holds the heavy share",
+        Duration::from_secs(5),
+        || async { hanging.in_flight("stuck") >= 14 },
+    )
+    .await;
+    submit_many(&app, &admin, &quick, 300).await;
+    let in_flight = |endpoint: &str| {
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM webhook_deliveries \
+             WHERE endpoint_id = '{endpoint}' AND state = 'processing'"
+        );
+        let db = app.state.db.clone();
+        async move { crate::support::fixtures::count(&db, &sql, vec![]).await }
+    };
+    // Two request timeouts: every request the hanging endpoint had has ended.
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    let (mut most_stuck, mut most_quick) = (0, 0);
+    for _ in 0..40 {
+        most_stuck = most_stuck.max(in_flight(&stuck).await);
+        most_quick = most_quick.max(in_flight(&quick).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        most_stuck <= 7,
+        "the hanging endpoint took back {most_stuck} of 14 heavy slots while the quick one waited"
+    );
+    assert!(
+        most_quick >= 5,
+        "the quick endpoint's backlog had at most {most_quick} requests in flight"
+    );
+    drop(hanging);
+    app.stop().await;
+}
