@@ -3,7 +3,7 @@
 //! `COURIER_PRUNE_INTERVAL_SECS`, in small batches that skip locked rows, so pruning never
 //! waits on (or holds up) claiming, recording, replaying or submitting. Pending and
 //! processing deliveries are never touched. Ordering lines idle as long, with nothing open,
-//! go too.
+//! go too, and so do API keys expired as long (a portal link leaves a key behind).
 
 use std::time::Duration;
 
@@ -73,8 +73,16 @@ DELETE FROM events WHERE id IN (
     {skip_locked}
 )";
 
+/// API keys that expired (a portal link's) before the cut-off `$1`, a batch at a time:
+/// refused since they expired, kept a while to be listed, then gone.
+const PRUNE_EXPIRED_KEYS: &str = "\
+DELETE FROM api_keys WHERE id IN (
+    SELECT id FROM api_keys WHERE expires_at < {after($1)} LIMIT $2
+)";
+
 /// Deletes every delivery settled more than `days` ago (with its attempts and submission),
-/// then the events left without submissions, batch by batch, until none is left or
+/// then the events left without submissions, the ordering lines idle as long and the API
+/// keys expired as long, batch by batch, until none is left or
 /// `shutdown` fires, resting after each full batch as long as it took. Returns how many
 /// deliveries went.
 pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u64, DbErr> {
@@ -110,6 +118,20 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
                 BATCH,
             ))
             .await?;
+        if deleted < BATCH as u64 {
+            break;
+        }
+    }
+    while !shutdown.is_cancelled() {
+        let clock = db.clock();
+        let statement = clock.statement(
+            PRUNE_EXPIRED_KEYS,
+            [clock.before(retention(days)), BATCH.into()],
+        );
+        let deleted = db
+            .within_deadline(db.conn().execute_raw(statement))
+            .await?
+            .rows_affected();
         if deleted < BATCH as u64 {
             break;
         }

@@ -1,0 +1,67 @@
+//! Retention takes API keys expired longer ago than `COURIER_RETENTION_DAYS`: every portal
+//! link leaves one behind, refused from its expiry, listed a while, then gone. Keys that
+//! never expire stay.
+
+use courier::worker::retention::prune;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::on_both_backends;
+use crate::support::fixtures::{count, rows};
+use crate::support::tenants::create_tenant;
+use crate::support::{Backend, TestApp, TestDb};
+
+async fn keys_expired_past_the_retention_are_pruned(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let tenant = create_tenant(&app, &admin, "acme").await;
+    for _ in 0..2 {
+        let link = app
+            .graphql(
+                &admin,
+                "mutation($t: ID!) { createPortalLink(tenantId: $t, ttlSeconds: 60) { url } }",
+                json!({ "t": tenant }),
+            )
+            .await;
+        assert!(link["errors"].is_null(), "{link}");
+    }
+    let keys = |sql: &'static str| {
+        let db = app.state.db.clone();
+        async move { count(&db, sql, vec![]).await }
+    };
+    // The admin's key and the two links'.
+    assert_eq!(keys("SELECT COUNT(*) AS n FROM api_keys").await, 3);
+    // One link expired forty days ago, the other a minute from now.
+    let past = courier::db::now() - chrono::Duration::days(40);
+    rows(
+        &app.state.db,
+        "UPDATE api_keys SET expires_at = $1 WHERE id = \
+         (SELECT id FROM api_keys WHERE expires_at IS NOT NULL ORDER BY id LIMIT 1)",
+        vec![past.into()],
+    )
+    .await;
+    prune(&app.state.db, 30, &CancellationToken::new())
+        .await
+        .expect("prune");
+    assert_eq!(
+        keys("SELECT COUNT(*) AS n FROM api_keys WHERE expires_at IS NOT NULL").await,
+        1,
+        "the link expired forty days ago went, the other stays"
+    );
+    assert_eq!(
+        keys("SELECT COUNT(*) AS n FROM api_keys WHERE expires_at IS NULL").await,
+        1,
+        "a key that never expires stays"
+    );
+    let listed = app
+        .graphql(&admin, "{ apiKeys { edges { node { id } } } }", json!({}))
+        .await;
+    assert_eq!(
+        listed["data"]["apiKeys"]["edges"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+}
+
+on_both_backends!(keys_expired_past_the_retention_are_pruned);
