@@ -391,15 +391,19 @@ pub(crate) async fn claim_in(
     };
 
     // Endpoints given less than they could take for want of room in the shares, with work
-    // still due, wait for it: the heavy share is split among its contenders meanwhile.
+    // still due and a free slot of their own cap, wait for it: the heavy share is split
+    // among its contenders meanwhile. (One at its cap waits for nothing the shares hold.)
     let could = flow::wants(&standings, now, request.limit, |_| u32::MAX);
     request
         .shares
         .note_waiting(&endpoints, &wants, &could, |endpoint_id| {
-            facts
-                .get(&endpoint_id)
-                .and_then(|facts| facts.due_at)
-                .is_some_and(|due_at| due_at <= now)
+            let cap = standings
+                .iter()
+                .find(|standing| standing.endpoint_id == endpoint_id)
+                .map_or(0, |standing| i64::from(standing.max_in_flight));
+            facts.get(&endpoint_id).is_some_and(|facts| {
+                facts.due_at.is_some_and(|due_at| due_at <= now) && facts.in_flight < cap
+            })
         });
     let changes = taken
         .iter()

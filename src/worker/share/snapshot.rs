@@ -171,7 +171,8 @@ impl Snapshot {
 
     /// Notes the endpoints that `wants` leaves waiting for room: those among `endpoints` (in
     /// turn order) given less than they could take (`could`: their wants with no room
-    /// counted) that still have work due (`due_left`).
+    /// counted) that still have work they could start (`due_left`: due, and under their
+    /// own cap).
     pub fn note_waiting(
         &self,
         endpoints: &[Uuid],
