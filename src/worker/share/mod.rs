@@ -327,8 +327,13 @@ impl Shares {
         let held_back = {
             let mut state = self.lock();
             let (heavy_before, untrusted_before) = state.sums(self.light_below);
-            let was_heavy = state.held_by(endpoint_id) >= self.light_below
-                || state.slow.contains_key(&endpoint_id);
+            let held_before = state.held_by(endpoint_id);
+            let was_heavy =
+                held_before >= self.light_below || state.slow.contains_key(&endpoint_id);
+            // A light endpoint holding all a light one may, beside a full heavy share, had
+            // no room: this end gives it a slot back.
+            let was_light_and_full =
+                !was_heavy && held_before + 1 >= self.light_below && heavy_before >= self.most;
             let was_untrusted = !state.trusted.contains_key(&endpoint_id);
             let Some(running) = state.held.get_mut(&endpoint_id) else {
                 return;
@@ -349,9 +354,11 @@ impl Shares {
                 state.trusted.insert(endpoint_id, now);
             }
             // A heavy endpoint's request ending frees room for every heavy endpoint, an
-            // untrusted one's for every untrusted one.
+            // untrusted one's for every untrusted one, and a light one's at its limit for
+            // itself.
             (was_heavy && heavy_before >= self.most)
                 || (was_untrusted && untrusted_before >= self.most)
+                || was_light_and_full
         };
         if held_back {
             // Endpoints left to other processes' claims for want of room may be taken again.

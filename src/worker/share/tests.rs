@@ -307,3 +307,22 @@ fn while_an_endpoint_waits_for_heavy_room_the_heavy_share_is_split_evenly() {
     assert_eq!(snapshot.room(third), 7);
     assert_eq!(snapshot.room(hog), 4);
 }
+
+#[test]
+fn a_light_endpoint_at_its_limit_beside_a_full_heavy_share_is_woken_when_a_request_ends() {
+    // 16 slots: the heavy endpoints hold 14 at most together, light ones hold 1.
+    let wakeup = Wakeup::default();
+    let shares = Arc::new(Shares::new(16, wakeup.clone()));
+    let (hog, quick) = (Uuid::now_v7(), Uuid::now_v7());
+    for answered in [hog, quick] {
+        drop(shares.started(answered));
+    }
+    let _hogged: Vec<Held> = (0..14).map(|_| shares.started(hog)).collect();
+    let light = shares.started(quick);
+    assert_eq!(shares.snapshot().room(quick), 0, "no room at all");
+    while wakeup.take_hint() {}
+    // Its request ends: it may start another at once, not at the next poll.
+    drop(light);
+    assert!(wakeup.take_hint(), "the claiming loop is woken");
+    assert_eq!(shares.snapshot().room(quick), 1);
+}

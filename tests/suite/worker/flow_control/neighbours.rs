@@ -450,3 +450,46 @@ async fn a_quick_backlog_beside_a_hanging_neighbour_takes_half_the_heavy_share()
     drop(hanging);
     app.stop().await;
 }
+
+/// A light endpoint beside a hanging one that holds every heavy slot has only its light
+/// slot: each of its requests that ends starts the next at once, not at the next poll (two
+/// seconds here), so a burst of ten goes out one after another at the receiver's pace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_light_endpoints_slot_is_taken_again_as_soon_as_its_request_ends() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let hanging = answering_after(Duration::from_secs(60)).await;
+    let fast = answering_after(Duration::from_millis(100)).await;
+    let app = TestApp::spawn_with(&db, |config: &mut ServeArgs| {
+        quick_worker(config);
+        config.worker_concurrency = 16;
+        config.request_timeout_ms = 30_000;
+        config.lease_secs = 60;
+        config.poll_interval_ms = 2_000;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let (stuck, quick) = stuck_and_quick(&app, &admin, &hanging, &fast).await;
+    submit_many(&app, &admin, &stuck, 30).await;
+    eventually(
+        "the hanging endpoint holds the heavy share",
+        Duration::from_secs(10),
+        || async { hanging.in_flight("stuck") >= 14 },
+    )
+    .await;
+    let started = Instant::now();
+    submit_many(&app, &admin, &quick, 10).await;
+    eventually(
+        "the burst to arrive one request after another",
+        Duration::from_secs(6),
+        || async { fast.received().iter().filter(|r| r.path == "quick").count() == 10 },
+    )
+    .await;
+    assert!(
+        fast.most_in_flight("quick") <= 2,
+        "the light slot, per process"
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    drop(hanging);
+    app.stop().await;
+}
