@@ -6,42 +6,18 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use courier::db::Db;
-use courier::worker::claim::{claim_due, Claim};
+use courier::worker::claim::Claim;
 use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
 use courier::worker::health::HealthPolicy;
 use courier::worker::record::{record, FinishedAttempt};
 use courier::worker::schedule::NextStep;
-use sea_orm::ConnectionTrait;
 use serde_json::json;
 use uuid::Uuid;
 
+use super::{claim, endpoint_with_backlog, two_seconds_pass};
 use crate::on_every_backend;
 use crate::support::fixtures::{events_for, record_result, LONG_LEASE};
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
-
-/// An endpoint at `https://example.com/...` with `settings`, and `due` deliveries to it.
-async fn endpoint_with_backlog(
-    app: &TestApp,
-    admin: &str,
-    settings: serde_json::Value,
-    due: usize,
-) -> Uuid {
-    let input = super::endpoint_input("flow", "https://example.com/hook", settings);
-    let body = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
-            json!({ "input": input }),
-        )
-        .await;
-    let id = body["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned();
-    super::submit_many(app, admin, &id, due).await;
-    Uuid::parse_str(&id).expect("uuid")
-}
 
 fn per_endpoint(claims: &[Claim]) -> HashMap<Uuid, usize> {
     let mut counts = HashMap::new();
@@ -49,12 +25,6 @@ fn per_endpoint(claims: &[Claim]) -> HashMap<Uuid, usize> {
         *counts.entry(claim.endpoint_id).or_default() += 1;
     }
     counts
-}
-
-async fn claim(pool: &Db, limit: u32) -> Vec<Claim> {
-    claim_due(pool, &events_for(pool), limit, LONG_LEASE)
-        .await
-        .expect("claim")
 }
 
 /// A claim shares its slots evenly among the endpoints with due work (one each when there
@@ -161,22 +131,7 @@ async fn a_rate_limit_spaces_the_starts(backend: Backend) {
     assert!(claim(pool, 10).await.is_empty(), "the next start waits");
 
     // Two seconds pass for the limiter.
-    let earlier = |column: &str| match backend {
-        Backend::Sqlite => {
-            format!("{column} = strftime('%Y-%m-%dT%H:%M:%f+00:00', {column}, '-2 seconds')")
-        }
-        _ => format!("{column} = {column} - interval '2 seconds'"),
-    };
-    let sql = format!(
-        "UPDATE endpoint_flow SET {}, {}, {}",
-        earlier("rate_tat"),
-        earlier("turn_at"),
-        earlier("blocked_until")
-    );
-    pool.conn()
-        .execute_unprepared(&sql)
-        .await
-        .expect("move the limiter back");
+    two_seconds_pass(pool, backend, &["rate_tat", "turn_at", "blocked_until"]).await;
     let next = claim(pool, 10).await;
     assert_eq!(per_endpoint(&next), HashMap::from([(limited, 1)]));
 }

@@ -74,3 +74,55 @@ pub fn each_once(receiver: &Receiver, path: &str, count: usize) {
         "every webhook verifies"
     );
 }
+
+/// An endpoint at `https://example.com/...` with `settings`, and `due` deliveries to it.
+pub async fn endpoint_with_backlog(
+    app: &TestApp,
+    admin: &str,
+    settings: serde_json::Value,
+    due: usize,
+) -> uuid::Uuid {
+    let input = endpoint_input("flow", "https://example.com/hook", settings);
+    let body = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+            json!({ "input": input }),
+        )
+        .await;
+    let id = body["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    submit_many(app, admin, &id, due).await;
+    uuid::Uuid::parse_str(&id).expect("uuid")
+}
+
+/// What one claim of at most `limit` deliveries takes, with a lease no test outlives.
+pub async fn claim(pool: &courier::db::Db, limit: u32) -> Vec<courier::worker::claim::Claim> {
+    use crate::support::fixtures::{events_for, LONG_LEASE};
+    courier::worker::claim::claim_due(pool, &events_for(pool), limit, LONG_LEASE)
+        .await
+        .expect("claim")
+}
+
+/// Moves `columns` of every flow row two seconds into the past, as if that time had passed.
+pub async fn two_seconds_pass(
+    pool: &courier::db::Db,
+    backend: crate::support::Backend,
+    columns: &[&str],
+) {
+    let earlier = |column: &&str| match backend {
+        crate::support::Backend::Sqlite => {
+            format!("{column} = strftime('%Y-%m-%dT%H:%M:%f+00:00', {column}, '-2 seconds')")
+        }
+        _ => format!("{column} = {column} - interval '2 seconds'"),
+    };
+    let set: Vec<String> = columns.iter().map(earlier).collect();
+    crate::support::fixtures::rows(
+        pool,
+        &format!("UPDATE endpoint_flow SET {}", set.join(", ")),
+        vec![],
+    )
+    .await;
+}

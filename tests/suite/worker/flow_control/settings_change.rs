@@ -9,7 +9,6 @@ use std::time::Duration;
 use chrono::Utc;
 use courier::db::Db;
 use courier::service::flow;
-use courier::worker::claim::{claim_due, Claim};
 use courier::worker::dispatch::{AttemptOutcome, OutcomeKind};
 use courier::worker::health::HealthPolicy;
 use courier::worker::record::{record, FinishedAttempt};
@@ -18,38 +17,10 @@ use sea_orm::ConnectionTrait;
 use serde_json::json;
 use uuid::Uuid;
 
+use super::{claim, endpoint_with_backlog, two_seconds_pass};
 use crate::on_every_backend;
-use crate::support::fixtures::{events_for, rows, LONG_LEASE};
+use crate::support::fixtures::{events_for, rows};
 use crate::support::{Backend, TestApp, TestDb};
-
-/// An endpoint with `settings` and `due` deliveries to it.
-async fn endpoint_with_backlog(
-    app: &TestApp,
-    admin: &str,
-    settings: serde_json::Value,
-    due: usize,
-) -> Uuid {
-    let input = super::endpoint_input("flow", "https://example.com/hook", settings);
-    let body = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
-            json!({ "input": input }),
-        )
-        .await;
-    let id = body["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned();
-    super::submit_many(app, admin, &id, due).await;
-    Uuid::parse_str(&id).expect("uuid")
-}
-
-async fn claim(pool: &Db, limit: u32) -> Vec<Claim> {
-    claim_due(pool, &events_for(pool), limit, LONG_LEASE)
-        .await
-        .expect("claim")
-}
 
 async fn update(app: &TestApp, admin: &str, endpoint: Uuid, input: serde_json::Value) {
     let body = app
@@ -68,23 +39,6 @@ async fn hold(pool: &Db, endpoint: Uuid, wait: Duration) {
     let clock = pool.clock();
     let hold = clock.statement(flow::HOLD_TURN, [endpoint.into(), clock.after(wait)]);
     pool.conn().execute_raw(hold).await.expect("hold the turn");
-}
-
-/// Moves `columns` of every flow row two seconds into the past, as if that time had passed.
-async fn two_seconds_pass(pool: &Db, backend: Backend, columns: &[&str]) {
-    let earlier = |column: &&str| match backend {
-        Backend::Sqlite => {
-            format!("{column} = strftime('%Y-%m-%dT%H:%M:%f+00:00', {column}, '-2 seconds')")
-        }
-        _ => format!("{column} = {column} - interval '2 seconds'"),
-    };
-    let set: Vec<String> = columns.iter().map(earlier).collect();
-    rows(
-        pool,
-        &format!("UPDATE endpoint_flow SET {}", set.join(", ")),
-        vec![],
-    )
-    .await;
 }
 
 async fn a_new_cap_keeps_the_limiters_schedule_and_a_hold(backend: Backend) {
