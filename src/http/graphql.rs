@@ -65,6 +65,11 @@ pub async fn post(
         Ok(body) => body,
         Err(rejection) => return unreadable_body(media, &rejection),
     };
+    // A missing or wrong key is 401 whatever else is wrong with the request.
+    let identity = match authenticate(&state, &headers).await {
+        Ok(identity) => identity,
+        Err(err) => return auth_error(media, err),
+    };
     if !negotiate::is_json_request(&headers) {
         return request_error(
             media,
@@ -87,10 +92,6 @@ pub async fn post(
         );
         return refused;
     }
-    let identity = match authenticate(&state, &headers).await {
-        Ok(identity) => identity,
-        Err(err) => return auth_error(media, err),
-    };
     // JSON is UTF-8 throughout, members the request does not use included.
     let Ok(body) = std::str::from_utf8(&body) else {
         return request_error(

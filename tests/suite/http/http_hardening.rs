@@ -225,6 +225,22 @@ async fn media_types_and_methods_follow_graphql_over_http() {
         .graphql(&admin, "{ endpoints { edges { cursor } } }", json!({}))
         .await;
     assert_eq!(listed["data"]["endpoints"]["edges"], json!([]), "{listed}");
+    // Without a key, 401 whatever else is wrong with the request.
+    for (content_type, coding) in [("text/plain", "identity"), ("application/json", "br")] {
+        let refused = app
+            .request(Method::POST, "/graphql")
+            .header("content-type", content_type)
+            .header("content-encoding", coding)
+            .body(query.clone())
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(
+            refused.status(),
+            StatusCode::UNAUTHORIZED,
+            "{content_type}, {coding}"
+        );
+    }
     let identity = app
         .request(Method::POST, "/graphql")
         .bearer_auth(&admin)
