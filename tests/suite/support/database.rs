@@ -98,6 +98,13 @@ impl TestDb {
         }
     }
 
+    /// Deadlocks PostgreSQL broke in this database so far (read on a connection of its own).
+    pub async fn deadlocks(&self) -> i64 {
+        let conn = self.connect(1).await;
+        let sql = "SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()";
+        super::fixtures::count(&conn, sql, vec![]).await
+    }
+
     /// Opens a new, independent pool of `size` connections on this database.
     pub async fn connect(&self, size: u32) -> Db {
         Db::connect(&self.url, size)

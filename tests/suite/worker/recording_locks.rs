@@ -13,13 +13,6 @@ use crate::support::operational::{ops_endpoint, update_endpoint};
 use crate::support::ordering::submit_keyed;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
-/// Deadlocks PostgreSQL broke in this test's database.
-async fn deadlocks(db: &TestDb) -> i64 {
-    let conn = db.connect(1).await;
-    let sql = "SELECT deadlocks AS n FROM pg_stat_database WHERE datname = current_database()";
-    count(&conn, sql, vec![]).await
-}
-
 /// How many deliveries are `delivered` and `failed`.
 async fn settled(db: &courier::db::Db) -> (i64, i64) {
     let by_state = |state: &'static str| async move {
@@ -143,7 +136,7 @@ async fn a_recorder_waiting_for_an_endpoint_holds_no_shared_counter() {
         "the attempt counted"
     );
     settle([app]).await;
-    assert_eq!(deadlocks(&db).await, 0, "PostgreSQL broke no deadlock");
+    assert_eq!(db.deadlocks().await, 0, "PostgreSQL broke no deadlock");
 }
 
 /// An operator's disable locks the endpoint and the listeners that will hear of it in one id
@@ -205,7 +198,7 @@ async fn an_operators_switch_locks_the_endpoint_and_its_listeners_in_one_order()
     probe.close().await.expect("close");
     // The connections have closed, so their statistics are in.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(deadlocks(&db).await, 0, "PostgreSQL broke no deadlock");
+    assert_eq!(db.deadlocks().await, 0, "PostgreSQL broke no deadlock");
 }
 
 /// Submits 240 deliveries (with the ordering key `key_of` gives each) through three
@@ -302,5 +295,5 @@ async fn settle_across_instances(key_of: fn(usize) -> Option<String>, listening:
     counts.close().await.expect("close");
     // The instances' connections have closed, so their statistics are in.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(deadlocks(&db).await, 0, "PostgreSQL broke no deadlock");
+    assert_eq!(db.deadlocks().await, 0, "PostgreSQL broke no deadlock");
 }

@@ -41,6 +41,13 @@ async fn hold(pool: &Db, endpoint: Uuid, wait: Duration) {
     pool.conn().execute_raw(hold).await.expect("hold the turn");
 }
 
+/// The moment `column` of the (one) flow row holds, if any.
+async fn flow_moment(pool: &Db, column: &str) -> Option<chrono::DateTime<Utc>> {
+    rows(pool, &format!("SELECT {column} FROM endpoint_flow"), vec![]).await[0]
+        .try_get::<Option<chrono::DateTime<Utc>>>("", column)
+        .expect("a moment or none")
+}
+
 async fn a_new_cap_keeps_the_limiters_schedule_and_a_hold(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
@@ -76,11 +83,7 @@ async fn a_higher_rate_limit_brings_the_next_start_in(backend: Backend) {
     let pool = &app.state.db;
     let limited = endpoint_with_backlog(&app, &admin, json!({ "rateLimit": 1 }), 3).await;
     assert_eq!(claim(pool, 10).await.len(), 1);
-    let schedule = || async {
-        rows(pool, "SELECT rate_tat FROM endpoint_flow", vec![]).await[0]
-            .try_get::<Option<chrono::DateTime<Utc>>>("", "rate_tat")
-            .expect("rate_tat")
-    };
+    let schedule = || async { flow_moment(pool, "rate_tat").await };
     let before = schedule().await.expect("a schedule");
     assert!(
         before > Utc::now() + chrono::Duration::milliseconds(500),
@@ -130,10 +133,7 @@ async fn a_shorter_retry_after_recorded_first_keeps_a_longer_hold(backend: Backe
     )
     .await
     .expect("record");
-    let held_until = rows(pool, "SELECT blocked_until FROM endpoint_flow", vec![]).await[0]
-        .try_get::<Option<chrono::DateTime<Utc>>>("", "blocked_until")
-        .expect("blocked_until")
-        .expect("held");
+    let held_until = flow_moment(pool, "blocked_until").await.expect("held");
     assert!(
         held_until > Utc::now() + chrono::Duration::minutes(30),
         "the hour's hold stands: {held_until}"
