@@ -193,7 +193,9 @@ impl Watch {
         {
             return Ok(false);
         }
-        self.access.allows(&self.caller, change.endpoint_id).await
+        self.access
+            .allows_streamed(&self.caller, change.endpoint_id)
+            .await
     }
 
     /// The change as sent, if the subscriber wants it: with its delivery read when
@@ -296,6 +298,11 @@ impl Watch {
             };
             match received {
                 Ok(ChangeMessage::Change(change)) => match self.told(change).await {
+                    // Reading it may have taken a while: a revocation meanwhile still wins.
+                    Ok(Some(_)) if self.key.is_revoked() => {
+                        self.finished = true;
+                        return Some((Err(ApiError::from(Error::KeyRevoked)), self));
+                    }
                     Ok(Some(told)) => return Some((Ok(told), self)),
                     Ok(None) => {}
                     Err(err) => {

@@ -1,12 +1,16 @@
 //! Subscribers at the pace of the changes, in process: one that falls behind is told so
-//! and ended, and one that reads each change's delivery keeps up with thousands a second.
+//! and ended, one that reads each change's delivery keeps up with thousands a second, and a
+//! tenant's passes over its neighbours' changes without reading anything.
 
 use std::time::Duration;
 
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 
-use crate::support::{response_error_code, Backend, TestApp, TestDb};
+use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
+
+use crate::support::tenants::tenant_with_endpoints;
+use crate::support::{response_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 /// `query` run as an admin's subscription on `app`'s schema, in process, once its first
 /// poll has subscribed (and, nothing having happened yet, told nothing).
@@ -15,6 +19,15 @@ async fn subscribed_in_process(
     query: &str,
 ) -> BoxStream<'static, async_graphql::Response> {
     let token = app.admin_token().await;
+    subscribed_as(app, &token, query).await
+}
+
+/// [`subscribed_in_process`] under the key `token`.
+async fn subscribed_as(
+    app: &TestApp,
+    token: &str,
+    query: &str,
+) -> BoxStream<'static, async_graphql::Response> {
     let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
         .await
         .expect("caller");
@@ -124,4 +137,73 @@ async fn a_subscriber_reading_each_delivery_keeps_up_with_thousands_of_changes()
     }
     producer.await.expect("produced");
     assert_eq!(app.state.metrics.lagged_subscribers.get(), 0);
+}
+
+/// A change of one endpoint, as the bus carries it.
+fn change_of(endpoint_id: &str) -> courier::bus::ChangeMessage {
+    let change = courier::bus::StateChange {
+        delivery_id: uuid::Uuid::now_v7(),
+        endpoint_id: endpoint_id.parse().expect("endpoint id"),
+        previous_state: None,
+        state: entity::webhook_delivery::DeliveryState::Pending,
+        at: courier::db::now(),
+    };
+    courier::bus::ChangeMessage::Change(change.into())
+}
+
+/// A tenant's subscriber (the portal's live feed) decides another tenant's changes from
+/// what it remembers of their endpoint, reading nothing: with the `endpoints` table locked
+/// by another connection, its own change behind 200 of a neighbour's still arrives at once.
+/// (Each neighbour's change was a read before: it waited on the lock, and the subscription
+/// ended as lagged.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_subscriber_reads_nothing_for_its_neighbours_changes() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::start(|_| Reply::status(200)).await;
+    let own = tenant_with_endpoints(&app, &admin, "Own", &receiver, &["own"]).await;
+    let neighbour =
+        tenant_with_endpoints(&app, &admin, "Neighbour", &receiver, &["neighbour"]).await;
+    let mut stream = subscribed_as(
+        &app,
+        &own.token,
+        "subscription { deliveryStateChanged { endpointId } }",
+    )
+    .await;
+    // One change of each endpoint: the subscriber learns both endpoints' tenants.
+    let bus = app.state.bus.clone();
+    bus.deliver(change_of(&neighbour.endpoints[0]));
+    bus.deliver(change_of(&own.endpoints[0]));
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("answered")
+        .expect("an item");
+    let first = first.data.into_json().expect("json");
+    assert_eq!(
+        first["deliveryStateChanged"]["endpointId"],
+        own.endpoints[0].as_str()
+    );
+
+    let locker = db.connect(1).await;
+    let lock = locker.conn().begin().await.expect("begin");
+    lock.execute_unprepared("LOCK TABLE endpoints IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("locked");
+    for _ in 0..200 {
+        bus.deliver(change_of(&neighbour.endpoints[0]));
+    }
+    bus.deliver(change_of(&own.endpoints[0]));
+    let told = tokio::time::timeout(Duration::from_secs(3), stream.next()).await;
+    lock.rollback().await.expect("unlocked");
+    let told = told
+        .expect("its own change arrives while endpoints cannot be read")
+        .expect("an item");
+    assert!(told.errors.is_empty(), "{:?}", told.errors);
+    let told = told.data.into_json().expect("json");
+    assert_eq!(
+        told["deliveryStateChanged"]["endpointId"],
+        own.endpoints[0].as_str(),
+        "nothing of the neighbour's is told"
+    );
 }
