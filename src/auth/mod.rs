@@ -234,16 +234,21 @@ pub async fn revoke_api_key(db: &Db, id: Uuid) -> Result<RevokeOutcome> {
     }
 }
 
-// Which of the keys in use are revoked or expired (the revocation watcher's poll). PostgreSQL binds
-// the ids as one uuid array, SQLite (which stores uuids as 16-byte blobs) as one JSON array
-// of hex strings, so each backend prepares one statement whatever the number of keys.
-const REVOKED_AMONG_POSTGRES: &str = "SELECT id FROM api_keys WHERE id = ANY($1::uuid[]) \
-     AND (revoked_at IS NOT NULL OR expires_at <= statement_timestamp())";
-const REVOKED_AMONG_SQLITE: &str = "SELECT id FROM api_keys \
-     WHERE id IN (SELECT unhex(value) FROM json_each($1)) \
-     AND (revoked_at IS NOT NULL OR (expires_at IS NOT NULL AND expires_at <= $2))";
+// Which of the keys in use are revoked, expired or gone (the revocation watcher's poll).
+// PostgreSQL binds the ids as one uuid array, SQLite (which stores uuids as 16-byte blobs) as
+// one JSON array of hex strings, so each backend prepares one statement whatever the number
+// of keys.
+const REVOKED_AMONG_POSTGRES: &str = "SELECT in_use.id FROM unnest($1::uuid[]) AS in_use (id) \
+     LEFT JOIN api_keys k ON k.id = in_use.id \
+     WHERE k.id IS NULL OR k.revoked_at IS NOT NULL OR k.expires_at <= statement_timestamp()";
+const REVOKED_AMONG_SQLITE: &str = "SELECT in_use.id FROM \
+     (SELECT unhex(value) AS id FROM json_each($1)) AS in_use \
+     LEFT JOIN api_keys k ON k.id = in_use.id \
+     WHERE k.id IS NULL OR k.revoked_at IS NOT NULL \
+     OR (k.expires_at IS NOT NULL AND k.expires_at <= $2)";
 
-/// The keys among `ids` that have been revoked, by whatever means, or have expired.
+/// The keys among `ids` that have been revoked, by whatever means, or have expired, or no
+/// longer exist (deleted by retention once long expired, or by hand).
 pub async fn revoked_among(db: &Db, ids: &[Uuid]) -> Result<Vec<Uuid>> {
     let statement = match db.backend() {
         DbBackend::Postgres => Statement::from_sql_and_values(

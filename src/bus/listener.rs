@@ -32,6 +32,9 @@ pub async fn run(
             // Connecting is bounded by the pool's acquire timeout; `LISTEN` by the work deadline.
             match sqlx::postgres::PgListener::connect_with(&pool).await {
                 Ok(mut listener) => {
+                    // A lost connection is reported at once, never re-established out of
+                    // sight (by the liveness ping, say): what it missed must be told.
+                    listener.eager_reconnect(false);
                     let listening =
                         listener.listen_all([CHANGES_CHANNEL, KEYS_CHANNEL, DUE_CHANNEL]);
                     match tokio::time::timeout(deadline, listening).await {
@@ -85,10 +88,15 @@ async fn receive(
                         bus.deliver(ChangeMessage::Change(change.into()));
                     }
                 }
-                None => tracing::warn!(
-                    payload = notification.payload(),
-                    "ignoring a malformed event"
-                ),
+                // Changes this process cannot read (another version's, say) are missed:
+                // subscribers are told so, as after a lost connection.
+                None => {
+                    tracing::warn!(
+                        payload = notification.payload(),
+                        "a malformed event; subscribers are told they missed events"
+                    );
+                    bus.deliver(ChangeMessage::Gap);
+                }
             },
             Ok(Ok(None)) => {
                 tracing::warn!("event listener connection lost; reconnecting");

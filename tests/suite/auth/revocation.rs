@@ -17,12 +17,14 @@ use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
 const SUBSCRIPTION: &str = "subscription { deliveryStateChanged { deliveryId state } }";
 
-/// How the key gets revoked: through the service (with its `NOTIFY` on PostgreSQL) or by
-/// an operator's plain SQL, which only the watcher's poll can notice.
+/// How the key gets revoked: through the service (with its `NOTIFY` on PostgreSQL), by an
+/// operator's plain SQL, which only the watcher's poll can notice, or by deleting its row
+/// (retention does, long after expiry; an operator may by hand).
 #[derive(Clone, Copy, Debug)]
 enum Revoker {
     Service,
     PlainSql,
+    Deleted,
 }
 
 /// Opens a socket in `protocol`, authenticates with `token` and subscribes (id `s`).
@@ -98,6 +100,19 @@ async fn revoke(app: &TestApp, key: Uuid, revoker: Revoker) {
                 .execute_raw(Statement::from_sql_and_values(backend, sql, [key.into()]))
                 .await
                 .expect("revoke with SQL");
+        }
+        Revoker::Deleted => {
+            let backend = app.state.db.backend();
+            app.state
+                .db
+                .conn()
+                .execute_raw(Statement::from_sql_and_values(
+                    backend,
+                    "DELETE FROM api_keys WHERE id = $1",
+                    [key.into()],
+                ))
+                .await
+                .expect("delete the key");
         }
     }
 }
@@ -240,6 +255,12 @@ async fn revoking_with_plain_sql_ends_sessions_everywhere(backend: Backend) {
     revocation_reaches_every_instance(backend, Revoker::PlainSql).await;
 }
 
+/// A key deleted while in use ends its sessions like a revoked one (they went on before:
+/// the watcher asked only about keys it could find).
+async fn deleting_a_key_ends_sessions_everywhere(backend: Backend) {
+    revocation_reaches_every_instance(backend, Revoker::Deleted).await;
+}
+
 /// `revoke_api_key` is one conditional UPDATE: of racing revocations from separate pools
 /// exactly one revokes, the rest find the key revoked at the winner's time; an unknown
 /// key is `NOT_FOUND`.
@@ -293,5 +314,6 @@ async fn racing_revocations_settle_on_one(backend: Backend) {
 on_both_backends!(
     revoking_through_the_service_ends_sessions_everywhere,
     revoking_with_plain_sql_ends_sessions_everywhere,
+    deleting_a_key_ends_sessions_everywhere,
     racing_revocations_settle_on_one,
 );

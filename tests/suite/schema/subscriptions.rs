@@ -249,6 +249,48 @@ async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() 
     );
 }
 
+/// A notification on the changes channel that this process cannot read (another version's,
+/// or anything an operator sends there) means changes it missed: its subscribers are told
+/// so, as after a lost connection, instead of silently missing them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_notification_tells_subscribers_they_missed_events() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let token = app.admin_token().await;
+    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let schema = courier::schema::build(Some(app.state.clone()));
+    let request =
+        async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
+            .data(caller);
+    let mut stream = schema.execute_stream(request);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), stream.next())
+            .await
+            .is_err(),
+        "subscribed, nothing yet"
+    );
+    let other = db.connect(1).await;
+    other
+        .conn()
+        .execute_unprepared(&format!(
+            "SELECT pg_notify('{}', '[{{\"no\": \"such change\"}}]')",
+            courier::bus::CHANGES_CHANNEL
+        ))
+        .await
+        .expect("notified");
+    let response = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("told")
+        .expect("an item");
+    assert_eq!(
+        response_error_code(&response).as_deref(),
+        Some("SUBSCRIPTION_LAGGED"),
+        "{response:?}"
+    );
+}
+
 /// Reads a subscription's payloads until its first error (events before it are skipped).
 async fn until_error(socket: &mut Socket, within: Duration) -> Value {
     let deadline = std::time::Instant::now() + within;
