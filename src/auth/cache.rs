@@ -43,6 +43,14 @@ impl KeyCache {
         Ok(identity)
     }
 
+    /// Notes that the keys `key_ids` hold open sessions (WebSockets, subscriptions): they
+    /// are in use as long as those last, not only when they authenticated.
+    pub fn note_in_use(&self, db: &Db, key_ids: &[Uuid]) {
+        for key_id in key_ids {
+            self.usage.touch(db, *key_id);
+        }
+    }
+
     async fn lookup(&self, db: &Db, authorization: Option<&str>) -> Result<Identity> {
         if self.ttl.is_zero() {
             return auth::authenticate(db, authorization).await;

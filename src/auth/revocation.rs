@@ -147,8 +147,10 @@ pub async fn watch(
             _ = poll.tick() => {}
             () = revocations.inner.hint.taken() => {}
         }
+        let held = revocations.live_keys();
+        keys.note_in_use(&db, &held);
         let mut in_use = keys.key_ids();
-        in_use.extend(revocations.live_keys());
+        in_use.extend(held);
         in_use.sort_unstable();
         in_use.dedup();
         if in_use.is_empty() {

@@ -3,7 +3,7 @@
 //! process wrote within that time. Busy keys cost one small write a minute, not one per request.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DbErr};
@@ -26,12 +26,12 @@ const TOUCH: &str = "UPDATE api_keys SET last_used_at = {now} \
 /// This process's last write per key.
 #[derive(Debug, Default)]
 pub struct KeyUsage {
-    written: Mutex<HashMap<Uuid, Instant>>,
+    written: Arc<Mutex<HashMap<Uuid, Instant>>>,
 }
 
 impl KeyUsage {
-    /// Notes that `key_id` authenticated a request; writes it (without waiting) when this
-    /// process has not in the last [`RESOLUTION`].
+    /// Notes that `key_id` authenticated a request or holds an open session; writes it
+    /// (without waiting) when this process has not in the last [`RESOLUTION`].
     pub fn touch(&self, db: &Db, key_id: Uuid) {
         {
             let Ok(mut written) = self.written.lock() else {
@@ -49,9 +49,14 @@ impl KeyUsage {
             written.insert(key_id, Instant::now());
         }
         let db = db.clone();
+        let written = self.written.clone();
         tokio::spawn(async move {
             if let Err(err) = db.within_deadline(write(&db, key_id)).await {
                 tracing::warn!(%key_id, error = %error_chain(&err), "recording an API key's use failed");
+                // Not written: the next use tries again.
+                if let Ok(mut written) = written.lock() {
+                    written.remove(&key_id);
+                }
             }
         });
     }

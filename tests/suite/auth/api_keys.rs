@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use courier::auth::{hash_token, Role};
+use courier::auth::{create_api_key, hash_token, Role};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -295,8 +295,39 @@ async fn the_cli_lists_and_revokes_keys(backend: Backend) {
     assert!(!unknown.status.success(), "an unknown key is an error");
 }
 
+/// A key held by an open session (a WebSocket, a subscription) is in use for as long as
+/// it is open, not only when it authenticated: a console open all day keeps its key's
+/// `lastUsedAt` within the minute. (The session's hold is taken here without the socket:
+/// the key never authenticates, so only the hold can record its use.)
+async fn a_key_held_by_an_open_session_is_in_use(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let key = create_api_key(&app.state.db, "held", Role::Admin, Default::default())
+        .await
+        .expect("key");
+    let admin = app.admin_token().await;
+    let key_id = key.id.to_string();
+    let held = app.state.revocations.register(key.id);
+    let (app_ref, admin_ref, key_ref) = (&app, &admin, &key_id);
+    poll(
+        "the held key's use is recorded",
+        Duration::from_secs(5),
+        || async move {
+            let list = app_ref.graphql(admin_ref, LIST, json!({})).await;
+            if listed(&list, key_ref)["lastUsedAt"].is_string() {
+                Ok(())
+            } else {
+                Err(list.to_string())
+            }
+        },
+    )
+    .await;
+    drop(held);
+}
+
 on_both_backends!(
     admins_manage_keys_over_graphql,
+    a_key_held_by_an_open_session_is_in_use,
     a_revocation_on_one_instance_is_felt_by_another,
     the_cli_lists_and_revokes_keys,
 );
