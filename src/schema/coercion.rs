@@ -2,9 +2,9 @@
 //! anything runs, as request errors (no `data`; `400` in `application/graphql-response+json`),
 //! the way GraphQL coerces arguments and variables before execution.
 //!
-//! async-graphql's validation accepts any integer for `Int` and any value for `DateTime`,
-//! and refuses the value only when a resolver reads it: a field error after other fields
-//! (and, in a mutation, other mutations) may have run.
+//! async-graphql's validation accepts any integer for `Int`, any value for `DateTime` and a
+//! quoted string for an enum, and refuses the first two only when a resolver reads them: a
+//! field error after other fields (and, in a mutation, other mutations) may have run.
 
 use async_graphql::parser::types::{
     ExecutableDocument, OperationType, Selection, SelectionSet, VariableDefinition,
@@ -22,7 +22,8 @@ use super::single_root::selected_operation;
 
 /// Refuses `request` if an argument of the operation it runs, given literally or through
 /// a variable, holds an `Int` outside 32 bits or a `DateTime` that is not an RFC 3339
-/// date and time. Arguments of fields the schema does not have are left to validation.
+/// date and time, or a literal holds a quoted string where an enum value goes. Arguments
+/// of fields the schema does not have are left to validation.
 pub fn check_arguments(registry: &Registry, request: &mut Request) -> ServerResult<()> {
     let variables = std::mem::take(&mut request.variables);
     let operation_name = request.operation_name.clone();
@@ -203,8 +204,8 @@ impl<'a> Walk<'a> {
     }
 
     /// Where in `input` (`.field` and `[index]` steps) and why it cannot be coerced to `ty`
-    /// (a type as the registry spells it), as far as `Int` ranges and `DateTime`s go; every
-    /// other rule is validation's. Values of other scalars (a `JSON` payload) are not walked.
+    /// (a type as the registry spells it), as far as `Int` ranges, `DateTime`s and enum
+    /// literals go; every other rule is validation's. Values of other scalars (a `JSON` payload) are not walked.
     fn check(&self, ty: &str, input: Input<'a>) -> Result<(), (String, String)> {
         let name = match MetaTypeName::create(ty) {
             MetaTypeName::NonNull(inner) => return self.check(inner, input),
@@ -246,6 +247,18 @@ impl<'a> Walk<'a> {
                     String::new(),
                     format!("expected an input object of type {name}"),
                 )),
+            },
+            // An enum value is written as a name; a quoted string is not one (GraphQL spec
+            // 5.6.1), though async-graphql takes it. A variable's value is JSON, where enum
+            // values are strings, and stands.
+            (Some(MetaType::Enum { .. }), _) => match input {
+                Input::Literal(Value::String(text)) => Err((
+                    String::new(),
+                    format!(
+                        "{text:?} is a string; a value of enum {name} is written without quotes"
+                    ),
+                )),
+                _ => Ok(()),
             },
             (Some(MetaType::Scalar { .. }), "Int") => match self.shape(input) {
                 Shape::Number(number) => match number.as_i64().map(i32::try_from) {

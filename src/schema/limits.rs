@@ -249,8 +249,9 @@ impl<'a> ExpansionCounter<'a> {
 }
 
 /// Checks a request's document: the text scan, then parsing (cached on the request for
-/// the executor) and the expansion count.
-fn check_request(request: &mut Request) -> ServerResult<()> {
+/// the executor) and the expansion count. Whether the document may be kept for next time:
+/// not one whose text alone is refused (see [`super::input_literals`]).
+fn check_request(request: &mut Request) -> ServerResult<Keep> {
     scan_text(&request.query).map_err(|err| err.to_server_error())?;
     let operation_name = request.operation_name.clone();
     let document = request.parsed_query()?;
@@ -263,7 +264,17 @@ fn check_request(request: &mut Request) -> ServerResult<()> {
     if let Some(refusal) = refusal {
         request.data.insert(Refused(refusal));
     }
-    Ok(())
+    if let Some(repeated) = super::input_literals::repeated_field(&request.query) {
+        request.data.insert(Refused(repeated));
+        return Ok(Keep::No);
+    }
+    Ok(Keep::Yes)
+}
+
+/// Whether a checked document may be kept for its next request.
+enum Keep {
+    Yes,
+    No,
 }
 
 /// [`check_request`] for a document `documents` may know: one that parsed and passed the
@@ -282,9 +293,10 @@ fn check_request_known(request: &mut Request, documents: &DocumentCache) -> Serv
         request.set_parsed_query(ExecutableDocument::clone(&document));
         return Ok(());
     }
-    check_request(request)?;
-    let query = request.query.clone();
-    documents.insert(&query, request.parsed_query()?);
+    if let Keep::Yes = check_request(request)? {
+        let query = request.query.clone();
+        documents.insert(&query, request.parsed_query()?);
+    }
     Ok(())
 }
 
@@ -351,7 +363,7 @@ impl Extension for DocumentLimitsExtension {
             // Parsing a large document takes milliseconds: not on the threads serving everyone.
             let checked = tokio::task::spawn_blocking(move || {
                 let result = check_request(&mut request);
-                result.map(|()| request)
+                result.map(|_| request)
             })
             .await
             .map_err(|err| {

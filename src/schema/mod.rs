@@ -9,6 +9,7 @@ mod endpoint;
 mod error;
 mod event;
 pub mod in_time;
+mod input_literals;
 pub mod json;
 pub mod limits;
 pub mod loaders;

@@ -1,7 +1,8 @@
 //! Where a field error leaves its `null` (GraphQL spec 6.4.4, "Handling Field Errors"):
 //! at the failed field if it is nullable, otherwise at its nearest nullable parent, or
 //! the whole `data`. async-graphql instead leaves a failed field out of its object.
-//! Once `data` is null, the mutations after the one that failed are not run.
+//! Once `data` is null, the mutations after the one that failed are not run. And where no
+//! field failed, `data` is never null: one whose every root field was skipped is `{}`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -74,6 +75,11 @@ impl Extension for Nulls {
         response.errors.append(&mut lock(&self.errors));
         if self.root_failed.swap(false, Ordering::Relaxed) {
             response.data = Value::Null;
+        } else if response.data == Value::Null && response.errors.is_empty() {
+            // Every root field was skipped: async-graphql answers an empty selection with
+            // `null`, where the result is an empty object (and `data` with no errors is
+            // never null).
+            response.data = Value::Object(Default::default());
         }
         lock(&self.failed_parents).clear();
         response

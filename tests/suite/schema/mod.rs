@@ -1,10 +1,11 @@
 //! The GraphQL schema: the checked-in SDL, subscriptions over both protocols (and at the
 //! pace of thousands of changes a second), numbers kept exact end to end, arguments coerced
-//! before anything runs, and where a field error leaves its `null`.
+//! and literals validated before anything runs, and where a field error leaves its `null`.
 
 mod coercion;
 mod exact_numbers;
 mod field_errors;
+mod literals;
 mod pace;
 mod root_fragments;
 mod schema_drift;

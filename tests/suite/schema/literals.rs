@@ -1,0 +1,129 @@
+//! What a document writes literally, held to the spec's validation where async-graphql is
+//! lenient: an input object naming a field twice and a quoted enum value are refused before
+//! anything runs; and an operation whose every root field is skipped answers `{}`.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::support::fixtures::{endpoint_count, row_counts};
+use crate::support::{Backend, TestApp, TestDb};
+
+/// POSTs `query` asking for `application/graphql-response+json`: the status and the body.
+async fn run(app: &TestApp, token: &str, query: &str, variables: Value) -> (StatusCode, Value) {
+    let response = app
+        .request(reqwest::Method::POST, "/graphql")
+        .bearer_auth(token)
+        .header("accept", "application/graphql-response+json")
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+/// Checks that `body` is a request error (no `data`) whose one error says `message`.
+fn refused(status: StatusCode, body: &Value, message: &str) {
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.get("data").is_none(), "no data: {body}");
+    let errors = body["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{body}");
+    assert_eq!(errors[0]["message"], message, "{body}");
+    assert!(errors[0]["extensions"]["code"].is_string(), "{body}");
+}
+
+/// `{endpointId: A, endpointId: B}` ran against B, the last one, and a payload's repeated
+/// key kept the last value. Now each is refused, with where the repeat is, and nothing runs,
+/// however often the same text is sent (it is never kept as a parsed document).
+#[tokio::test]
+async fn an_input_object_naming_a_field_twice_is_refused_before_anything_runs() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (first, _) = app.create_endpoint(&admin, "https://example.com/a").await;
+    let (second, _) = app.create_endpoint(&admin, "https://example.com/b").await;
+    let (rows, endpoints) = (row_counts(&app).await, endpoint_count(&app).await);
+
+    let twice = format!(
+        "mutation {{ submit(input: {{endpointId: \"{first}\", endpointId: \"{second}\", payload: {{}}}}) {{ created }} }}"
+    );
+    let in_payload = format!(
+        "mutation {{ submit(input: {{endpointId: \"{first}\", payload: {{amount: 1, amount: 1000}}}}) {{ created }} }}"
+    );
+    let created = "mutation { createEndpoint(input: {name: \"first\", name: \"second\", \
+                   url: \"https://example.com/c\"}) { endpoint { id } } }";
+    for (query, field) in [
+        (twice.as_str(), "endpointId"),
+        (in_payload.as_str(), "amount"),
+        (created, "name"),
+    ] {
+        for _ in 0..2 {
+            let (status, body) = run(&app, &admin, query, json!({})).await;
+            refused(
+                status,
+                &body,
+                &format!("There can be only one input field named \"{field}\"."),
+            );
+            assert_eq!(body["errors"][0]["locations"][0]["line"], 1, "{body}");
+        }
+    }
+    assert_eq!(row_counts(&app).await, rows, "nothing was submitted");
+    assert_eq!(endpoint_count(&app).await, endpoints, "nothing was created");
+
+    // Each field once in each literal, the same names in sibling literals: runs.
+    let once = format!(
+        "mutation {{ submit(input: {{endpointId: \"{first}\", payload: {{a: {{a: 1}}, b: [{{a: 1}}, {{a: 2}}]}}}}) {{ created }} }}"
+    );
+    let (status, body) = run(&app, &admin, &once, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+    app.stop().await;
+}
+
+/// An enum value is written as a name: `state: "FAILED"` filtered as `FAILED` before. As a
+/// variable's JSON value, a string is how an enum value is written, and stands.
+#[tokio::test]
+async fn a_quoted_enum_value_is_refused_and_a_variables_string_stands() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+
+    let quoted = r#"{ deliveries(filter: {state: "FAILED"}) { edges { cursor } } }"#;
+    let (status, body) = run(&app, &admin, quoted, json!({})).await;
+    refused(
+        status,
+        &body,
+        "filter.state: \"FAILED\" is a string; a value of enum DeliveryState is written without quotes",
+    );
+    let named = "{ deliveries(filter: {state: FAILED}) { edges { cursor } } }";
+    let (status, body) = run(&app, &admin, named, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let through = "query($state: DeliveryState) { deliveries(filter: {state: $state}) \
+                   { edges { cursor } } }";
+    let (status, body) = run(&app, &admin, through, json!({ "state": "FAILED" })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["deliveries"]["edges"], json!([]), "{body}");
+    app.stop().await;
+}
+
+/// `data` of an operation whose every root field is skipped is an empty object, not `null`
+/// (a null `data` without errors is no valid response); a skipped mutation does not run.
+#[tokio::test]
+async fn an_operation_whose_root_fields_are_all_skipped_answers_an_empty_object() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let endpoints = endpoint_count(&app).await;
+    for query in [
+        "{ __typename @skip(if: true) }",
+        "query($no: Boolean!) { endpoints @include(if: $no) { edges { cursor } } }",
+        "mutation { createEndpoint(input: {name: \"n\", url: \"https://example.com/n\"}) \
+         @skip(if: true) { endpoint { id } } }",
+    ] {
+        let (status, body) = run(&app, &admin, query, json!({ "no": false })).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body, json!({ "data": {} }), "{query}");
+    }
+    assert_eq!(endpoint_count(&app).await, endpoints, "nothing was created");
+    app.stop().await;
+}
