@@ -95,7 +95,7 @@ impl App {
                 .clone()
                 .prune_until(shutdown.clone()),
         );
-        let clock_watch = tokio::spawn(crate::db::ids::keep_measuring(
+        let clock_watch = tokio::spawn(crate::db::measured::keep_measuring(
             self.state.db.clone(),
             shutdown.clone(),
         ));

@@ -8,6 +8,7 @@ mod deadline;
 mod diagnose;
 mod due;
 pub mod ids;
+pub mod measured;
 pub(crate) mod parking;
 mod redact;
 mod scrub;
@@ -144,7 +145,7 @@ impl Db {
             );
             // New ids carry the database's time (see [`ids`]); should this first look fail,
             // they carry this host's until a serving process looks again.
-            if let Err(err) = db.within_deadline(ids::measure(&db)).await {
+            if let Err(err) = db.within_deadline(measured::measure(&db)).await {
                 tracing::debug!(error = %crate::error::error_chain(&err),
                     "measuring the database's clock failed");
             }
@@ -347,11 +348,13 @@ impl Db {
     }
 }
 
-/// This process's time as stored: UTC, truncated to microseconds (PostgreSQL's precision),
-/// so a value read back compares equal to the value written on both backends. Only for
-/// what no decision depends on (labels, measurements); decisions use [`Db::clock`].
+/// Now as Courier stamps it: the database's clock as this process last measured it (this
+/// host's on SQLite; see [`measured`]), in UTC, truncated to microseconds (PostgreSQL's
+/// precision), so a value read back compares equal to the value written on both backends.
+/// Only for what no decision depends on (the times rows, attempts and webhooks carry);
+/// decisions are the database's own, through [`Db::clock`].
 pub fn now() -> DateTime<Utc> {
-    Utc::now().trunc_subsecs(6)
+    DateTime::<Utc>::from(measured::database_now()).trunc_subsecs(6)
 }
 
 fn sqlx_err(err: sqlx::Error) -> DbErr {

@@ -2,14 +2,14 @@
 //! date, a number too large to hold read as the longest wait (the caller caps it). A date
 //! is read against the answer's own `Date` header, the receiver's clock, so that neither
 //! this host's clock nor the receiver's skews the wait; only an answer without a readable
-//! `Date` is read against this host's clock.
+//! `Date` is read against the database's clock as this process measured it.
 
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue, DATE, RETRY_AFTER};
 
 /// The wait an answer's headers ask for, if they carry a readable `Retry-After`: see the
-/// module docs. `now` is this host's time, for an answer without a `Date`.
+/// module docs. `now` is the database's time as measured, for an answer without a `Date`.
 pub fn wait_asked(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?;
     let answered_at = headers
