@@ -255,9 +255,12 @@ impl Watch {
         if self.ahead.is_empty() {
             return;
         }
+        // Only changes the subscriber may be told: of the endpoint asked for, and not known
+        // to be outside its scope.
         let asked = |change: &StateChange| {
             self.endpoint
                 .is_none_or(|endpoint| endpoint == change.endpoint_id)
+                && self.access.may_allow(&self.caller, change.endpoint_id)
         };
         let changes: Vec<&StateChange> = std::iter::once(first.as_ref())
             .chain(self.ahead.iter().filter_map(|message| match message {

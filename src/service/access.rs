@@ -87,6 +87,18 @@ impl Access {
         }
     }
 
+    /// Whether what is remembered leaves it open that the caller may see the endpoint
+    /// `endpoint_id`: false only when it is known outside the caller's scope (a cheap
+    /// first cut, with no read, before [`Access::allows_streamed`] decides).
+    pub fn may_allow(&self, caller: &Identity, endpoint_id: Uuid) -> bool {
+        match caller.visible() {
+            Visible::Tenant(_) => self
+                .remembered(endpoint_id)
+                .is_none_or(|tenant| rule(caller, endpoint_id, tenant)),
+            _ => rule(caller, endpoint_id, None),
+        }
+    }
+
     /// Whether the caller may see and use the endpoint `endpoint_id` of tenant `tenant`,
     /// read with it.
     pub fn allows_known(&self, caller: &Identity, endpoint_id: Uuid, tenant: Option<Uuid>) -> bool {
@@ -322,6 +334,30 @@ mod tests {
         assert!(!allowed_from_memory(tenant, Some(Some(other))));
         assert!(!allowed_from_memory(tenant, Some(None)));
         assert!(!allowed_from_memory(tenant, None));
+    }
+
+    #[test]
+    fn only_an_endpoint_known_outside_the_scope_is_cut_without_a_read() {
+        let access = Access::default();
+        let (tenant, other) = (Uuid::now_v7(), Uuid::now_v7());
+        let (own, foreign, untenanted, unknown) = (
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+            Uuid::now_v7(),
+        );
+        let tenants = key(Role::Partner, Some(tenant), vec![]);
+        let admin = key(Role::Admin, None, vec![]);
+        access.allows_known(&tenants, own, Some(tenant));
+        access.allows_known(&tenants, foreign, Some(other));
+        access.allows_known(&tenants, untenanted, None);
+        assert!(access.may_allow(&tenants, own));
+        assert!(access.may_allow(&tenants, unknown), "left to the read");
+        assert!(!access.may_allow(&tenants, foreign));
+        assert!(!access.may_allow(&tenants, untenanted));
+        assert!(access.may_allow(&admin, foreign));
+        let listed = key(Role::Partner, None, vec![own]);
+        assert!(access.may_allow(&listed, own) && !access.may_allow(&listed, foreign));
     }
 
     #[test]
