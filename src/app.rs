@@ -95,6 +95,11 @@ impl App {
                 .clone()
                 .prune_until(shutdown.clone()),
         );
+        let availability = {
+            let db = self.state.db.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { db.watch_availability(shutdown).await })
+        };
         let clock_watch = tokio::spawn(crate::db::measured::keep_measuring(
             self.state.db.clone(),
             shutdown.clone(),
@@ -129,6 +134,7 @@ impl App {
                 events_listener,
                 revocation_watcher,
                 clock_watch,
+                availability,
             ],
             BACKGROUND_STOP_WITHIN,
         );
@@ -138,7 +144,8 @@ impl App {
 }
 
 /// How long the background tasks (pruning, retention, the event listener, the revocation
-/// watcher, the database clock's measurement) get to stop on their own after a shutdown.
+/// watcher, the database clock's measurement, the database's probe) get to stop on their
+/// own after a shutdown.
 const BACKGROUND_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Waits up to `within` for `tasks`, each of which stops at the shutdown signal when idle,

@@ -146,7 +146,8 @@ impl Db {
     }
 
     /// Runs `work`, giving it up after `limit` with an error that classifies as
-    /// unavailable ([`crate::db::is_unavailable`]). The work is dropped at the deadline: a transaction
+    /// unavailable ([`crate::db::is_unavailable`]); while the database is found out of reach
+    /// (see [`super::availability`]), turns it away at once with such an error. The work is dropped at the deadline: a transaction
     /// rolls back, and its connection returns to the pool only after answering a ping (see
     /// the module docs). A statement already sent may still complete on the server, as with
     /// any lost reply.
@@ -155,6 +156,9 @@ impl Db {
         limit: Duration,
         work: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
+        if self.availability.unreachable() {
+            return Err(E::from(super::availability::turned_away()));
+        }
         // Pinned here, so the work is dropped (and its connection released) only on return,
         // after a miss is recorded: the connection is then checked on its way back.
         let mut work = std::pin::pin!(work);
@@ -176,6 +180,9 @@ impl Db {
         progress: &Progress,
         work: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
+        if self.availability.unreachable() {
+            return Err(E::from(super::availability::turned_away()));
+        }
         let mut work = std::pin::pin!(work);
         loop {
             let until = progress.last() + limit;

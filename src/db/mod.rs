@@ -2,6 +2,7 @@
 //! clock decides ([`Clock`]), the transaction policy of race paths ([`Db::transaction`]),
 //! and the few SQL spellings that differ.
 
+mod availability;
 mod classify;
 mod clock;
 mod deadline;
@@ -59,6 +60,8 @@ pub struct Db {
     pg_listen_pool: Option<sqlx::PgPool>,
     timeouts: Timeouts,
     missed: Arc<MissedDeadlines>,
+    /// Whether the database was last found out of reach (see [`availability`]).
+    availability: Arc<availability::Availability>,
 }
 
 /// The options of every PostgreSQL pool of `size` connections: no wait for a connection
@@ -207,6 +210,7 @@ impl Db {
             pg_listen_pool: None,
             timeouts: self.timeouts,
             missed: self.missed.clone(),
+            availability: self.availability.clone(),
         }))
     }
 
@@ -227,7 +231,25 @@ impl Db {
             pg_listen_pool,
             timeouts,
             missed,
+            availability: Arc::default(),
         }
+    }
+
+    /// Probes the database through a connection of its own until `shutdown`, turning
+    /// database work away at once while it is out of reach (see [`availability`]). Returns
+    /// at once on SQLite.
+    pub async fn watch_availability(&self, shutdown: tokio_util::sync::CancellationToken) {
+        if self.backend() != DbBackend::Postgres {
+            return;
+        }
+        let options = self.conn.get_postgres_connection_pool().connect_options();
+        availability::watch(
+            self.availability.clone(),
+            (*options).clone(),
+            self.timeouts,
+            shutdown,
+        )
+        .await;
     }
 
     /// Statements this pool has executed (a Prometheus counter, shared by every clone).

@@ -1,0 +1,99 @@
+//! Whether the database can be reached, as a connection of its own finds it (PostgreSQL, in
+//! a serving process): while it cannot, database work is answered unavailable at once
+//! instead of queueing for the pool.
+//!
+//! Why: the pool opens a connection on behalf of the request waiting longest, within what
+//! is left of that request's wait. Under load, once the database refused or dropped
+//! connections for a few seconds, the requests at the head of the queue had waited almost
+//! their whole acquire timeout, so every new connection got milliseconds: too little for a
+//! TLS handshake, and the pool never filled again. Every request answered 503 until the
+//! load stopped. With work turned away at once while the probe finds the database out of
+//! reach, no such queue forms, and once the probe connects again the next requests open
+//! their connections with their whole wait ahead of them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::{ConnAcquireErr, DbErr};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::Connection as _;
+use tokio_util::sync::CancellationToken;
+
+use super::Timeouts;
+
+/// How often the probe looks.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether the database was last found out of reach. Shared by a pool and every clone of
+/// its `Db`.
+#[derive(Debug, Default)]
+pub(super) struct Availability {
+    unreachable: AtomicBool,
+}
+
+impl Availability {
+    /// Whether database work should be turned away now.
+    pub(super) fn unreachable(&self) -> bool {
+        self.unreachable.load(Ordering::Relaxed)
+    }
+
+    /// Notes what the probe found, logging a change.
+    fn found(&self, reachable: bool, why: &str) {
+        let was_unreachable = self.unreachable.swap(!reachable, Ordering::Relaxed);
+        match (was_unreachable, reachable) {
+            (false, false) => tracing::warn!(
+                reason = why,
+                "the database is out of reach: database work is answered unavailable at once \
+                 until it is back"
+            ),
+            (true, true) => tracing::info!("the database is reachable again"),
+            _ => {}
+        }
+    }
+}
+
+/// The error work turned away meanwhile gets: unavailable, and certainly not committed.
+pub(super) fn turned_away() -> DbErr {
+    DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)
+}
+
+/// Probes the database every [`PROBE_EVERY`] through a connection of its own (pinged while
+/// it answers, replaced when it does not, each look within the deadlines), until
+/// `shutdown`.
+pub(super) async fn watch(
+    availability: Arc<Availability>,
+    options: PgConnectOptions,
+    timeouts: Timeouts,
+    shutdown: CancellationToken,
+) {
+    let mut probe: Option<PgConnection> = None;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(PROBE_EVERY) => {}
+        }
+        if let Some(connection) = probe.as_mut() {
+            match tokio::time::timeout(timeouts.work, connection.ping()).await {
+                Ok(Ok(())) => {
+                    availability.found(true, "");
+                    continue;
+                }
+                // Dropped without a goodbye: a silent peer would hold a polite close.
+                Ok(Err(_)) | Err(_) => probe = None,
+            }
+        }
+        let opened = tokio::select! {
+            () = shutdown.cancelled() => return,
+            opened = tokio::time::timeout(timeouts.acquire, PgConnection::connect_with(&options)) => opened,
+        };
+        match opened {
+            Ok(Ok(connection)) => {
+                probe = Some(connection);
+                availability.found(true, "");
+            }
+            Ok(Err(err)) => availability.found(false, &err.to_string()),
+            Err(_) => availability.found(false, "no answer to a new connection in time"),
+        }
+    }
+}
