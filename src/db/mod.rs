@@ -125,9 +125,19 @@ impl Db {
             // round trip less), and a statement run on its own, outside a transaction, is
             // settled at READ COMMITTED too (at REPEATABLE READ a row changed meanwhile
             // fails it with a serialization error rather than re-checking it).
+            // A session left idle inside a transaction (its process cut off by the network
+            // mid-transaction, never to send its `COMMIT`) is ended by the server after
+            // twice the work deadline, so the locks it holds (an endpoint's flow row, say,
+            // which every process's claims take) are not held until TCP gives up, hours
+            // later. Courier never leaves a transaction idle for anywhere near that long.
+            let idle_in_transaction = format!("{}ms", (timeouts.work * 2).as_millis());
             let options = pg_options(url)?.options([
                 ("plan_cache_mode", "force_generic_plan"),
                 ("default_transaction_isolation", "read committed"),
+                (
+                    "idle_in_transaction_session_timeout",
+                    idle_in_transaction.as_str(),
+                ),
             ]);
             let pool = pg_pool_options(pool_size, timeouts, &missed)
                 .connect_with(options.clone())

@@ -7,6 +7,7 @@ mod clock_skew;
 mod database_outage;
 mod first_run;
 mod logs;
+mod orphaned_transaction;
 mod outage_under_load;
 mod shutdown;
 mod stalled_log;
