@@ -1,6 +1,9 @@
 //! Group commit on PostgreSQL: submissions arriving together share one statement, and
-//! each caller still gets its own answer.
+//! each caller still gets its own answer, also when the statement outlives its deadline.
 
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait as _, DbBackend, Statement, TransactionTrait as _};
 use serde_json::json;
 
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
@@ -87,4 +90,88 @@ async fn submissions_written_together_get_their_own_answers(backend: Backend) {
     assert_eq!(row_counts(&app).await, (EACH as u64 + 2, EACH as u64 + 2));
 }
 
-crate::on_postgres!(submissions_written_together_get_their_own_answers,);
+/// A group statement waits on a lock past its deadline (another session holds the
+/// endpoint's row for 20 s): every caller is answered (created, or unavailable once its
+/// request's deadline passed), the group writer goes on with other endpoints' submissions
+/// (one to another endpoint, sent 11 s in, is answered at once: the group's rows are not
+/// written again for callers that stopped waiting), and what the abandoned statements
+/// commit once the lock goes is stored once.
+async fn a_group_held_past_its_deadline_stalls_nothing_and_stores_once(backend: Backend) {
+    const CALLS: usize = 10;
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (blocked, _) = app
+        .create_endpoint(&admin, "https://example.com/blocked")
+        .await;
+    let (open, _) = app
+        .create_endpoint(&admin, "https://example.com/open")
+        .await;
+    let holder = db.connect(1).await;
+    let lock = holder.conn().begin().await.expect("begin");
+    lock.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
+        [blocked.clone().into()],
+    ))
+    .await
+    .expect("lock the endpoint");
+    // Busy while it holds the lock, so no idle-in-transaction timeout ends it early.
+    let held = async {
+        lock.execute_unprepared("SELECT pg_sleep(20)")
+            .await
+            .expect("slept");
+        lock.commit().await.expect("released");
+    };
+    let calls = futures_util::future::join_all((0..CALLS).map(|n| {
+        let (app, admin, blocked) = (&app, &admin, &blocked);
+        async move { submit(app, admin, blocked, json!({ "n": n }), None).await }
+    }));
+    let bystander = async {
+        // After the first submission's deadline (5 s) and the group's (5 s more).
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let sent = Instant::now();
+        let answer = submit(&app, &admin, &open, json!({ "bystander": true }), None).await;
+        (answer, sent.elapsed())
+    };
+    let ((), answers, (bystanders, waited)) =
+        futures_util::future::join3(held, calls, bystander).await;
+    assert_eq!(
+        bystanders["data"]["submit"]["created"], true,
+        "{bystanders}"
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "another endpoint's submission waited {waited:?} behind the blocked group"
+    );
+    let mut created = 0;
+    for answer in &answers {
+        if answer["data"]["submit"]["created"] == true {
+            created += 1;
+        } else {
+            assert_eq!(
+                gql_error_code(answer),
+                Some("SERVICE_UNAVAILABLE"),
+                "{answer}"
+            );
+        }
+    }
+    assert!(
+        app.state.metrics.submission_group_writes.get() >= 1,
+        "some were written as a group"
+    );
+    // What the abandoned statements committed is stored once (each committing as the lock
+    // goes); what was answered created is among it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (submissions, deliveries) = row_counts(&app).await;
+    assert_eq!(submissions, deliveries);
+    assert!(
+        (created as u64 + 1..=CALLS as u64 + 1).contains(&submissions),
+        "{submissions} stored, {created} answered created, and the bystander's"
+    );
+}
+
+crate::on_postgres!(
+    submissions_written_together_get_their_own_answers,
+    a_group_held_past_its_deadline_stalls_nothing_and_stores_once,
+);
