@@ -82,9 +82,10 @@ ORDER BY id LIMIT {limit}";
 
 /// Locks those of the batch `{ids}` (a [`Db::id_list`]) still `failed`, in id order, so
 /// concurrent replays of overlapping batches cannot deadlock; a row another replay took
-/// meanwhile no longer matches once its lock is granted.
-const LOCK_FAILED: &str =
-    "SELECT id FROM webhook_deliveries WHERE id {ids} AND state = 'failed' ORDER BY id{lock}";
+/// meanwhile no longer matches once its lock is granted. With each, when it failed as its
+/// lock finds it (one replayed and failed again meanwhile failed later than the batch read).
+const LOCK_FAILED: &str = "SELECT id, updated_at FROM webhook_deliveries \
+     WHERE id {ids} AND state = 'failed' ORDER BY id{lock}";
 
 /// Replays the locked rows `{ids}` as [`RESTART`] does.
 const REPLAY_LOCKED: &str = concat!(
@@ -318,7 +319,7 @@ impl Deliveries {
             };
             cursor = *last;
             let batch_started = std::time::Instant::now();
-            replayed += self.replay_batch(&batch).await?;
+            replayed += self.replay_batch(&batch, filter).await?;
             if let Some(progress) = progress {
                 progress.made();
             }
@@ -333,8 +334,9 @@ impl Deliveries {
         Ok(replayed)
     }
 
-    /// Replays those of `ids` still failed, in one transaction; returns how many.
-    async fn replay_batch(&self, ids: &[Uuid]) -> Result<u64> {
+    /// Replays those of `ids` still failed, and failed within `window`'s `since` and
+    /// `until`, in one transaction; returns how many.
+    async fn replay_batch(&self, ids: &[Uuid], window: &ReplayFilter) -> Result<u64> {
         let (db, bus) = (&self.db, &self.bus);
         let backend = db.backend();
         let (replayed, staged) = db
@@ -344,12 +346,19 @@ impl Deliveries {
                 // changes, so the batch names them before its rows are locked).
                 lock_endpoints_of(&*txn, backend, ids).await?;
                 let lock = fill(LOCK_FAILED, &[("ids", &list), ("lock", db.lock_rows())]);
-                let locked = txn
+                // Under their locks, the failures still within the filter's window.
+                let mut locked = Vec::with_capacity(ids.len());
+                for row in txn
                     .query_all_raw(Statement::from_sql_and_values(backend, &lock, values))
                     .await?
-                    .iter()
-                    .map(|row| row.try_get::<Uuid>("", "id"))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                {
+                    let failed_at = row.try_get::<DateTime<Utc>>("", "updated_at")?;
+                    if window.since.is_none_or(|since| failed_at >= since)
+                        && window.until.is_none_or(|until| failed_at <= until)
+                    {
+                        locked.push(row.try_get::<Uuid>("", "id")?);
+                    }
+                }
                 if locked.is_empty() {
                     return Ok((0, bus.stage(&*txn, Vec::new()).await?));
                 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::auth::Role;
+use sea_orm::{ConnectionTrait as _, DbBackend, Statement, TransactionTrait as _};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
@@ -14,6 +15,7 @@ use crate::support::fixtures::submit;
 use crate::support::fixtures::{
     assert_not_replayable, endpoint_on, quick_worker, settle, wait_for_state,
 };
+use crate::support::fixtures::{count, delivery, eventually, rows, V7};
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 const REPLAY: &str =
@@ -173,6 +175,102 @@ async fn only_failed_deliveries_can_be_replayed(backend: Backend) {
     assert!(metrics.contains("courier_replays_total 1"), "{metrics}");
 }
 
+/// A bulk replay bounded by `until` reads its batch, then waits for the endpoint (another
+/// session holds it); meanwhile one of the batch is replayed and fails again, now after
+/// `until`. Under its lock the replay finds it failed outside its window and leaves it:
+/// each delivery is replayed by the failure the filter names, not by an earlier one.
+async fn a_bulk_replay_rechecks_when_each_failed_under_its_lock(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app
+        .create_endpoint(&admin, "https://example.com/window")
+        .await;
+    let failed_at = |ago: &str| {
+        format!(
+            "INSERT INTO submissions (id, endpoint_id, payload, payload_hash, created_at) \
+             SELECT {v7}, '{endpoint}', '{{}}', md5(random()::text), now() - interval '{ago}' \
+             RETURNING id",
+            v7 = V7.replace("{at}", &format!("now() - interval '{ago}'")),
+        )
+    };
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        let submission: uuid::Uuid = rows(&app.state.db, &failed_at("2 days"), vec![]).await[0]
+            .try_get("", "id")
+            .expect("a submission");
+        let delivery: uuid::Uuid = rows(
+            &app.state.db,
+            &format!(
+                "INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, state, \
+                 cycle_attempts, created_at, updated_at) SELECT {v7}, '{submission}', \
+                 '{endpoint}', 'failed', 8, now() - interval '2 days', now() - interval '2 days' \
+                 RETURNING id",
+                v7 = V7.replace("{at}", "now() - interval '2 days'"),
+            ),
+            vec![],
+        )
+        .await[0]
+            .try_get("", "id")
+            .expect("a delivery");
+        failures.push(delivery);
+    }
+    let until = (chrono::Utc::now() - chrono::Duration::days(1)).to_rfc3339();
+
+    let holder = db.connect(2).await;
+    let lock = holder.conn().begin().await.expect("begin");
+    lock.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
+        [endpoint.clone().into()],
+    ))
+    .await
+    .expect("lock the endpoint");
+    let replay = app.graphql(
+        &admin,
+        "mutation($endpoint: ID!, $until: DateTime!) { replayDeliveries(filter: \
+         {endpointId: $endpoint, until: $until}) { replayed } }",
+        json!({ "endpoint": endpoint, "until": until }),
+    );
+    let meanwhile = async {
+        let observer = &holder;
+        eventually(
+            "the replay waits for the endpoint",
+            Duration::from_secs(10),
+            || async move {
+                count(
+                    observer,
+                    "SELECT count(*) AS n FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    vec![],
+                )
+                .await
+                    == 1
+            },
+        )
+        .await;
+        // Replayed and failed again, today.
+        lock.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "UPDATE webhook_deliveries SET updated_at = now() WHERE id = $1",
+            [failures[0].into()],
+        ))
+        .await
+        .expect("failed again");
+        lock.commit().await.expect("released");
+    };
+    let (answer, ()) = futures_util::future::join(replay, meanwhile).await;
+    assert_eq!(
+        answer["data"]["replayDeliveries"]["replayed"], 2,
+        "{answer}"
+    );
+    let left = delivery(&app.state.db, failures[0]).await;
+    assert_eq!(left.state, entity::webhook_delivery::DeliveryState::Failed);
+}
+
 on_every_backend!(only_failed_deliveries_can_be_replayed);
 
-crate::on_postgres!(concurrent_replays_have_exactly_one_winner,);
+crate::on_postgres!(
+    concurrent_replays_have_exactly_one_winner,
+    a_bulk_replay_rechecks_when_each_failed_under_its_lock,
+);
