@@ -334,15 +334,31 @@ async fn what_a_skewed_process_stamps_carries_the_database_time() {
         "webhook-timestamp {} is the database's time, not the process's",
         received[0].timestamp
     );
-    let attempts = ahead
-        .graphql(
-            &token,
-            "{ deliveries(first: 1) { edges { node { attempts { startedAt } } } } }",
-            json!({}),
-        )
-        .await;
-    let started = &attempts["data"]["deliveries"]["edges"][0]["node"]["attempts"][0]["startedAt"];
-    assert!(seconds_off(started) < 30, "attempt startedAt: {attempts}");
+    // The attempt is recorded a moment after the receiver answered.
+    let (ahead_ref, token_ref) = (&ahead, &token);
+    let started = crate::support::fixtures::poll(
+        "the attempt is recorded",
+        Duration::from_secs(10),
+        || async move {
+            let attempts = ahead_ref
+                .graphql(
+                    token_ref,
+                    "{ deliveries(first: 1) { edges { node { attempts { startedAt } } } } }",
+                    json!({}),
+                )
+                .await;
+            let started = attempts["data"]["deliveries"]["edges"][0]["node"]["attempts"][0]
+                ["startedAt"]
+                .clone();
+            if started.is_string() {
+                Ok(started)
+            } else {
+                Err(attempts.to_string())
+            }
+        },
+    )
+    .await;
+    assert!(seconds_off(&started) < 30, "attempt startedAt: {started}");
 }
 
 /// A receiver answers `503` with `Retry-After` as an HTTP date 30 s ahead (and its own
