@@ -15,6 +15,7 @@ use crate::support::fixtures::count;
 use crate::support::fixtures::eventually;
 use crate::support::fixtures::SUBMIT;
 use crate::support::fixtures::{endpoint_on, quick_worker, wait_for_state};
+use crate::support::gatekeeper::Gatekeeper;
 use crate::support::receiver::answering_after;
 use crate::support::{gql_error_code, Backend, PartitionProxy, Receiver, TestApp, TestDb};
 
@@ -375,26 +376,8 @@ async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() 
         || async { slow.in_flight("slow") == 1 },
     )
     .await;
-    // An operator on the server's own database: a database cannot refuse its own session.
-    let (server, name) = db.on_server().expect("PostgreSQL");
-    let operator = Db::connect(server, 1)
-        .await
-        .expect("the server's own database");
-    let allow = |allowed: bool| format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {allowed}");
-    operator
-        .conn()
-        .execute_unprepared(&allow(false))
-        .await
-        .expect("refuse connections");
-    count(
-        &operator,
-        &format!(
-            "SELECT count(*) AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{name}') t"
-        ),
-        vec![],
-    )
-    .await;
+    let gatekeeper = Gatekeeper::of(&db).await;
+    gatekeeper.refuse().await;
 
     for n in 0..3 {
         let started = Instant::now();
@@ -420,11 +403,7 @@ async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() 
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    operator
-        .conn()
-        .execute_unprepared(&allow(true))
-        .await
-        .expect("allow connections");
+    gatekeeper.allow().await;
     wait_ready(&app, Duration::from_secs(10)).await;
     let delivery = in_flight["data"]["submit"]["delivery"]["id"]
         .as_str()

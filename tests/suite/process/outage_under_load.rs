@@ -6,12 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use courier::db::Db;
 use reqwest::{Method, StatusCode};
-use sea_orm::ConnectionTrait;
 use serde_json::json;
 
-use crate::support::fixtures::count;
+use crate::support::gatekeeper::Gatekeeper;
 use crate::support::{Backend, TestApp, TestDb};
 
 /// One request of the load: when it was sent, how long it took, and its status (0: none).
@@ -73,36 +71,15 @@ async fn a_short_refusal_under_load_ends_when_the_database_accepts_again() {
     })
     .await;
     let admin = app.admin_token().await;
-    let (server, name) = db.on_server().expect("PostgreSQL");
-    let operator = Db::connect(server, 1)
-        .await
-        .expect("the server's own database");
-    let allow = |allowed: bool| format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {allowed}");
+    let gatekeeper = Gatekeeper::of(&db).await;
 
     let stop = tokio_util::sync::CancellationToken::new();
     let answers = load(&app, &admin, 150, stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    operator
-        .conn()
-        .execute_unprepared(&allow(false))
-        .await
-        .expect("refuse connections");
-    count(
-        &operator,
-        &format!(
-            "SELECT count(*) AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = '{name}') t"
-        ),
-        vec![],
-    )
-    .await;
+    gatekeeper.refuse().await;
     let refused_at = Instant::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    operator
-        .conn()
-        .execute_unprepared(&allow(true))
-        .await
-        .expect("allow connections");
+    gatekeeper.allow().await;
     let allowed_at = Instant::now();
     tokio::time::sleep(Duration::from_secs(10)).await;
     stop.cancel();

@@ -8,6 +8,7 @@ pub mod console;
 pub mod database;
 pub mod endpoints;
 pub mod fixtures;
+pub mod gatekeeper;
 pub mod history;
 pub mod operational;
 pub mod ordering;
