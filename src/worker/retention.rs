@@ -82,10 +82,63 @@ DELETE FROM api_keys WHERE id IN (
 
 /// Deletes every delivery settled more than `days` ago (with its attempts and submission),
 /// then the events left without submissions, the ordering lines idle as long and the API
-/// keys expired as long, batch by batch, until none is left or
-/// `shutdown` fires, resting after each full batch as long as it took. Returns how many
-/// deliveries went.
+/// keys expired as long, batch by batch, until none is left or `shutdown` fires, resting
+/// after each full batch of deliveries as long as it took. Returns how many deliveries
+/// went, or the first error once every kind was tried.
 pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u64, DbErr> {
+    // Each kind is pruned whatever became of the others: one that keeps failing (events
+    // whose statement overruns its deadline, say) must not leave the rest to grow.
+    let deliveries = prune_deliveries(db, days, shutdown).await;
+    let events = repeat_batches(shutdown, || async {
+        db.within_deadline(prune_events(db, days, BATCH)).await
+    })
+    .await;
+    let lines = repeat_batches(shutdown, || async {
+        let clock = db.clock();
+        db.within_deadline(lines::prune_idle(
+            db.conn(),
+            db.backend(),
+            clock.before(retention(days)),
+            BATCH,
+        ))
+        .await
+    })
+    .await;
+    let keys = repeat_batches(shutdown, || async {
+        let clock = db.clock();
+        let statement = clock.statement(
+            PRUNE_EXPIRED_KEYS,
+            [clock.before(retention(days)), BATCH.into()],
+        );
+        Ok(db
+            .within_deadline(db.conn().execute_raw(statement))
+            .await?
+            .rows_affected())
+    })
+    .await;
+    let pruned = deliveries?;
+    events.and(lines).and(keys)?;
+    Ok(pruned)
+}
+
+/// Runs `batch` (which deletes up to [`BATCH`] rows and says how many) until one deletes
+/// fewer, or `shutdown` fires.
+async fn repeat_batches<F, Fut>(shutdown: &CancellationToken, mut batch: F) -> Result<(), DbErr>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, DbErr>>,
+{
+    while !shutdown.is_cancelled() {
+        if batch().await? < BATCH as u64 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The deliveries settled more than `days` ago, with their attempts and submissions, batch
+/// by batch, resting after each full batch as long as it took. Returns how many went.
+async fn prune_deliveries(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u64, DbErr> {
     let mut pruned = 0;
     while !shutdown.is_cancelled() {
         let started = std::time::Instant::now();
@@ -100,40 +153,6 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(started.elapsed()) => {}
-        }
-    }
-    while !shutdown.is_cancelled() {
-        let deleted = db.within_deadline(prune_events(db, days, BATCH)).await?;
-        if deleted < BATCH as u64 {
-            break;
-        }
-    }
-    while !shutdown.is_cancelled() {
-        let clock = db.clock();
-        let deleted = db
-            .within_deadline(lines::prune_idle(
-                db.conn(),
-                db.backend(),
-                clock.before(retention(days)),
-                BATCH,
-            ))
-            .await?;
-        if deleted < BATCH as u64 {
-            break;
-        }
-    }
-    while !shutdown.is_cancelled() {
-        let clock = db.clock();
-        let statement = clock.statement(
-            PRUNE_EXPIRED_KEYS,
-            [clock.before(retention(days)), BATCH.into()],
-        );
-        let deleted = db
-            .within_deadline(db.conn().execute_raw(statement))
-            .await?
-            .rows_affected();
-        if deleted < BATCH as u64 {
-            break;
         }
     }
     Ok(pruned)

@@ -1,8 +1,12 @@
 //! Retention takes API keys expired longer ago than `COURIER_RETENTION_DAYS`: every portal
 //! link leaves one behind, refused from its expiry, listed a while, then gone. Keys that
-//! never expire stay.
+//! never expire stay, and the others go even when another kind of history cannot.
 
+use std::time::Duration;
+
+use courier::db::{Db, Timeouts};
 use courier::worker::retention::prune;
+use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +65,61 @@ async fn keys_expired_past_the_retention_are_pruned(backend: Backend) {
         listed["data"]["apiKeys"]["edges"].as_array().map(Vec::len),
         Some(2),
         "{listed}"
+    );
+}
+
+/// Events that cannot be pruned (their table locked by another session past the prune's
+/// deadline) leave the expired keys to be pruned all the same, and the run reports the
+/// failure. Before, the failure ended the run there: keys and idle ordering lines were
+/// left to grow for as long as events kept failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_pruned_when_events_cannot_be() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let tenant = create_tenant(&app, &admin, "acme").await;
+    let link = app
+        .graphql(
+            &admin,
+            "mutation($t: ID!) { createPortalLink(tenantId: $t, ttlSeconds: 60) { url } }",
+            json!({ "t": tenant }),
+        )
+        .await;
+    assert!(link["errors"].is_null(), "{link}");
+    let past = courier::db::now() - chrono::Duration::days(40);
+    rows(
+        &app.state.db,
+        "UPDATE api_keys SET expires_at = $1 WHERE expires_at IS NOT NULL",
+        vec![past.into()],
+    )
+    .await;
+    let pruner = Db::connect_with(
+        &db.url,
+        2,
+        Timeouts {
+            work: Duration::from_millis(1_000),
+            ..Timeouts::default()
+        },
+    )
+    .await
+    .expect("a pool with a short deadline");
+    let holder = db.connect(1).await;
+    let lock = holder.conn().begin().await.expect("begin");
+    lock.execute_unprepared("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock events");
+    let pruned = prune(&pruner, 30, &CancellationToken::new()).await;
+    lock.rollback().await.expect("unlocked");
+    assert!(pruned.is_err(), "the events' failure is reported");
+    assert_eq!(
+        count(
+            &app.state.db,
+            "SELECT COUNT(*) AS n FROM api_keys WHERE expires_at IS NOT NULL",
+            vec![]
+        )
+        .await,
+        0,
+        "the expired key went all the same"
     );
 }
 
