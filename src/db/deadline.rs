@@ -147,10 +147,10 @@ impl Db {
 
     /// Runs `work`, giving it up after `limit` with an error that classifies as
     /// unavailable ([`crate::db::is_unavailable`]); while the database is found out of reach
-    /// (see [`super::availability`]), turns it away at once with such an error. The work is dropped at the deadline: a transaction
-    /// rolls back, and its connection returns to the pool only after answering a ping (see
-    /// the module docs). A statement already sent may still complete on the server, as with
-    /// any lost reply.
+    /// (see [`super::availability`]), turns it away at once with such an error. The work is
+    /// dropped at the deadline: a transaction rolls back, and its connection returns to the
+    /// pool only after answering a ping (see the module docs). A statement already sent may
+    /// still complete on the server, as with any lost reply.
     pub async fn within<T, E: From<DbErr>>(
         &self,
         limit: Duration,
