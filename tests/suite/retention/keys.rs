@@ -15,20 +15,25 @@ use crate::support::fixtures::{count, rows};
 use crate::support::tenants::create_tenant;
 use crate::support::{Backend, TestApp, TestDb};
 
+/// A portal link for `tenant`, valid a minute: it leaves a key that expires.
+async fn portal_link(app: &TestApp, admin: &str, tenant: &str) {
+    let link = app
+        .graphql(
+            admin,
+            "mutation($t: ID!) { createPortalLink(tenantId: $t, ttlSeconds: 60) { url } }",
+            json!({ "t": tenant }),
+        )
+        .await;
+    assert!(link["errors"].is_null(), "{link}");
+}
+
 async fn keys_expired_past_the_retention_are_pruned(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
     let tenant = create_tenant(&app, &admin, "acme").await;
     for _ in 0..2 {
-        let link = app
-            .graphql(
-                &admin,
-                "mutation($t: ID!) { createPortalLink(tenantId: $t, ttlSeconds: 60) { url } }",
-                json!({ "t": tenant }),
-            )
-            .await;
-        assert!(link["errors"].is_null(), "{link}");
+        portal_link(&app, &admin, &tenant).await;
     }
     let keys = |sql: &'static str| {
         let db = app.state.db.clone();
@@ -78,14 +83,7 @@ async fn keys_are_pruned_when_events_cannot_be() {
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
     let tenant = create_tenant(&app, &admin, "acme").await;
-    let link = app
-        .graphql(
-            &admin,
-            "mutation($t: ID!) { createPortalLink(tenantId: $t, ttlSeconds: 60) { url } }",
-            json!({ "t": tenant }),
-        )
-        .await;
-    assert!(link["errors"].is_null(), "{link}");
+    portal_link(&app, &admin, &tenant).await;
     let past = courier::db::now() - chrono::Duration::days(40);
     rows(
         &app.state.db,

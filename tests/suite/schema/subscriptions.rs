@@ -207,6 +207,22 @@ async fn events_are_filtered_by_endpoint_and_scoped_to_partners() {
     }
 }
 
+/// An admin's `deliveryStateChanged { deliveryId state }` on `app`'s schema, in process,
+/// not yet polled (the subscription starts at the first poll).
+async fn admin_changes_in_process(
+    app: &TestApp,
+) -> futures_util::stream::BoxStream<'static, async_graphql::Response> {
+    let token = app.admin_token().await;
+    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("caller");
+    let schema = courier::schema::build(Some(app.state.clone()));
+    let request =
+        async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
+            .data(caller);
+    schema.execute_stream(request).boxed()
+}
+
 /// A subscriber starts while the listener is down; before it runs again the listener comes
 /// back, is lost again (its gap marker sent) and comes back once more. The subscriber
 /// subscribed before checking, so the marker reaches it: it is told it may have missed
@@ -216,17 +232,9 @@ async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() 
     use courier::bus::ChangeMessage;
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
-    let token = app.admin_token().await;
-    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
-        .await
-        .expect("caller");
-    let schema = courier::schema::build(Some(app.state.clone()));
-    let request =
-        async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
-            .data(caller);
     let events = &app.state.bus;
     events.set_live(false);
-    let mut stream = schema.execute_stream(request);
+    let mut stream = admin_changes_in_process(&app).await;
     // The first poll starts the subscription, which waits for the listener.
     assert!(
         tokio::time::timeout(Duration::from_millis(200), stream.next())
@@ -256,15 +264,7 @@ async fn a_subscriber_starting_while_the_listener_is_down_cannot_miss_the_gap() 
 async fn an_unreadable_notification_tells_subscribers_they_missed_events() {
     let db = TestDb::new(Backend::Postgres).await;
     let app = TestApp::spawn(&db).await;
-    let token = app.admin_token().await;
-    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
-        .await
-        .expect("caller");
-    let schema = courier::schema::build(Some(app.state.clone()));
-    let request =
-        async_graphql::Request::new("subscription { deliveryStateChanged { deliveryId state } }")
-            .data(caller);
-    let mut stream = schema.execute_stream(request);
+    let mut stream = admin_changes_in_process(&app).await;
     assert!(
         tokio::time::timeout(Duration::from_millis(500), stream.next())
             .await
