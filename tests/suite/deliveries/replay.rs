@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::auth::Role;
-use sea_orm::{ConnectionTrait as _, DbBackend, Statement, TransactionTrait as _};
+use sea_orm::{ConnectionTrait as _, DbBackend, Statement};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
@@ -15,7 +15,7 @@ use crate::support::fixtures::submit;
 use crate::support::fixtures::{
     assert_not_replayable, endpoint_on, quick_worker, settle, wait_for_state,
 };
-use crate::support::fixtures::{count, delivery, eventually, rows, V7};
+use crate::support::fixtures::{delivery, lock_endpoint_row, rows, until_one_waits_on_a_lock, V7};
 use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 const REPLAY: &str =
@@ -218,14 +218,7 @@ async fn a_bulk_replay_rechecks_when_each_failed_under_its_lock(backend: Backend
     let until = (chrono::Utc::now() - chrono::Duration::days(1)).to_rfc3339();
 
     let holder = db.connect(2).await;
-    let lock = holder.conn().begin().await.expect("begin");
-    lock.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
-        [endpoint.clone().into()],
-    ))
-    .await
-    .expect("lock the endpoint");
+    let lock = lock_endpoint_row(&holder, &endpoint).await;
     let replay = app.graphql(
         &admin,
         "mutation($endpoint: ID!, $until: DateTime!) { replayDeliveries(filter: \
@@ -233,22 +226,7 @@ async fn a_bulk_replay_rechecks_when_each_failed_under_its_lock(backend: Backend
         json!({ "endpoint": endpoint, "until": until }),
     );
     let meanwhile = async {
-        let observer = &holder;
-        eventually(
-            "the replay waits for the endpoint",
-            Duration::from_secs(10),
-            || async move {
-                count(
-                    observer,
-                    "SELECT count(*) AS n FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    vec![],
-                )
-                .await
-                    == 1
-            },
-        )
-        .await;
+        until_one_waits_on_a_lock(&holder, "the replay waits for the endpoint").await;
         // Replayed and failed again, today.
         lock.execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,

@@ -252,11 +252,7 @@ async fn operational_events_are_stamped_with_the_database_time() {
     let received = receiver.wait_for(1, Duration::from_secs(20)).await;
     assert!(received[0].verified);
     assert_eq!(received[0].body["type"], "courier.endpoint.disabled");
-    let at: chrono::DateTime<chrono::Utc> = received[0].body["at"]
-        .as_str()
-        .and_then(|at| at.parse().ok())
-        .unwrap_or_else(|| panic!("an `at`: {}", received[0].body));
-    let off = (at - chrono::Utc::now()).num_seconds().abs();
+    let off = seconds_off(&received[0].body["at"]);
     assert!(
         off < 30,
         "the event's time is the database's, not the skewed process's ({off} s off)"

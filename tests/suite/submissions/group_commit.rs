@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use sea_orm::{ConnectionTrait as _, DbBackend, Statement, TransactionTrait as _};
+use sea_orm::ConnectionTrait as _;
 use serde_json::json;
 
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
-use crate::support::fixtures::{row_counts, submit, submit_as_one_group};
+use crate::support::fixtures::{lock_endpoint_row, row_counts, submit, submit_as_one_group};
 
 /// Submissions arriving together are written together on PostgreSQL; each caller still gets
 /// its own answer: stored, unknown endpoint, disabled endpoint, or the idempotent winner.
@@ -108,14 +108,7 @@ async fn a_group_held_past_its_deadline_stalls_nothing_and_stores_once(backend: 
         .create_endpoint(&admin, "https://example.com/open")
         .await;
     let holder = db.connect(1).await;
-    let lock = holder.conn().begin().await.expect("begin");
-    lock.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
-        [blocked.clone().into()],
-    ))
-    .await
-    .expect("lock the endpoint");
+    let lock = lock_endpoint_row(&holder, &blocked).await;
     // Busy while it holds the lock, so no idle-in-transaction timeout ends it early.
     let held = async {
         lock.execute_unprepared("SELECT pg_sleep(20)")

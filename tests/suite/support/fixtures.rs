@@ -299,6 +299,36 @@ pub async fn row_counts(app: &TestApp) -> (u64, u64) {
     (submissions, deliveries)
 }
 
+/// A transaction on `holder` holding endpoint `id`'s row `FOR UPDATE` (PostgreSQL): work that
+/// takes the endpoint waits on it until it ends.
+pub async fn lock_endpoint_row(holder: &Db, id: &str) -> sea_orm::DatabaseTransaction {
+    let lock = holder.conn().begin().await.expect("begin");
+    lock.execute_raw(Statement::from_sql_and_values(
+        sea_orm::DbBackend::Postgres,
+        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
+        [id.into()],
+    ))
+    .await
+    .expect("lock the endpoint");
+    lock
+}
+
+/// Waits (10 s at most) until exactly one backend of this database waits on a lock, as
+/// `observer` sees it (PostgreSQL): `what` has reached the lock a test holds.
+pub async fn until_one_waits_on_a_lock(observer: &Db, what: &str) {
+    eventually(what, Duration::from_secs(10), || async move {
+        count(
+            observer,
+            "SELECT count(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            vec![],
+        )
+        .await
+            == 1
+    })
+    .await;
+}
+
 /// Runs `submits` (against `app`, on PostgreSQL) so that the group writer sends them in one
 /// statement: it is first held on a submission whose endpoint row another session has
 /// locked, and released only once all of `submits` wait in its queue. Returns their answers.
@@ -311,35 +341,10 @@ pub async fn submit_as_one_group<F: Future<Output = Value>>(
     let count = submits.len() as i64;
     let (gate, _) = app.create_endpoint(admin, "https://example.com/gate").await;
     let holder = db.connect(2).await;
-    let lock = holder.conn().begin().await.expect("begin");
-    lock.execute_raw(Statement::from_sql_and_values(
-        sea_orm::DbBackend::Postgres,
-        "SELECT id FROM endpoints WHERE id = $1::uuid FOR UPDATE",
-        [gate.clone().into()],
-    ))
-    .await
-    .expect("lock the gate endpoint");
+    let lock = lock_endpoint_row(&holder, &gate).await;
     let held = submit(app, admin, &gate, json!({ "gate": true }), None);
     let rest = async {
-        let observer = &holder;
-        eventually(
-            "the writer waits on the lock",
-            Duration::from_secs(10),
-            || async move {
-                let waiting = observer
-                    .conn()
-                    .query_one_raw(Statement::from_string(
-                        sea_orm::DbBackend::Postgres,
-                        "SELECT count(*) AS n FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    ))
-                    .await
-                    .expect("query")
-                    .expect("row");
-                waiting.try_get::<i64>("", "n").expect("n") == 1
-            },
-        )
-        .await;
+        until_one_waits_on_a_lock(&holder, "the writer waits on the lock").await;
         let release = async {
             let queued = &app.state.metrics.submissions_queued;
             eventually(
