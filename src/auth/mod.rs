@@ -256,16 +256,11 @@ pub async fn revoked_among(db: &Db, ids: &[Uuid]) -> Result<Vec<Uuid>> {
             REVOKED_AMONG_POSTGRES,
             [Value::from(ids.to_vec())],
         ),
-        backend => {
-            let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
-            let hex =
-                serde_json::to_string(&hex).map_err(|err| sea_orm::DbErr::Json(err.to_string()))?;
-            Statement::from_sql_and_values(
-                backend,
-                REVOKED_AMONG_SQLITE,
-                [hex.into(), db::now().into()],
-            )
-        }
+        backend => Statement::from_sql_and_values(
+            backend,
+            REVOKED_AMONG_SQLITE,
+            [crate::db::sql::sqlite_ids(ids), db::now().into()],
+        ),
     };
     let rows = db.conn().query_all_raw(statement).await?;
     rows.iter()

@@ -63,6 +63,22 @@ pub fn fill(template: &str, slots: &[(&str, &str)]) -> String {
     })
 }
 
+/// `ids` as SQLite statements read a list of ids: one JSON array of their hex forms, bound
+/// as one parameter and read back with `SELECT unhex(value) FROM json_each($n)`.
+pub fn sqlite_ids<'a>(ids: impl IntoIterator<Item = &'a uuid::Uuid>) -> Value {
+    let mut json = String::from("[");
+    for (n, id) in ids.into_iter().enumerate() {
+        if n > 0 {
+            json.push(',');
+        }
+        json.push('"');
+        json.push_str(id.simple().encode_lower(&mut uuid::Uuid::encode_buffer()));
+        json.push('"');
+    }
+    json.push(']');
+    Value::from(json)
+}
+
 /// Rows a statement reads as a table, `WITH v (a, b, ...) AS ({rows})`: on PostgreSQL one
 /// array per column (`SELECT * FROM unnest($1::uuid[], $2::text[], ...)`), so the statement
 /// text is the same for every number of rows and prepares once; on SQLite (which has no
@@ -215,6 +231,19 @@ mod tests {
             sql,
             "SELECT NOW, AFTER[v.delay], jsonb_set(x, '{t}', y), {other}"
         );
+    }
+
+    #[test]
+    fn sqlite_ids_are_one_json_array_of_hex() {
+        let a = uuid::Uuid::from_u128(0xa);
+        let b = uuid::Uuid::from_u128(0xb1);
+        assert_eq!(
+            sqlite_ids(&[a, b]),
+            Value::from(
+                r#"["0000000000000000000000000000000a","000000000000000000000000000000b1"]"#
+            )
+        );
+        assert_eq!(sqlite_ids(&[]), Value::from("[]"));
     }
 
     #[test]

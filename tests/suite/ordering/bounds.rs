@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use courier::worker::retention::prune;
+use courier::worker::retention::{prune, EventSweep};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -57,9 +57,14 @@ async fn a_replay_from_before_a_prune_keeps_the_line_moving(backend: Backend) {
         vec![past.into()],
     )
     .await;
-    prune(&app.state.db, 30, &CancellationToken::new())
-        .await
-        .expect("pruned");
+    prune(
+        &app.state.db,
+        30,
+        &EventSweep::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("pruned");
     let lines = rows(&app.state.db, "SELECT last_seq FROM ordering_lines", vec![]).await;
     assert!(lines.is_empty(), "the idle line was pruned");
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use courier::worker::retention::{prune, prune_batch};
+use courier::worker::retention::{prune, prune_batch, EventSweep};
 use sea_orm::Value as SqlValue;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -109,9 +109,14 @@ async fn settled_deliveries_past_retention_go_with_their_attempts_and_submission
         assert!(exists(&app, "delivery_attempts", "delivery_id", id).await);
     }
 
-    let pruned = prune(&app.state.db, 30, &CancellationToken::new())
-        .await
-        .unwrap();
+    let pruned = prune(
+        &app.state.db,
+        30,
+        &EventSweep::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(pruned, 2, "the two old settled deliveries");
     for (delivery, submission) in old.iter().zip(&old_submissions) {
         assert!(!exists(&app, "webhook_deliveries", "id", delivery).await);
@@ -134,9 +139,14 @@ async fn settled_deliveries_past_retention_go_with_their_attempts_and_submission
     }
     assert!(exists(&app, "delivery_attempts", "delivery_id", &recent).await);
     assert_eq!(
-        prune(&app.state.db, 30, &CancellationToken::new())
-            .await
-            .unwrap(),
+        prune(
+            &app.state.db,
+            30,
+            &EventSweep::default(),
+            &CancellationToken::new()
+        )
+        .await
+        .unwrap(),
         0
     );
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use courier::db::{Db, Timeouts};
-use courier::worker::retention::prune;
+use courier::worker::retention::{prune, EventSweep};
 use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -50,9 +50,14 @@ async fn keys_expired_past_the_retention_are_pruned(backend: Backend) {
         vec![past.into()],
     )
     .await;
-    prune(&app.state.db, 30, &CancellationToken::new())
-        .await
-        .expect("prune");
+    prune(
+        &app.state.db,
+        30,
+        &EventSweep::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("prune");
     assert_eq!(
         keys("SELECT COUNT(*) AS n FROM api_keys WHERE expires_at IS NOT NULL").await,
         1,
@@ -106,7 +111,13 @@ async fn keys_are_pruned_when_events_cannot_be() {
     lock.execute_unprepared("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
         .await
         .expect("lock events");
-    let pruned = prune(&pruner, 30, &CancellationToken::new()).await;
+    let pruned = prune(
+        &pruner,
+        30,
+        &EventSweep::default(),
+        &CancellationToken::new(),
+    )
+    .await;
     lock.rollback().await.expect("unlocked");
     assert!(pruned.is_err(), "the events' failure is reported");
     assert_eq!(

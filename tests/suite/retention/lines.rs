@@ -1,7 +1,7 @@
 //! Retention takes ordering lines idle past the retention with nothing open; a line with a
 //! delivery still open, or touched recently, stays; a key used again starts a fresh line.
 
-use courier::worker::retention::prune;
+use courier::worker::retention::{prune, EventSweep};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -49,9 +49,14 @@ async fn idle_lines_are_pruned(backend: Backend) {
     )
     .await;
 
-    prune(&app.state.db, 30, &CancellationToken::new())
-        .await
-        .expect("pruned");
+    prune(
+        &app.state.db,
+        30,
+        &EventSweep::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("pruned");
     let lines = rows(
         &app.state.db,
         "SELECT ordering_key FROM ordering_lines ORDER BY ordering_key",

@@ -3,7 +3,8 @@
 //! `COURIER_PRUNE_INTERVAL_SECS`, in small batches that skip locked rows, so pruning never
 //! waits on (or holds up) claiming, recording, replaying or submitting. Pending and
 //! processing deliveries are never touched. Ordering lines idle as long, with nothing open,
-//! go too, and so do API keys expired as long (a portal link leaves a key behind).
+//! go too, and so do API keys expired as long (a portal link leaves a key behind), and
+//! events no submission refers to any more ([`events`]).
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::db::sql::fill;
+use crate::db::sql::sqlite_ids;
 use crate::db::Db;
 use crate::error::error_chain;
 use crate::service::deliveries::tally::Tally;
@@ -19,13 +20,18 @@ use crate::service::lines;
 use crate::service::recent_health;
 use entity::webhook_delivery::DeliveryState;
 
+pub mod events;
+
+pub use self::events::{EventSweep, SweepStep};
+
 /// Deliveries deleted per transaction: small, so each one is brief.
 pub const BATCH: i64 = 500;
 
 /// PostgreSQL: one statement per batch, judged by the database's clock (`$1` is bound by
 /// [`crate::db::Clock::before`], like every cut-off here). The oldest settled
 /// deliveries are locked `SKIP LOCKED` (a row a replay or anything else holds is left for
-/// the next run), then their attempts, themselves and their submissions go together.
+/// the next run), then their attempts, themselves and their submissions go together; the
+/// submissions' events are returned, to go too once no submission refers to them.
 const PRUNE_POSTGRES: &str = "\
 WITH doomed AS (
     SELECT id, submission_id FROM webhook_deliveries
@@ -40,18 +46,21 @@ WITH doomed AS (
     RETURNING submission_id, endpoint_id, state
 ), submissions AS (
     DELETE FROM submissions WHERE id IN (SELECT submission_id FROM deliveries)
+    RETURNING id, event_id
 )
-SELECT endpoint_id, state FROM deliveries";
+SELECT d.endpoint_id, d.state, s.event_id
+FROM deliveries d LEFT JOIN submissions s ON s.id = d.submission_id";
 
 /// SQLite, step 1 (inside the write transaction, which excludes every other writer): the
-/// oldest settled deliveries past the cut-off.
+/// oldest settled deliveries past the cut-off, with their submissions' events.
 const DOOMED_SQLITE: &str = "\
-SELECT id, submission_id, endpoint_id, state FROM webhook_deliveries
-WHERE state IN ('delivered', 'failed') AND updated_at < {after($1)}
-ORDER BY updated_at
+SELECT d.id, d.submission_id, d.endpoint_id, d.state, s.event_id
+FROM webhook_deliveries d LEFT JOIN submissions s ON s.id = d.submission_id
+WHERE d.state IN ('delivered', 'failed') AND d.updated_at < {after($1)}
+ORDER BY d.updated_at
 LIMIT $2";
 
-/// SQLite, step 2: the same rows, named as one JSON array of hex ids each.
+/// SQLite, step 2: the same rows, named as one list of ids each ([`sqlite_ids`]).
 const DELETE_SQLITE: [&str; 3] = [
     "DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT unhex(value) FROM json_each($1))",
     "DELETE FROM webhook_deliveries WHERE id IN (SELECT unhex(value) FROM json_each($1)) \
@@ -60,19 +69,6 @@ const DELETE_SQLITE: [&str; 3] = [
      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.submission_id = submissions.id)",
 ];
 
-/// Events older than the retention with no submission left (their deliveries all pruned,
-/// or published to no endpoint), a batch at a time. `{skip_locked}`: on PostgreSQL an
-/// event another transaction holds is left for the next run (SQLite's write transaction
-/// already excludes every other writer).
-const PRUNE_EVENTS: &str = "\
-DELETE FROM events WHERE id IN (
-    SELECT e.id FROM events e
-    WHERE e.created_at < {after($1)}
-      AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.event_id = e.id)
-    LIMIT $2
-    {skip_locked}
-)";
-
 /// API keys that expired (a portal link's) before the cut-off `$1`, a batch at a time:
 /// refused since they expired, kept a while to be listed, then gone.
 const PRUNE_EXPIRED_KEYS: &str = "\
@@ -80,20 +76,36 @@ DELETE FROM api_keys WHERE id IN (
     SELECT id FROM api_keys WHERE expires_at < {after($1)} LIMIT $2
 )";
 
-/// Deletes every delivery settled more than `days` ago (with its attempts and submission),
-/// then the events left without submissions, the ordering lines idle as long and the API
-/// keys expired as long, batch by batch, until none is left or `shutdown` fires, resting
-/// after each full batch of deliveries as long as it took. Returns how many deliveries
-/// went, or the first error once every kind was tried.
-pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u64, DbErr> {
-    // Each kind is pruned whatever became of the others: one that keeps failing (events
-    // whose statement overruns its deadline, say) must not leave the rest to grow.
-    let deliveries = prune_deliveries(db, days, shutdown).await;
-    let events = repeat_batches(shutdown, || async {
-        db.within_deadline(prune_events(db, days, BATCH)).await
+/// Events a step of the event sweep examines: more than a batch of deletions, as reading
+/// an event kept costs only an index entry and a lookup.
+pub const SWEEP_STEP: i64 = 5_000;
+
+/// Deletes every delivery settled more than `days` ago (with its attempts, submission and,
+/// with its last submission, event), then sweeps on from where `events` stopped for events
+/// that expired without a submission, then the ordering lines idle as long and the API keys
+/// expired as long, batch by batch, until none is left or `shutdown` fires, resting after
+/// each full batch of deliveries or step of the sweep as long as it took. Returns how many
+/// deliveries went, or the first error once every kind was tried.
+pub async fn prune(
+    db: &Db,
+    days: u32,
+    events: &EventSweep,
+    shutdown: &CancellationToken,
+) -> Result<u64, DbErr> {
+    // Each kind is pruned whatever became of the others: one that keeps failing (a step
+    // that overruns its deadline, say) must not leave the rest to grow.
+    let deliveries = paced(shutdown, BATCH as u64, || async {
+        db.within_deadline(prune_batch(db, days, BATCH)).await
     })
     .await;
-    let lines = repeat_batches(shutdown, || async {
+    let swept = paced(shutdown, SWEEP_STEP as u64, || async {
+        let step = db
+            .within_deadline(events.step(db, days, SWEEP_STEP))
+            .await?;
+        Ok(step.examined)
+    })
+    .await;
+    let lines = paced(shutdown, BATCH as u64, || async {
         let clock = db.clock();
         db.within_deadline(lines::prune_idle(
             db.conn(),
@@ -104,7 +116,7 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
         .await
     })
     .await;
-    let keys = repeat_batches(shutdown, || async {
+    let keys = paced(shutdown, BATCH as u64, || async {
         let clock = db.clock();
         let statement = clock.statement(
             PRUNE_EXPIRED_KEYS,
@@ -117,82 +129,34 @@ pub async fn prune(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u
     })
     .await;
     let pruned = deliveries?;
-    events.and(lines).and(keys)?;
+    swept.and(lines).and(keys)?;
     Ok(pruned)
 }
 
-/// Runs `batch` (which deletes up to [`BATCH`] rows and says how many) until one deletes
-/// fewer, or `shutdown` fires.
-async fn repeat_batches<F, Fut>(shutdown: &CancellationToken, mut batch: F) -> Result<(), DbErr>
+/// Runs `batch` (which works through up to `full` rows and says how many) until one does
+/// fewer, or `shutdown` fires, resting after each full one as long as it took: retention
+/// takes at most half of one connection's time, leaving the rest of the machine to
+/// claiming and recording, and still removes history several times faster than a process
+/// delivers. Returns how many rows were worked through.
+async fn paced<F, Fut>(shutdown: &CancellationToken, full: u64, mut batch: F) -> Result<u64, DbErr>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<u64, DbErr>>,
 {
-    while !shutdown.is_cancelled() {
-        if batch().await? < BATCH as u64 {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// The deliveries settled more than `days` ago, with their attempts and submissions, batch
-/// by batch, resting after each full batch as long as it took. Returns how many went.
-async fn prune_deliveries(db: &Db, days: u32, shutdown: &CancellationToken) -> Result<u64, DbErr> {
-    let mut pruned = 0;
+    let mut total = 0;
     while !shutdown.is_cancelled() {
         let started = std::time::Instant::now();
-        let deleted = db.within_deadline(prune_batch(db, days, BATCH)).await?;
-        pruned += deleted;
-        if deleted < BATCH as u64 {
+        let done = batch().await?;
+        total += done;
+        if done < full {
             break;
         }
-        // Rest as long as the batch took: pruning takes at most half of one connection's
-        // time, leaving the rest of the machine to claiming and recording, and still
-        // removes history several times faster than a process delivers.
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(started.elapsed()) => {}
         }
     }
-    Ok(pruned)
-}
-
-/// Deletes up to `limit` events older than `days` days that no submission refers to.
-pub async fn prune_events(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
-    let statement = prune_events_statement(db, days, limit);
-    Ok(db.conn().execute_raw(statement).await?.rows_affected())
-}
-
-fn prune_events_statement(db: &Db, days: u32, limit: i64) -> Statement {
-    let skip_locked = match db.backend() {
-        DbBackend::Postgres => "FOR UPDATE SKIP LOCKED",
-        _ => "",
-    };
-    let sql = fill(PRUNE_EVENTS, &[("skip_locked", skip_locked)]);
-    let clock = db.clock();
-    clock.statement(&sql, [clock.before(retention(days)), limit.into()])
-}
-
-/// What one run of [`prune_events`] does, on PostgreSQL: its plan with the work it did
-/// (`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`), in a transaction rolled back after.
-pub async fn explain_prune_events(
-    db: &Db,
-    days: u32,
-    limit: i64,
-) -> Result<serde_json::Value, DbErr> {
-    use sea_orm::TransactionTrait as _;
-    let statement = prune_events_statement(db, days, limit);
-    let explained = Statement::from_sql_and_values(
-        statement.db_backend,
-        format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", statement.sql),
-        statement.values.map(|values| values.0).unwrap_or_default(),
-    );
-    let txn = db.conn().begin().await?;
-    let plan = txn.query_one_raw(explained).await?;
-    txn.rollback().await?;
-    plan.ok_or_else(|| DbErr::RecordNotFound("a plan".into()))?
-        .try_get("", "QUERY PLAN")
+    Ok(total)
 }
 
 /// Deletes up to `limit` of the oldest deliveries settled more than `days` ago, in one
@@ -210,6 +174,7 @@ pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
                         ))
                         .await?;
                     untally(&*txn, db.backend(), &rows).await?;
+                    events::with_last_submission(&*txn, db.backend(), &events_of(&rows)?).await?;
                     Ok(rows.len() as u64)
                 })
                 .await?;
@@ -226,32 +191,34 @@ pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
             let mut deliveries = Vec::with_capacity(doomed.len());
             let mut submissions = Vec::with_capacity(doomed.len());
             for row in &doomed {
-                deliveries.push(row.try_get::<Uuid>("", "id")?.simple().to_string());
-                submissions.push(
-                    row.try_get::<Uuid>("", "submission_id")?
-                        .simple()
-                        .to_string(),
-                );
+                deliveries.push(row.try_get::<Uuid>("", "id")?);
+                submissions.push(row.try_get::<Uuid>("", "submission_id")?);
             }
-            let as_json =
-                |ids: &[String]| serde_json::to_string(ids).map_err(|e| DbErr::Json(e.to_string()));
-            let (deliveries, submissions) = (as_json(&deliveries)?, as_json(&submissions)?);
+            let (deliveries, submissions) = (sqlite_ids(&deliveries), sqlite_ids(&submissions));
             for (sql, ids) in DELETE_SQLITE
                 .iter()
                 .zip([&deliveries, &deliveries, &submissions])
             {
-                txn.execute_raw(Statement::from_sql_and_values(
-                    backend,
-                    *sql,
-                    [ids.clone().into()],
-                ))
-                .await?;
+                txn.execute_raw(Statement::from_sql_and_values(backend, *sql, [ids.clone()]))
+                    .await?;
             }
             untally(&txn, backend, &doomed).await?;
+            events::with_last_submission(&txn, backend, &events_of(&doomed)?).await?;
             txn.commit().await?;
             Ok(doomed.len() as u64)
         }
     }
+}
+
+/// The events of the pruned `rows`' submissions (each row's `event_id`, NULL for a submit).
+fn events_of(rows: &[sea_orm::QueryResult]) -> Result<Vec<Uuid>, DbErr> {
+    let mut events = Vec::new();
+    for row in rows {
+        if let Some(event) = row.try_get::<Option<Uuid>>("", "event_id")? {
+            events.push(event);
+        }
+    }
+    Ok(events)
 }
 
 /// Takes the pruned `rows` (each with its `endpoint_id` and `state`) out of the delivered
@@ -273,6 +240,7 @@ async fn untally(
 /// minutes of `Endpoint.health` that left its hour, and previous secrets past their grace
 /// period, always).
 pub async fn run(db: Db, days: u32, interval: Duration, shutdown: CancellationToken) {
+    let events = EventSweep::default();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -292,7 +260,7 @@ pub async fn run(db: Db, days: u32, interval: Duration, shutdown: CancellationTo
         if days == 0 {
             continue;
         }
-        match prune(&db, days, &shutdown).await {
+        match prune(&db, days, &events, &shutdown).await {
             Ok(0) => {}
             Ok(pruned) => tracing::info!(pruned, retention_days = days, "old deliveries pruned"),
             Err(err) => {
