@@ -101,6 +101,9 @@ pub async fn post(
             "the body is not a GraphQL request: it is not UTF-8",
         );
     };
+    if let Some(refused) = repeated_member(media, body) {
+        return refused;
+    }
     let request = match serde_json::from_str::<WireRequest>(body) {
         Ok(wire) => wire.into_request(),
         Err(err) => {
@@ -143,6 +146,12 @@ pub async fn get(
         Ok(identity) => identity,
         Err(err) => return auth_error(media, err),
     };
+    let variables = url::form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == "variables")
+        .map(|(_, variables)| variables);
+    if let Some(refused) = variables.and_then(|variables| repeated_member(media, &variables)) {
+        return refused;
+    }
     let mut request = match async_graphql::http::parse_query_string(&query) {
         Ok(request) => with_operation_name(request, &query),
         Err(err) => {
@@ -241,6 +250,15 @@ async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Re
         StatusCode::OK
     };
     ensure_codes(&mut response);
+    // A key found gone while the request ran (deleted before this process's revocation
+    // check noticed): the 401 a missing key gets, and nothing of what was read.
+    if response
+        .errors
+        .iter()
+        .any(|error| error_code(error) == Some(Error::Unauthenticated.code()))
+    {
+        return auth_error(media, Error::Unauthenticated);
+    }
     let body = if not_executed {
         serde_json::to_vec(&serde_json::json!({ "errors": response.errors }))
     } else {
@@ -258,6 +276,14 @@ async fn execute(state: &HttpState, media: MediaType, request: async_graphql::Re
     http
 }
 
+/// The `extensions.code` of `error`, if it has one.
+fn error_code(error: &ServerError) -> Option<&str> {
+    match error.extensions.as_ref()?.get("code")? {
+        Value::String(code) => Some(code),
+        _ => None,
+    }
+}
+
 /// The HTTP side of an error that says when to come back (`extensions.retryAfter`), for
 /// either media type and the one place a response gets `Retry-After`: the header, and for
 /// an unavailable database a 503 as well (the request may not have run, and the same
@@ -269,7 +295,7 @@ fn retry_later_if_asked(http: &mut Response, errors: &[ServerError]) {
             Value::Number(secs) => secs.as_u64()?,
             _ => return None,
         };
-        let unavailable = matches!(extensions.get("code"), Some(Value::String(code)) if code == "SERVICE_UNAVAILABLE");
+        let unavailable = error_code(error) == Some("SERVICE_UNAVAILABLE");
         Some((unavailable, secs))
     });
     match asked {
@@ -322,6 +348,20 @@ fn unreadable_body(media: MediaType, rejection: &BytesRejection) -> Response {
 fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
     std::iter::successors(Some(err), |err| err.source())
         .any(|err| err.is::<tower_http::timeout::TimeoutError>())
+}
+
+/// The refusal of a request whose JSON `json` names a member twice in one object (see
+/// [`super::unique_members`]), if it does.
+fn repeated_member(media: MediaType, json: &str) -> Option<Response> {
+    let name = super::unique_members::first_repeated_member(json)?;
+    let shown: String = name.chars().take(64).collect();
+    let ellipsis = if shown.len() < name.len() { "..." } else { "" };
+    Some(request_error(
+        media,
+        StatusCode::BAD_REQUEST,
+        "BAD_USER_INPUT",
+        &format!("the request names \"{shown}{ellipsis}\" twice in one JSON object: each member may be named once"),
+    ))
 }
 
 /// A response for a request that was refused before execution.

@@ -7,6 +7,7 @@ pub mod cors;
 mod exposition;
 mod graphql;
 mod negotiate;
+mod unique_members;
 mod websocket;
 mod ws_auth;
 mod ws_close;

@@ -171,10 +171,9 @@ impl Session {
         let (mut outgoing, incoming) = socket.split();
         // After a revocation the client is heard no more; the session only finishes sending.
         let deaf = CancellationToken::new();
-        // The `graphql-transport-ws` rules the session does not enforce (see `ws_gate`).
+        // The rules the session does not enforce (see `ws_gate`).
         let (gate, mut violation) = Gate::new(self.legacy);
-        let rules = (!self.legacy).then(|| gate.clone());
-        let transport = gate.clone();
+        let rules = gate.clone();
         let client_end = Arc::new(Mutex::new(ClientEnd::Open));
         let ended_by_client = client_end.clone();
         let incoming = incoming
@@ -196,13 +195,13 @@ impl Session {
                     }
                     _ => {}
                 }
-                let admitted = match (&rules, message, refused) {
-                    (Some(rules), Ok(message), _) => rules.admit(message),
-                    (_, Err(_), Some(close)) => {
-                        transport.refuse(close);
+                let admitted = match (message, refused) {
+                    (Ok(message), _) => rules.admit(message),
+                    (Err(_), Some(close)) => {
+                        rules.refuse(close);
                         false
                     }
-                    _ => true,
+                    (Err(_), None) => true,
                 };
                 std::future::ready(admitted)
             })

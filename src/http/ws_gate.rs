@@ -8,8 +8,10 @@
 //! it ran (a document that does not parse or validate, variables that do not fit) is
 //! answered with the protocol's `error` message rather than async-graphql's `next` and
 //! `complete`, on the legacy `graphql-ws` protocol too (its `data` and `complete` become
-//! its `error`); and an operation the client completed gets no `complete` back. The legacy
-//! protocol has none of the other rules.
+//! its `error`); and an operation the client completed gets no `complete` back. A message
+//! naming a member twice in one object (two `Authorization` entries in `connection_init`,
+//! say) is closed with 4400 on both protocols; the legacy protocol has none of the other
+//! rules.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,6 +47,8 @@ struct Seen {
 /// [`Gate::relay`] notes what the session sends.
 #[derive(Debug, Clone)]
 pub struct Gate {
+    /// Whether the session speaks the legacy `graphql-ws` protocol.
+    legacy: bool,
     /// How an operation's result message starts: `next` (`graphql-transport-ws`) or the
     /// legacy protocol's `data`.
     result_head: &'static str,
@@ -58,6 +62,7 @@ impl Gate {
     pub fn new(legacy: bool) -> (Gate, oneshot::Receiver<CloseFrame>) {
         let (tell, told) = oneshot::channel();
         let gate = Gate {
+            legacy,
             result_head: if legacy {
                 r#"{"type":"data","id":"#
             } else {
@@ -159,6 +164,12 @@ impl Gate {
             code: INVALID_MESSAGE,
             reason: format!("Invalid message received: {why}").into(),
         };
+        if super::unique_members::first_repeated_member(text).is_some() {
+            return Err(invalid("a member named twice in one object"));
+        }
+        if self.legacy {
+            return Ok(());
+        }
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|_| invalid("not JSON"))?;
         let kind = value
@@ -290,6 +301,21 @@ mod tests {
             let (gate, mut told) = Gate::new(false);
             assert!(!gate.admit(&Message::Text(garbage.into())), "{garbage}");
             assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
+        }
+    }
+
+    #[test]
+    fn a_member_named_twice_closes_on_both_protocols() {
+        let twice = r#"{"type":"connection_init","payload":{"Authorization":"Bearer a","Authorization":"Bearer b"}}"#;
+        for legacy in [false, true] {
+            let (gate, mut told) = Gate::new(legacy);
+            assert!(
+                !gate.admit(&Message::Text(twice.into())),
+                "legacy: {legacy}"
+            );
+            assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
+            let (gate, _told) = Gate::new(legacy);
+            assert!(gate.admit(&init()), "legacy: {legacy}");
         }
     }
 

@@ -1,12 +1,14 @@
-//! Required variables a request leaves out: refused before anything runs, as a request
-//! error (no `data`; `400` in `application/graphql-response+json`), the way GraphQL
-//! coerces variables before execution, rather than as an error of each field that uses one.
+//! Required variables a request leaves out or gives as `null`: refused before anything
+//! runs, as a request error (no `data`; `400` in `application/graphql-response+json`), the
+//! way GraphQL coerces variables before execution, rather than as an error of each field
+//! that uses one (or none at all: the executor's argument check passes over an argument
+//! naming a variable the request leaves out, and a `JSON!` takes a `null`).
 
 use async_graphql::parser::types::ExecutableDocument;
-use async_graphql::{Name, Request, ServerError, ServerResult, Variables};
+use async_graphql::{Name, Request, ServerError, ServerResult, Value as ConstValue, Variables};
 
-/// Refuses `request` if its operation declares a non-null variable without a default that
-/// its variables leave out. (One given as `null` is refused by the executor already.)
+/// Refuses `request` if its operation declares a non-null variable that its variables give
+/// as `null`, or leave out when it has no default.
 pub fn check_required(request: &mut Request) -> ServerResult<()> {
     let variables = std::mem::take(&mut request.variables);
     let operation_name = request.operation_name.clone();
@@ -21,7 +23,8 @@ pub fn check_required(request: &mut Request) -> ServerResult<()> {
 }
 
 /// The first required variable of the operation named `operation_name` (or the only one)
-/// that `variables` leaves out, as an error at its definition.
+/// that `variables` gives as `null` or leaves out (with no default), as an error at its
+/// definition.
 fn missing_variable(
     document: &ExecutableDocument,
     operation_name: Option<&str>,
@@ -39,20 +42,24 @@ fn missing_variable(
         .node
         .variable_definitions
         .iter()
-        .find(|definition| {
-            let definition = &definition.node;
-            !definition.var_type.node.nullable
-                && definition.default_value.is_none()
-                && !variables.contains_key(&definition.name.node)
-        })
-        .map(|definition| {
-            ServerError::new(
+        .find_map(|definition| {
+            let (pos, definition) = (definition.pos, &definition.node);
+            if definition.var_type.node.nullable {
+                return None;
+            }
+            let wrong = match variables.get(&definition.name.node) {
+                Some(ConstValue::Null) => "was given null",
+                Some(_) => return None,
+                None if definition.default_value.is_some() => return None,
+                None => "was not given",
+            };
+            Some(ServerError::new(
                 format!(
-                    "variable ${} of type {} is required and was not given",
-                    definition.node.name.node, definition.node.var_type.node
+                    "variable ${} of type {} is required and {wrong}",
+                    definition.name.node, definition.var_type.node
                 ),
-                Some(definition.pos),
-            )
+                Some(pos),
+            ))
         })
 }
 
@@ -89,5 +96,27 @@ mod tests {
         );
         let mut chosen = request(named, serde_json::json!({})).operation_name("B");
         assert!(check_required(&mut chosen).is_err());
+    }
+
+    #[test]
+    fn a_required_variable_given_null_is_refused_before_execution() {
+        let query = "mutation($p: JSON!, $k: String, $d: Int! = 1) { a(p: $p, k: $k, d: $d) }";
+        let refusal = |variables| {
+            check_required(&mut request(query, variables))
+                .err()
+                .map(|error| error.message)
+        };
+        let expected = Some("variable $p of type JSON! is required and was given null".to_owned());
+        assert_eq!(refusal(serde_json::json!({ "p": null })), expected);
+        assert_eq!(
+            refusal(serde_json::json!({ "p": null, "k": null })),
+            expected
+        );
+        assert_eq!(
+            refusal(serde_json::json!({ "p": {}, "d": null })),
+            Some("variable $d of type Int! is required and was given null".to_owned()),
+            "a default does not stand in for an explicit null"
+        );
+        assert_eq!(refusal(serde_json::json!({ "p": {}, "k": null })), None);
     }
 }

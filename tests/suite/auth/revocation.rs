@@ -311,7 +311,39 @@ async fn racing_revocations_settle_on_one(backend: Backend) {
     );
 }
 
+/// A key deleted while a process still holds it as valid (until its revocation check comes
+/// round) is refused with 401 all the same: its request runs into the missing row and the
+/// whole answer is the 401 a missing key gets, not a 200 carrying `UNAUTHENTICATED` beside
+/// what the rest of the request read.
+async fn a_deleted_key_is_answered_401_at_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let key = auth::create_api_key(&app.state.db, "deleted", Role::Admin, Default::default())
+        .await
+        .expect("key");
+    let query = json!({ "query": "{ currentKey { id } endpoints { edges { cursor } } }" });
+    let held = app.post_graphql(Some(&key.token), &query).await;
+    assert_eq!(held.status(), reqwest::StatusCode::OK);
+    app.state
+        .db
+        .conn()
+        .execute_raw(sea_orm::Statement::from_sql_and_values(
+            app.state.db.backend(),
+            "DELETE FROM api_keys WHERE id = $1",
+            [key.id.into()],
+        ))
+        .await
+        .expect("deleted");
+    let refused = app.post_graphql(Some(&key.token), &query).await;
+    assert_eq!(refused.status(), reqwest::StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.headers()["www-authenticate"], "Bearer");
+    let body: serde_json::Value = refused.json().await.expect("a JSON body");
+    assert_eq!(gql_error_code(&body), Some("UNAUTHENTICATED"), "{body}");
+    assert!(body.get("data").is_none(), "nothing read is shown: {body}");
+}
+
 on_both_backends!(
+    a_deleted_key_is_answered_401_at_once,
     revoking_through_the_service_ends_sessions_everywhere,
     revoking_with_plain_sql_ends_sessions_everywhere,
     deleting_a_key_ends_sessions_everywhere,

@@ -95,6 +95,67 @@ async fn malformed_requests_get_400_with_a_code(backend: Backend) {
     assert_eq!(endpoint_count(&app).await, 0, "nothing was written");
 }
 
+/// A body naming a member twice in one object is refused, wherever the repeat is: before,
+/// variables and payloads kept the last value (`{"e": A, "e": B}` ran against B).
+async fn a_member_named_twice_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let create = "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }";
+    for (body, name) in [
+        (
+            format!(
+                r#"{{"query": "{create}", "variables": {{"input": {{"name": "a", "url": "https://example.com/a", "name": "b"}}}}}}"#
+            ),
+            "name",
+        ),
+        (
+            format!(
+                r#"{{"query": "{create}", "variables": {{"input": {{"name": "a", "url": "https://example.com/a"}}, "input": {{}}}}}}"#
+            ),
+            "input",
+        ),
+        (
+            r#"{"query": "{ __typename }", "query": "{ __typename }"}"#.to_owned(),
+            "query",
+        ),
+    ] {
+        let (status, text) = post_raw(&app, &admin, "application/json", body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} -> {text}");
+        let parsed: Value = serde_json::from_str(&text).expect("a JSON error body");
+        assert_eq!(gql_error_code(&parsed), Some("BAD_USER_INPUT"), "{text}");
+        assert!(
+            text.contains(&format!("names \\\"{name}\\\" twice")),
+            "{text}"
+        );
+    }
+    let mut url = reqwest::Url::parse("http://courier.invalid/graphql").expect("a URL");
+    url.query_pairs_mut()
+        .append_pair(
+            "query",
+            "query($f: Int) { endpoints(first: $f) { edges { cursor } } }",
+        )
+        .append_pair("variables", r#"{"f": 1, "f": 2}"#);
+    let response = app
+        .request(
+            Method::GET,
+            &format!("/graphql?{}", url.query().unwrap_or_default()),
+        )
+        .bearer_auth(&admin)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(endpoint_count(&app).await, 0, "nothing was written");
+    // The same names in sibling objects, and names differing in case, are distinct.
+    let body = format!(
+        r#"{{"query": "{create}", "variables": {{"input": {{"name": "a", "url": "https://example.com/a"}}, "Input": {{"name": "b"}}}}}}"#
+    );
+    let (status, text) = post_raw(&app, &admin, "application/json", body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}
+
 async fn oversized_bodies_get_413_and_write_nothing(backend: Backend) {
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn_with(&db, |config| config.max_body_bytes = 64 * 1024).await;
@@ -147,6 +208,7 @@ async fn oversized_bodies_get_413_and_write_nothing(backend: Backend) {
 
 on_both_backends!(
     malformed_requests_get_400_with_a_code,
+    a_member_named_twice_is_refused,
     oversized_bodies_get_413_and_write_nothing
 );
 

@@ -207,6 +207,57 @@ async fn the_upgrade_request_may_carry_the_key_instead() {
     }
 }
 
+/// A `connection_init` naming `Authorization` twice, the same way, is closed with 4400 on
+/// both protocols, whichever key comes first: before, the last one signed the session in
+/// (a gateway checking the first would have approved another key). So is any message
+/// naming a member twice in one object.
+#[tokio::test]
+async fn a_message_naming_a_member_twice_is_closed_on_both_protocols() {
+    use futures_util::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let other = app.admin_token().await;
+    let twice = format!(
+        r#"{{"type":"connection_init","payload":{{"Authorization":"Bearer {admin}","Authorization":"Bearer {other}"}}}}"#
+    );
+    let in_variables = format!(
+        r#"{{"id":"1","type":"subscribe","payload":{{"query":"{QUERY}","variables":{{"a":1,"a":2}}}}}}"#
+    );
+    for protocol in ["graphql-transport-ws", "graphql-ws"] {
+        let mut socket = connect(&app, protocol).await;
+        socket
+            .send(Message::text(twice.clone()))
+            .await
+            .expect("sent");
+        let (messages, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+        let (code, reason) = close.unwrap_or_else(|| panic!("{protocol}: no close frame"));
+        assert_eq!(code, 4400, "{protocol}: {reason}");
+        assert!(
+            messages
+                .iter()
+                .all(|message| message["type"] != "connection_ack"),
+            "{protocol}: {messages:?}"
+        );
+
+        let mut socket = initialised(&app, protocol, &admin).await;
+        let in_variables = if protocol == "graphql-ws" {
+            in_variables.replace("subscribe", "start")
+        } else {
+            in_variables.clone()
+        };
+        socket
+            .send(Message::text(in_variables))
+            .await
+            .expect("sent");
+        let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+        let (code, reason) = close.unwrap_or_else(|| panic!("{protocol}: no close frame"));
+        assert_eq!(code, 4400, "{protocol}: {reason}");
+    }
+}
+
 /// A client that offers both protocols gets the first one it lists, in the handshake's
 /// answer and in what the session speaks.
 #[tokio::test]

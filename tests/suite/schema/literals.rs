@@ -1,6 +1,7 @@
-//! What a document writes literally, held to the spec's validation where async-graphql is
-//! lenient: an input object naming a field twice and a quoted enum value are refused before
-//! anything runs; and an operation whose every root field is skipped answers `{}`.
+//! What a document writes literally, and what its variables give, held to the spec's
+//! validation where async-graphql is lenient: an input object naming a field twice, a
+//! quoted enum value and a required variable given `null` are refused before anything
+//! runs; and an operation whose every root field is skipped answers `{}`.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -103,6 +104,57 @@ async fn a_quoted_enum_value_is_refused_and_a_variables_string_stands() {
     let (status, body) = run(&app, &admin, through, json!({ "state": "FAILED" })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["data"]["deliveries"]["edges"], json!([]), "{body}");
+    app.stop().await;
+}
+
+/// A required variable given `null` is refused, with nothing written, however the rest of
+/// the request reads: `publish` stored and delivered a `null` payload, and a required state
+/// filter was dropped, when the operation also declared an optional variable the request
+/// left out (the executor's argument check passed over the whole argument).
+#[tokio::test]
+async fn a_required_variable_given_null_is_refused_before_anything_runs() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app.create_endpoint(&admin, "https://example.com/a").await;
+    let rows = row_counts(&app).await;
+
+    let publish = "mutation($p: JSON!, $k: String) { publish(input: {eventType: \"order.paid\", \
+                   payload: $p, idempotencyKey: $k}) { created } }";
+    let submit = "mutation($e: ID!, $p: JSON!, $k: String) { submit(input: {endpointId: $e, \
+                  payload: $p, idempotencyKey: $k}) { created } }";
+    let listing = "query($s: DeliveryState!, $f: Int) { deliveries(filter: {state: $s}, \
+                   first: $f) { edges { cursor } } }";
+    for (query, variables, message) in [
+        (
+            publish,
+            json!({ "p": null }),
+            "variable $p of type JSON! is required and was given null",
+        ),
+        (
+            publish,
+            json!({ "p": null, "k": null }),
+            "variable $p of type JSON! is required and was given null",
+        ),
+        (
+            submit,
+            json!({ "e": endpoint, "p": null }),
+            "variable $p of type JSON! is required and was given null",
+        ),
+        (
+            listing,
+            json!({ "s": null }),
+            "variable $s of type DeliveryState! is required and was given null",
+        ),
+    ] {
+        let (status, body) = run(&app, &admin, query, variables).await;
+        refused(status, &body, message);
+    }
+    assert_eq!(row_counts(&app).await, rows, "nothing was written");
+
+    let (status, body) = run(&app, &admin, publish, json!({ "p": {"n": 1} })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["publish"]["created"], true, "{body}");
     app.stop().await;
 }
 
