@@ -1,6 +1,7 @@
-//! Whether the database can be reached, as a connection of its own finds it (PostgreSQL, in
-//! a serving process): while it cannot, database work is answered unavailable at once
-//! instead of queueing for the pool.
+//! Whether the database can be reached, as a connection of its own finds it (PostgreSQL):
+//! in a serving process, while it cannot, database work is answered unavailable at once
+//! instead of queueing for the pool; while migrations run, one that stays out of reach
+//! ends them with an error instead of a wait for ever on a connection gone silent.
 //!
 //! Why: the pool opens a connection on behalf of the request waiting longest, within what
 //! is left of that request's wait. Under load, once the database refused or dropped
@@ -11,9 +12,10 @@
 //! reach, no such queue forms, and once the probe connects again the next requests open
 //! their connections with their whole wait ahead of them.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sea_orm::{ConnAcquireErr, DbErr};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -67,6 +69,53 @@ pub(super) async fn watch(
     timeouts: Timeouts,
     shutdown: CancellationToken,
 ) {
+    probe(options, timeouts, &shutdown, |reachable, why| {
+        availability.found(reachable, why);
+        ControlFlow::Continue(())
+    })
+    .await;
+}
+
+/// Returns, with what the last look found, once the database has been out of reach look
+/// after look for `limit`: work that is waiting on it (a migration's statement, whose
+/// connection may have gone silent) can give up instead of waiting for ever.
+pub(super) async fn out_of_reach_for(
+    options: PgConnectOptions,
+    timeouts: Timeouts,
+    limit: Duration,
+) -> String {
+    let mut since: Option<Instant> = None;
+    let mut last = String::new();
+    probe(
+        options,
+        timeouts,
+        &CancellationToken::new(),
+        |reachable, why| {
+            if reachable {
+                since = None;
+                return ControlFlow::Continue(());
+            }
+            last = why.to_owned();
+            if since.get_or_insert_with(Instant::now).elapsed() >= limit {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        },
+    )
+    .await;
+    last
+}
+
+/// Looks at the database every [`PROBE_EVERY`] through a connection of its own (pinged
+/// while it answers, replaced when it does not, each look within the deadlines), telling
+/// `found` whether it was reachable (and if not, why) until `found` breaks or `shutdown`.
+async fn probe(
+    options: PgConnectOptions,
+    timeouts: Timeouts,
+    shutdown: &CancellationToken,
+    mut found: impl FnMut(bool, &str) -> ControlFlow<()>,
+) {
     let mut probe: Option<PgConnection> = None;
     loop {
         tokio::select! {
@@ -76,7 +125,9 @@ pub(super) async fn watch(
         if let Some(connection) = probe.as_mut() {
             match tokio::time::timeout(timeouts.work, connection.ping()).await {
                 Ok(Ok(())) => {
-                    availability.found(true, "");
+                    if found(true, "").is_break() {
+                        return;
+                    }
                     continue;
                 }
                 // Dropped without a goodbye: a silent peer would hold a polite close.
@@ -87,13 +138,16 @@ pub(super) async fn watch(
             () = shutdown.cancelled() => return,
             opened = tokio::time::timeout(timeouts.acquire, PgConnection::connect_with(&options)) => opened,
         };
-        match opened {
+        let look = match opened {
             Ok(Ok(connection)) => {
                 probe = Some(connection);
-                availability.found(true, "");
+                found(true, "")
             }
-            Ok(Err(err)) => availability.found(false, &err.to_string()),
-            Err(_) => availability.found(false, "no answer to a new connection in time"),
+            Ok(Err(err)) => found(false, &err.to_string()),
+            Err(_) => found(false, "no answer to a new connection in time"),
+        };
+        if look.is_break() {
+            return;
         }
     }
 }

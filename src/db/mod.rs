@@ -49,7 +49,10 @@ pub use self::diagnose::{
 pub use self::transaction::{Txn, MAX_TRIES};
 
 /// Arbitrary constant naming the advisory lock that serialises migrations across processes.
-const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
+pub const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
+
+/// How many acquire timeouts migrations wait on a database out of reach before giving up.
+pub const MIGRATION_GIVES_UP_AFTER: u32 = 10;
 
 /// A handle on Courier's database: a cheap clone around the connection pool.
 #[derive(Clone, Debug)]
@@ -284,7 +287,30 @@ impl Db {
 
     /// Applies pending migrations. Safe to run from several processes at once:
     /// on PostgreSQL an advisory transaction lock makes later runs wait and then find nothing to do.
+    /// There, a database that stays out of reach for [`MIGRATION_GIVES_UP_AFTER`] times the
+    /// acquire timeout ends them with an error: a statement on a connection gone silent
+    /// would otherwise wait for ever (no keepalive notices it), printing nothing.
     pub async fn migrate(&self) -> Result<(), DbErr> {
+        if self.backend() != DbBackend::Postgres {
+            return self.migrate_unwatched().await;
+        }
+        let options = self.conn.get_postgres_connection_pool().connect_options();
+        let limit = self.timeouts.acquire * MIGRATION_GIVES_UP_AFTER;
+        tokio::select! {
+            migrated = self.migrate_unwatched() => migrated,
+            why = availability::out_of_reach_for((*options).clone(), self.timeouts, limit) => {
+                Err(DbErr::Conn(sea_orm::RuntimeErr::Internal(format!(
+                    "the database stopped answering while migrations ran, and was still out \
+                     of reach after {} s ({why}); nothing was applied, and the next run \
+                     starts again",
+                    limit.as_secs()
+                ))))
+            }
+        }
+    }
+
+    /// [`Db::migrate`], with nothing watching for a database gone silent.
+    async fn migrate_unwatched(&self) -> Result<(), DbErr> {
         let txn = self.begin_write().await?;
         if self.backend() == DbBackend::Postgres {
             txn.execute_raw(Statement::from_sql_and_values(

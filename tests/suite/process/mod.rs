@@ -10,6 +10,7 @@ mod logs;
 mod orphaned_transaction;
 mod outage_under_load;
 mod shutdown;
+mod silent_migration;
 mod stalled_log;
 mod toolchain;
 mod tracing;
