@@ -8,6 +8,7 @@ pub mod documents;
 mod endpoint;
 mod error;
 mod event;
+mod field_order;
 pub mod in_time;
 mod input_literals;
 pub mod json;
@@ -79,6 +80,8 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     .extension(observed::ObservedOperations(
         state.as_ref().map(|state| state.metrics.clone()),
     ))
+    // Outside the nulls, so the fields they put back take their places too.
+    .extension(field_order::FieldOrder)
     .extension(nulls::FieldErrorNulls);
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);

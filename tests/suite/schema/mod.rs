@@ -5,6 +5,7 @@
 mod coercion;
 mod exact_numbers;
 mod field_errors;
+mod field_order;
 mod literals;
 mod pace;
 mod root_fragments;
