@@ -156,6 +156,13 @@ async function gql(query, variables = {}) {
 
 // ---------- small DOM helpers
 
+/** `text` set apart from the sentence around it (Unicode's first-strong isolate): a name
+ * holding a right-to-left override cannot turn the rest of the sentence, or the URL beside
+ * it, around. */
+function isolate(text) {
+  return `\u2068${text}\u2069`;
+}
+
 function el(tag, props = {}, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(props)) {
@@ -386,8 +393,8 @@ function renderIdentity() {
   const node = $("identity");
   node.hidden = !identity;
   if (identity) {
-    node.textContent = identity.tenant ? `${identity.tenant.name} portal`
-      : identity.role === "ADMIN" ? "Admin" : "Partner";
+    if (identity.tenant) node.replaceChildren(el("bdi", { text: identity.tenant.name }), " portal");
+    else node.textContent = identity.role === "ADMIN" ? "Admin" : "Partner";
     node.title = identity.expiresAt ? `Signed in until ${formatDateTime(identity.expiresAt)}` : "";
   }
   // A key that expires (a portal link's) says until when, in plain sight.
@@ -395,7 +402,7 @@ function renderIdentity() {
   until.hidden = !(identity && identity.expiresAt);
   until.textContent = until.hidden ? "" : `until ${formatDateTime(identity.expiresAt)}`;
   if (identity) {
-    document.title = identity.tenant ? `${identity.tenant.name}: Courier portal` : "Courier console";
+    document.title = identity.tenant ? `${isolate(identity.tenant.name)}: Courier portal` : "Courier console";
   }
   $("new-endpoint").hidden = !canManage();
   for (const cell of document.querySelectorAll('[data-column="tenant"]')) cell.hidden = !showsTenants();
@@ -513,7 +520,7 @@ function renderEndpoints() {
       el("th", { scope: "row" },
         el("button", {
           type: "button", class: "link", text: endpoint.name,
-          title: "Show only this endpoint's deliveries", "data-filter-endpoint": endpoint.id,
+          title: `Show only the deliveries of ${isolate(endpoint.name)}`, "data-filter-endpoint": endpoint.id,
         })),
       tenants ? el("td", {
         class: "tenant", text: endpoint.tenant ? endpoint.tenant.name : "—",
@@ -521,7 +528,7 @@ function renderEndpoints() {
       }) : null,
       el("td", { class: "url", text: endpoint.url, title: endpoint.url }),
       el("td", { class: endpoint.disabled ? "disabled" : "enabled", text: status }),
-      page.optional.has("eventTypes") ? el("td", { text: types }) : null,
+      page.optional.has("eventTypes") ? el("td", { class: "types", title: types }, el("span", { text: types })) : null,
       page.optional.has("maxInFlight") ? el("td", { class: "flow", "data-flow": endpoint.id },
         el("span", { text: flow.join(" · "), title: flowTitle }),
         paused ? el("span", {
@@ -580,13 +587,13 @@ function renderEndpointActions() {
   }
   const toggle = group.querySelector('[data-action="toggle-endpoint"]');
   toggle.textContent = endpoint.disabled ? "Enable" : "Disable";
-  toggle.setAttribute("aria-label", `${endpoint.disabled ? "Enable" : "Disable"} ${endpoint.name}`);
+  toggle.setAttribute("aria-label", `${endpoint.disabled ? "Enable" : "Disable"} ${isolate(endpoint.name)}`);
   const test = group.querySelector('[data-action="test-event"]');
   const replayFailed = group.querySelector('[data-action="replay-failed"]');
   for (const button of [test, replayFailed]) button.dataset.endpointId = endpoint.id;
-  test.setAttribute("aria-label", `Send ${endpoint.name} a test webhook`);
+  test.setAttribute("aria-label", `Send ${isolate(endpoint.name)} a test webhook`);
   replayFailed.textContent = failed ? `Replay ${failed} failed` : "Replay failed";
-  replayFailed.setAttribute("aria-label", `Replay every failed delivery of ${endpoint.name}`);
+  replayFailed.setAttribute("aria-label", `Replay every failed delivery of ${isolate(endpoint.name)}`);
   if (!replayFailed.dataset.busy) replayFailed.disabled = failed === 0;
   $("endpoint-health").textContent = healthText(endpoint.health);
 }
@@ -721,7 +728,7 @@ function paintRow(row) {
   const endpoint = page.endpoints.get(row.endpointId);
   node.querySelector(".endpoint").textContent = endpoint ? endpoint.name : shortId(row.endpointId);
   node.querySelector(".open").setAttribute("aria-label",
-    `Delivery ${row.id}, ${row.state}, endpoint ${endpoint ? endpoint.name : row.endpointId}: show detail`);
+    `Delivery ${row.id}, ${row.state}, endpoint ${isolate(endpoint ? endpoint.name : row.endpointId)}: show detail`);
   const act = node.querySelector(".act");
   const replay = act.querySelector('[data-action="replay"]');
   if (row.state === "FAILED" && !replay) {
@@ -938,7 +945,7 @@ async function replayFailed(endpointId, button) {
   try {
     const data = await gql(REPLAY_FAILED, { endpointId });
     const n = data.replayDeliveries.replayed;
-    notify(`Replayed ${n} failed deliver${n === 1 ? "y" : "ies"} of ${name}.`);
+    notify(`Replayed ${n} failed deliver${n === 1 ? "y" : "ies"} of ${isolate(name)}.`);
   } catch (err) {
     notify(`Bulk replay refused (${err.code}): ${err.message}`, "error");
   } finally {
@@ -973,7 +980,7 @@ async function sendTestEvent(endpointId, button) {
   button.disabled = true;
   try {
     const data = await gql(TEST_EVENT, { endpointId });
-    notify(`Test webhook ${shortId(data.sendTestEvent.id)} sent to ${name}.`);
+    notify(`Test webhook ${shortId(data.sendTestEvent.id)} sent to ${isolate(name)}.`);
   } catch (err) {
     notify(`Test webhook refused (${err.code}): ${err.message}`, "error");
   } finally {
@@ -986,7 +993,7 @@ async function sendTestEvent(endpointId, button) {
 /** Opens the editor: empty to create an endpoint, or filled with `endpoint` to change it. */
 function openEditor(endpoint) {
   page.editing = endpoint || null;
-  $("editor-heading").textContent = endpoint ? `Edit ${endpoint.name}` : "New endpoint";
+  $("editor-heading").textContent = endpoint ? `Edit ${isolate(endpoint.name)}` : "New endpoint";
   $("editor-name").value = endpoint ? endpoint.name : "";
   $("editor-url").value = endpoint ? endpoint.url : "";
   $("editor-types").value = endpoint && endpoint.eventTypes ? endpoint.eventTypes.join(", ") : "";
@@ -1028,13 +1035,13 @@ async function saveEditor() {
     let result;
     if (page.editing) {
       result = (await gql(UPDATE_ENDPOINT, { id: page.editing.id, input: fields })).updateEndpoint;
-      notify(`Saved ${result.endpoint.name}.`);
+      notify(`Saved ${isolate(result.endpoint.name)}.`);
     } else {
       const input = { ...fields };
       const tenant = $("editor-tenant");
       if (!tenant.hidden && tenant.value) input.tenantId = tenant.value;
       result = (await gql(CREATE_ENDPOINT, { input })).createEndpoint;
-      notify(`Created ${result.endpoint.name}.`);
+      notify(`Created ${isolate(result.endpoint.name)}.`);
     }
     $("endpoint-editor").close();
     if (result.secret) showSecret(result.endpoint.name, result.secret);
@@ -1068,7 +1075,7 @@ async function toggleEndpoint(endpointId, button) {
   try {
     const data = await gql(UPDATE_ENDPOINT, { id: endpointId, input: { disabled: !endpoint.disabled } });
     const changed = data.updateEndpoint.endpoint;
-    notify(`${changed.name} is ${changed.disabled ? "disabled: its deliveries wait" : "enabled"}.`);
+    notify(`${isolate(changed.name)} is ${changed.disabled ? "disabled: its deliveries wait" : "enabled"}.`);
     await readEndpoints();
   } catch (err) {
     notify(`Not changed (${err.code}): ${err.message}`, "error");
@@ -1078,7 +1085,7 @@ async function toggleEndpoint(endpointId, button) {
 }
 
 function showSecret(name, secret) {
-  $("secret-for").textContent = `The new signing secret of ${name}:`;
+  $("secret-for").textContent = `The new signing secret of ${isolate(name)}:`;
   $("secret-value").textContent = secret;
   $("secret-shown").showModal();
 }
@@ -1111,7 +1118,7 @@ function detailContent(d) {
   const facts = el("dl", { class: "facts" },
     el("dt", { text: "Delivery" }), el("dd", {}, el("code", { text: d.id })),
     el("dt", { text: "State" }), el("dd", {}, el("span", { class: "badge", "data-state": d.state, text: d.state })),
-    el("dt", { text: "Endpoint" }), el("dd", { text: `${d.endpoint.name} — ${d.endpoint.url}` }),
+    el("dt", { text: "Endpoint" }), el("dd", { text: `${isolate(d.endpoint.name)} — ${isolate(d.endpoint.url)}` }),
     el("dt", { text: "Created" }), el("dd", { text: formatDateTime(d.createdAt) }),
     el("dt", { text: "Next attempt" }),
     el("dd", {

@@ -74,6 +74,10 @@ async fn counts_settle_on_the_servers_after_a_burst() {
         .eval("document.getElementById('detail-body').textContent")
         .await;
     assert!(!detail.contains("null"), "a stray value: {detail}");
+    assert!(
+        detail.contains("\u{2068}test\u{2069} — \u{2068}http"),
+        "the endpoint's name and URL are set apart, so neither can turn the other around: {detail}"
+    );
     page.click("#detail-close").await;
 
     page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))

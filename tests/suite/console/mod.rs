@@ -41,7 +41,6 @@ async fn the_console_loads_from_courier_alone() {
             "https://hooks.example.com/webhooks/orders/v2/receive",
         )
         .await;
-
     let response = app.request(reqwest::Method::GET, "/").send().await.unwrap();
     assert_eq!(response.status(), 200);
     let csp = response.headers()["content-security-policy"]
@@ -94,6 +93,35 @@ async fn the_console_loads_from_courier_alone() {
     if let Some(path) = std::env::var_os("COURIER_CONSOLE_SCREENSHOT") {
         page.screenshot(std::path::Path::new(&path)).await;
     }
+
+    // The longest name and event type allowed, on the endpoints table and in the feed's
+    // endpoint filter: cut short, the page still fits (the filter stretched it to 2,389px).
+    let long = app
+        .graphql(
+            &admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+            json!({ "input": {
+                "name": "L".repeat(200),
+                "url": format!("https://example.com/{}", "p".repeat(400)),
+                "eventTypes": ["x".repeat(255), "order.paid"],
+            } }),
+        )
+        .await;
+    let long = long["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{long}"))
+        .to_owned();
+    page.navigate(&app.url("/")).await;
+    page.wait_for(
+        &format!("document.querySelector('#endpoints tr[data-endpoint-id=\"{long}\"]')"),
+        "the long-named endpoint's row",
+        WAIT,
+    )
+    .await;
+    let wide: (f64, f64) = page
+        .eval("[document.documentElement.scrollWidth, window.innerWidth]")
+        .await;
+    assert!(wide.0 <= wide.1, "long names widen the page: {wide:?}");
 
     // A narrow window: one column, nothing wider than the window, the feed still shown.
     page.resize(420, 800).await;
