@@ -115,7 +115,9 @@ FOR UPDATE OF l";
 /// PostgreSQL, then, with the lines' locks held (`$1` endpoints, `$2` keys, once per head
 /// that settled): each line loses its settled heads from its count and, if still open, the
 /// first delivery waiting in it becomes its head, due now (or parked while its endpoint is
-/// disabled). The search starts at the line's `waiting_from` (see [`hand_on`]), which then
+/// disabled); one that was the head before, and lost the line while it waited for a retry
+/// (see [`rejoin`]), is due at that retry's time instead (`resume_at`), so losing and
+/// getting back its line costs it no attempt of its cycle. The search starts at the line's `waiting_from` (see [`hand_on`]), which then
 /// moves past the new head. A statement of its own, so its snapshot is taken with the locks
 /// held: a delivery that entered a line just before is seen (one statement with the locking
 /// would read the lines' waiting deliveries from a snapshot taken before its lock waits).
@@ -149,8 +151,9 @@ WITH settled AS (
     WHERE l.endpoint_id = lines.endpoint_id AND l.ordering_key = lines.ordering_key
 )
 UPDATE webhook_deliveries w
-SET waiting = FALSE, updated_at = {now},
-    next_attempt_at = CASE WHEN {parked(w.endpoint_id)} THEN NULL ELSE {now} END
+SET waiting = FALSE, updated_at = {now}, resume_at = NULL,
+    next_attempt_at = CASE WHEN {parked(w.endpoint_id)} THEN NULL
+                           ELSE GREATEST({now}, w.resume_at) END
 FROM lines
 WHERE w.id = lines.next_id
 RETURNING w.id, w.endpoint_id";
@@ -164,11 +167,13 @@ SET open = MAX(open - $3, 0), updated_at = {now},
 WHERE endpoint_id = $1 AND ordering_key = $2
 RETURNING open, COALESCE(waiting_from, 0) AS waiting_from";
 
-/// ... its first waiting delivery from number `$3` on made its head...
+/// ... its first waiting delivery from number `$3` on made its head (due at once, or at the
+/// retry it was waiting for when it lost the line: see [`HAND_ON_POSTGRES`])...
 const HAND_ON_SQLITE: &str = "\
 UPDATE webhook_deliveries
-SET waiting = FALSE, updated_at = {now},
-    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
+SET waiting = FALSE, updated_at = {now}, resume_at = NULL,
+    next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL
+                           ELSE MAX({now}, COALESCE(resume_at, {now})) END
 WHERE id = (SELECT d.id FROM webhook_deliveries d
             WHERE d.endpoint_id = $1 AND d.ordering_key = $2 AND d.line_seq >= $3
               AND d.state = 'pending' AND d.waiting

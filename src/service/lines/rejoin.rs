@@ -16,7 +16,8 @@ use crate::db::Clock;
 /// PostgreSQL, after replayed deliveries `$1` entered their lines (whose locks this
 /// transaction now holds): where a line's head is only waiting for its next retry (not in
 /// flight) and a delivery submitted before it waits, that earlier one becomes the head, due
-/// now (or parked), and the head goes back to waiting. The head is demoted only while it is
+/// now (or parked), and the head goes back to waiting, keeping the time of the retry it
+/// waited for (`resume_at`) for when the line is handed back. The head is demoted only while it is
 /// still pending and not waiting on its newest version (a claim that took it meanwhile wins:
 /// it is in flight, and the earlier one waits for it), and the earlier one is promoted only
 /// if the head was demoted.
@@ -39,7 +40,8 @@ WITH lines AS (
           AND d.state = 'pending' AND d.waiting AND d.line_seq < heads.line_seq
         ORDER BY d.line_seq LIMIT 1) e
 ), demoted AS (
-    UPDATE webhook_deliveries w SET waiting = TRUE, next_attempt_at = NULL, updated_at = {now}
+    UPDATE webhook_deliveries w
+    SET waiting = TRUE, resume_at = w.next_attempt_at, next_attempt_at = NULL, updated_at = {now}
     FROM earlier
     WHERE w.id = earlier.head_id AND w.state = 'pending' AND NOT w.waiting
     RETURNING w.id
@@ -73,9 +75,11 @@ SELECT h.id AS head_id, h.line_seq AS head_seq,
 FROM webhook_deliveries h
 WHERE h.endpoint_id = $1 AND h.ordering_key = $2 AND h.state = 'pending' AND NOT h.waiting";
 
-/// ... the head back to waiting ...
+/// ... the head back to waiting, keeping the time of its next retry for when the line is
+/// handed back ...
 const DEMOTE_SQLITE: &str = "\
-UPDATE webhook_deliveries SET waiting = TRUE, next_attempt_at = NULL, updated_at = {now}
+UPDATE webhook_deliveries
+SET waiting = TRUE, resume_at = next_attempt_at, next_attempt_at = NULL, updated_at = {now}
 WHERE id = $1";
 
 /// ... and the earlier one its head.

@@ -1,6 +1,7 @@
 //! A replay made while its line's head is in flight: the head finishes its attempt, and when
 //! that attempt ends in a retry, the replayed delivery (submitted before it) goes next, at
-//! once, rather than after the head's whole retry cycle.
+//! once, rather than after the head's whole retry cycle; the head gets its line back at the
+//! retry time that attempt gave it, not at once.
 
 use std::time::Duration;
 
@@ -34,12 +35,12 @@ async fn a_replay_during_the_heads_attempt_goes_next_when_that_attempt_fails(bac
         key,
     )
     .await;
-    // The next head is slow to answer its first attempt, fails it, and would then wait
-    // twenty seconds for its retry.
+    // The next head is slow to answer its first attempt, fails it, and then waits five
+    // seconds (less a fifth at most, for jitter) for its retry.
     let patient = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
         config.max_attempts = Some(3);
-        config.retry_base_ms = Some(20_000);
+        config.retry_base_ms = Some(5_000);
     })
     .await;
     quick.stop().await;
@@ -62,9 +63,9 @@ async fn a_replay_during_the_heads_attempt_goes_next_when_that_attempt_fails(bac
     assert_eq!(read(&patient, &admin, &second).await["state"], "PROCESSING");
     replay(&patient, &admin, &first).await;
     let ids = [first, second];
-    // Well before the head's retry would be due: the replayed one went as soon as the
-    // head's attempt failed, and the head followed it.
-    all_settled(&patient, &admin, &ids, Duration::from_secs(12)).await;
+    // The replayed one went as soon as the head's attempt failed, and the head followed it
+    // at its retry time.
+    all_settled(&patient, &admin, &ids, Duration::from_secs(20)).await;
     assert_eq!(
         states(&patient, &admin, &ids).await,
         ["DELIVERED", "DELIVERED"]
@@ -73,6 +74,26 @@ async fn a_replay_during_the_heads_attempt_goes_next_when_that_attempt_fails(bac
         arrivals_by_key(&receiver, "in-flight")["order-9"],
         [0, 0, 1, 0, 1],
         "the head's attempt, then the replayed one, then the head again"
+    );
+    let attempts = patient
+        .graphql(
+            &admin,
+            "query($id: ID!) { delivery(id: $id) { attempts { number startedAt finishedAt } } }",
+            json!({ "id": ids[1] }),
+        )
+        .await;
+    let at = |number: i64, field: &str| {
+        attempts["data"]["delivery"]["attempts"]
+            .as_array()
+            .and_then(|attempts| attempts.iter().find(|attempt| attempt["number"] == number))
+            .and_then(|attempt| attempt[field].as_str())
+            .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+            .unwrap_or_else(|| panic!("attempt {number}: {attempts}"))
+    };
+    let waited = at(2, "startedAt") - at(1, "finishedAt");
+    assert!(
+        waited >= chrono::Duration::milliseconds(3_900),
+        "handed back, the head kept its retry time: it went {waited} after its attempt"
     );
 }
 

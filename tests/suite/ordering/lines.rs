@@ -194,7 +194,10 @@ async fn a_replayed_delivery_rejoins_its_line(backend: Backend) {
 }
 
 /// A replayed delivery submitted before the line's head becomes the head when that head is
-/// only waiting for its next retry: it goes out at once, and the head waits behind it.
+/// only waiting for its next retry: it goes out at once, and the head waits behind it, then
+/// gets its line back due at the retry it was waiting for. (It used to go at once, spending
+/// an attempt of its cycle on every hand-back: a few replays on a line whose head kept
+/// failing sent that head to `FAILED` in seconds.)
 async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(backend: Backend) {
     let db = TestDb::new(backend).await;
     let receiver = obedient_receiver().await;
@@ -218,11 +221,12 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
         key,
     )
     .await;
-    // The next one fails once and then waits a long while for its retry.
+    // The next one fails once and then waits a while for its retry: longer than the
+    // replayed one takes to answer.
     let app_slow = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
         config.max_attempts = Some(2);
-        config.retry_base_ms = Some(20_000);
+        config.retry_base_ms = Some(8_000);
         config.request_timeout_ms = 10_000;
     })
     .await;
@@ -248,12 +252,33 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
         },
     )
     .await;
+    let retry_at = read(&app_slow, &admin, &second).await["nextAttemptAt"]
+        .as_str()
+        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+        .expect("the head's retry time");
     replay(&app_slow, &admin, &first).await;
     let demoted = read(&app_slow, &admin, &second).await;
     assert_eq!(demoted["waitingBehind"]["id"], first.as_str(), "{demoted}");
     assert_eq!(demoted["nextAttemptAt"], json!(null));
     let ids = [first, second];
-    all_settled(&app_slow, &admin, &ids, Duration::from_secs(15)).await;
+    all_settled(&app_slow, &admin, &ids, Duration::from_secs(25)).await;
+    let attempts = app_slow
+        .graphql(
+            &admin,
+            "query($id: ID!) { delivery(id: $id) { attempts { number startedAt } } }",
+            json!({ "id": ids[1] }),
+        )
+        .await;
+    let retried = attempts["data"]["delivery"]["attempts"]
+        .as_array()
+        .and_then(|attempts| attempts.iter().find(|attempt| attempt["number"] == 2))
+        .and_then(|attempt| attempt["startedAt"].as_str())
+        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+        .unwrap_or_else(|| panic!("its retry: {attempts}"));
+    assert!(
+        retried >= retry_at,
+        "handed back, it kept its retry time {retry_at}, not {retried}"
+    );
     assert_eq!(
         states(&app_slow, &admin, &ids).await,
         ["DELIVERED", "DELIVERED"]
