@@ -95,7 +95,14 @@ pub async fn create_api_key(
 ) -> Result<NewApiKey> {
     let name = crate::labels::validate(name)?;
     let name = name.as_str();
-    let scope = limits.endpoints;
+    // An endpoint named twice is one endpoint of the key's scope, stored (and listed) once.
+    let mut named = std::collections::HashSet::new();
+    let scope: Vec<Uuid> = limits
+        .endpoints
+        .iter()
+        .copied()
+        .filter(|id| named.insert(*id))
+        .collect();
     match (role, limits.tenant) {
         (Role::Partner, Some(_)) if !scope.is_empty() => {
             return Err(Error::bad_input(

@@ -55,11 +55,22 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
         .first()
         .map_or("", |line| line.strip_prefix("error: ").unwrap_or(line));
     let mut message = first.to_owned();
-    if let Some((arg, long, named_as)) = invalid_arg(err, command) {
+    // An argument the command does not take was typed as a flag: named as typed.
+    let typed = err.kind() == ErrorKind::UnknownArgument;
+    if let Some((arg, long, named_as)) = invalid_arg(err, command).filter(|_| !typed) {
         if let Some(env) = arg.get_env() {
             let quoted = format!("'{named_as}'");
             let named = format!("{} (--{long})", env.to_string_lossy());
             message = message.replacen(&quoted, &named, 1);
+        }
+        // The standard library's word for a number that is none, said plainly.
+        if let Some(ContextValue::String(value)) = err.get(ContextKind::InvalidValue) {
+            let plain = if value.trim_start().starts_with('-') {
+                "it must be 0 or more"
+            } else {
+                "it is not a whole number"
+            };
+            message = message.replacen("invalid digit found in string", plain, 1);
         }
         // A setting that may be a secret (the encryption key) is never echoed back.
         if arg.is_hide_env_values_set() {

@@ -32,6 +32,11 @@ pub const MAX_BODY_BYTES: u64 = 1 << 30;
 /// small enough that the pool's bookkeeping is allocated without fail.
 pub const MAX_DB_POOL_SIZE: i64 = 1_000;
 
+/// The most deliveries one process may have in flight: each holds a request, a task and a
+/// place in the recording queue; past this many, one process would spend its time
+/// switching between them (run more processes instead).
+pub const MAX_WORKER_CONCURRENCY: i64 = 10_000;
+
 /// Courier: webhook delivery with durable retries, replay and live delivery events.
 #[derive(Debug, Parser)]
 #[command(
@@ -169,7 +174,7 @@ pub struct ServeArgs {
     /// worker. Their outcomes then wait to be recorded in batches, at most twice as many.
     /// Each costs a few kilobytes; a larger number means larger batches (fewer commits per
     /// delivery) and more parallel requests to each endpoint.
-    #[arg(long, env = "COURIER_WORKER_CONCURRENCY", default_value_t = 128)]
+    #[arg(long, env = "COURIER_WORKER_CONCURRENCY", default_value_t = 128, value_parser = clap::value_parser!(u32).range(0..=MAX_WORKER_CONCURRENCY))]
     pub worker_concurrency: u32,
 
     /// Requests in flight at once to one endpoint that sets no `maxInFlight` of its own,

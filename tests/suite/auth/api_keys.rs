@@ -325,7 +325,34 @@ async fn a_key_held_by_an_open_session_is_in_use(backend: Backend) {
     drop(held);
 }
 
+/// An endpoint named twice in a key's list is in its scope once: stored, listed by the CLI
+/// and read back once (the CLI listed `X,X`).
+async fn an_endpoint_named_twice_is_in_a_keys_scope_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (first, _) = app.create_endpoint(&admin, "https://example.com/a").await;
+    let (second, _) = app.create_endpoint(&admin, "https://example.com/b").await;
+    let ids: Vec<uuid::Uuid> = [&first, &second, &first]
+        .iter()
+        .map(|id| id.parse().expect("an id"))
+        .collect();
+    let key = create_api_key(
+        &app.state.db,
+        "twice",
+        Role::Partner,
+        courier::auth::KeyLimits {
+            endpoints: &ids,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("created");
+    assert_eq!(courier::auth::scope_of(&key.key), ids[..2].to_vec());
+}
+
 on_both_backends!(
+    an_endpoint_named_twice_is_in_a_keys_scope_once,
     admins_manage_keys_over_graphql,
     a_key_held_by_an_open_session_is_in_use,
     a_revocation_on_one_instance_is_felt_by_another,

@@ -205,6 +205,23 @@ fn unreadable_urls_and_incomplete_commands_exit_2() {
     let line = fatal_line(&output);
     assert!(line.contains("not provided: --name"), "{line}");
 
+    // A negative number where none may be says so; a flag the command does not take is
+    // named as typed, not as a variable.
+    let mut command = plain_courier(&url);
+    command.arg("migrate").env("COURIER_DB_TIMEOUT_MS", "-1");
+    let output = run_to_end(command);
+    assert_eq!(output.status.code(), Some(2));
+    let line = fatal_line(&output);
+    assert!(line.contains("COURIER_DB_TIMEOUT_MS"), "{line}");
+    assert!(line.contains("it must be 0 or more"), "{line}");
+    let mut command = plain_courier(&url);
+    command.args(["migrate", "--bind", "127.0.0.1:1"]);
+    let output = run_to_end(command);
+    assert_eq!(output.status.code(), Some(2));
+    let line = fatal_line(&output);
+    assert!(line.contains("unexpected argument '--bind'"), "{line}");
+    assert!(!line.contains("COURIER_BIND"), "{line}");
+
     // Settings each readable but contradicting each other are a usage error too.
     let mut command = plain_courier(&url);
     command
