@@ -463,10 +463,27 @@ fn newer_schema(err: DbErr) -> DbErr {
     if unknown.is_empty() {
         return err;
     }
+    // A later Courier names its migrations after this one's last; anything else was applied
+    // by another application sharing the database.
+    let last = Migrator::migrations()
+        .iter()
+        .map(|migration| migration.name().to_owned())
+        .max()
+        .unwrap_or_default();
+    if unknown
+        .iter()
+        .all(|name| name.starts_with("m20") && **name > *last)
+    {
+        return DbErr::Custom(format!(
+            "the database's schema is newer than this version of Courier (it has migration {} \
+             applied, which this version does not know): run the version that migrated it, or a \
+             later one",
+            unknown.join(", ")
+        ));
+    }
     DbErr::Custom(format!(
-        "the database's schema is newer than this version of Courier (it has migration {} \
-         applied, which this version does not know): run the version that migrated it, or a \
-         later one",
+        "the database holds migrations Courier never wrote ({}): it looks like another \
+         application's database; give Courier a database of its own in DATABASE_URL",
         unknown.join(", ")
     ))
 }
@@ -488,6 +505,16 @@ mod tests {
             "{told}"
         );
         assert!(told.contains("m20991231_000001_later"), "{told}");
+        let foreign = newer_schema(DbErr::Custom(
+            "Migration file of version 'create_users' is missing, this migration has been \
+             applied but its file is missing"
+                .to_owned(),
+        ))
+        .to_string();
+        assert!(
+            foreign.contains("another application's database"),
+            "{foreign}"
+        );
         let other = newer_schema(DbErr::Custom("something else".to_owned())).to_string();
         assert!(other.contains("something else"), "{other}");
     }
