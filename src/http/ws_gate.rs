@@ -77,8 +77,12 @@ impl Gate {
     /// Whether the session may read `message`. A message that breaks a rule is held back
     /// (and every one after it: the socket is closing), and its close frame is sent once.
     pub fn admit(&self, message: &Message) -> bool {
-        let Message::Text(text) = message else {
-            return true;
+        // The session reads a binary frame as it reads a text one: it is held to the same
+        // rules (one that is not UTF-8 is no message).
+        let text = match message {
+            Message::Text(text) => text.as_str(),
+            Message::Binary(bytes) => std::str::from_utf8(bytes).unwrap_or("\u{fffd}"),
+            _ => return true,
         };
         match self.check(text) {
             Ok(()) => true,
@@ -313,6 +317,9 @@ mod tests {
                 !gate.admit(&Message::Text(twice.into())),
                 "legacy: {legacy}"
             );
+            assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
+            let (gate, mut told) = Gate::new(legacy);
+            assert!(!gate.admit(&Message::Binary(twice.as_bytes().to_vec().into())));
             assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
             let (gate, _told) = Gate::new(legacy);
             assert!(gate.admit(&init()), "legacy: {legacy}");

@@ -20,6 +20,11 @@ pub const MAX_CACHED_BYTES: usize = 8 * 1024;
 /// make the cache hold stays a few megabytes of parsed documents.
 pub const MAX_TOTAL_BYTES: usize = 64 * 1024;
 
+/// The parsed document a request runs, shared with the cache rather than copied: put in
+/// the request's data for the extensions that read the document after it was parsed (see
+/// `schema::field_order`).
+pub struct ParsedDocument(pub Arc<ExecutableDocument>);
+
 /// Parsed documents by their text, shared by every request of the process.
 pub struct DocumentCache {
     entries: Mutex<Entries>,
@@ -61,9 +66,14 @@ impl DocumentCache {
 
     /// Keeps `document`, parsed from `query` and within the limits, unless `query` is too
     /// long to keep; the least recently used go until the texts fit [`MAX_TOTAL_BYTES`].
-    pub fn insert(&self, query: &str, document: &ExecutableDocument) {
+    /// Returns the document as kept.
+    pub fn insert(
+        &self,
+        query: &str,
+        document: &ExecutableDocument,
+    ) -> Option<Arc<ExecutableDocument>> {
         if query.len() > MAX_CACHED_BYTES {
-            return;
+            return None;
         }
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((old, _)) = entries.documents.pop_entry(query) {
@@ -77,10 +87,11 @@ impl DocumentCache {
         }
         entries.bytes += query.len();
         let document = Arc::new(document.clone());
-        if let Some((old, _)) = entries.documents.push(Arc::from(query), document) {
+        if let Some((old, _)) = entries.documents.push(Arc::from(query), document.clone()) {
             // Full by count: the least recently used went.
             entries.bytes -= old.len();
         }
+        Some(document)
     }
 
     /// How many documents are kept.

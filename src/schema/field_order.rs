@@ -2,8 +2,8 @@
 //! "Serialized Map Ordering"): async-graphql 7 adds each object's fields as their resolvers
 //! finish, so `{ role tenant { name } expiresAt }` came back in either order from one
 //! request to the next. Each object is put back in the order of its selections, fragments
-//! expanded where they stand, before the response leaves, on every transport and for every
-//! event of a subscription.
+//! expanded where they stand and what `@skip` and `@include` leave out taking no place,
+//! before the response leaves, on every transport.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,9 +13,11 @@ use async_graphql::extensions::{
 };
 use async_graphql::indexmap::IndexMap;
 use async_graphql::parser::types::{
-    DocumentOperations, ExecutableDocument, FragmentDefinition, Selection, SelectionSet,
+    Directive, DocumentOperations, ExecutableDocument, FragmentDefinition, Selection, SelectionSet,
 };
 use async_graphql::{Name, Positioned, Response, ServerResult, Value, Variables};
+
+use super::documents::ParsedDocument;
 
 /// The schema extension that puts every response's fields in the document's order.
 pub struct FieldOrder;
@@ -26,7 +28,8 @@ impl ExtensionFactory for FieldOrder {
     }
 }
 
-/// One request's (or subscription's) half of [`FieldOrder`]: the document it runs.
+/// One request's half of [`FieldOrder`]: the document it runs. (A subscription's events
+/// do not pass through `execute`; async-graphql resolves them in order.)
 #[derive(Default)]
 struct InOrder {
     document: Mutex<Option<Arc<ExecutableDocument>>>,
@@ -42,8 +45,21 @@ impl Extension for InOrder {
         next: NextParseQuery<'_>,
     ) -> ServerResult<ExecutableDocument> {
         let document = next.run(ctx, query, variables).await?;
-        *self.document.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Arc::new(document.clone()));
+        // The cache's copy when there is one (a document kept by its text is the one
+        // parsed), else a copy of this one; with what `@skip` and `@include` leave out
+        // taken out, as the executor takes it out.
+        let shared = ctx
+            .data_opt::<ParsedDocument>()
+            .map(|parsed| parsed.0.clone())
+            .unwrap_or_else(|| Arc::new(document.clone()));
+        let shared = if has_conditions(&shared) {
+            let mut pruned = ExecutableDocument::clone(&shared);
+            remove_skipped(&mut pruned, variables);
+            Arc::new(pruned)
+        } else {
+            shared
+        };
+        *self.document.lock().unwrap_or_else(PoisonError::into_inner) = Some(shared);
         Ok(document)
     }
 
@@ -64,6 +80,87 @@ impl Extension for InOrder {
         }
         response
     }
+}
+
+/// Whether any selection of `document` carries `@skip` or `@include`.
+fn has_conditions(document: &ExecutableDocument) -> bool {
+    fn in_set(set: &SelectionSet) -> bool {
+        set.items.iter().any(|selection| {
+            conditional(selection.node.directives())
+                || match &selection.node {
+                    Selection::Field(field) => in_set(&field.node.selection_set.node),
+                    Selection::InlineFragment(inline) => in_set(&inline.node.selection_set.node),
+                    Selection::FragmentSpread(_) => false,
+                }
+        })
+    }
+    document
+        .operations
+        .iter()
+        .any(|(_, operation)| in_set(&operation.node.selection_set.node))
+        || document
+            .fragments
+            .values()
+            .any(|fragment| in_set(&fragment.node.selection_set.node))
+}
+
+/// Whether `directives` include `@skip` or `@include`.
+fn conditional(directives: &[Positioned<Directive>]) -> bool {
+    directives
+        .iter()
+        .any(|directive| matches!(directive.node.name.node.as_str(), "skip" | "include"))
+}
+
+/// `document` without the selections `@skip` or `@include` leave out, given `variables`.
+fn remove_skipped(document: &mut ExecutableDocument, variables: &Variables) {
+    fn prune(set: &mut SelectionSet, variables: &Variables) {
+        set.items
+            .retain(|selection| included(selection.node.directives(), variables));
+        for selection in &mut set.items {
+            match &mut selection.node {
+                Selection::Field(field) => prune(&mut field.node.selection_set.node, variables),
+                Selection::InlineFragment(inline) => {
+                    prune(&mut inline.node.selection_set.node, variables);
+                }
+                Selection::FragmentSpread(_) => {}
+            }
+        }
+    }
+    match &mut document.operations {
+        DocumentOperations::Single(operation) => {
+            prune(&mut operation.node.selection_set.node, variables);
+        }
+        DocumentOperations::Multiple(operations) => {
+            for operation in operations.values_mut() {
+                prune(&mut operation.node.selection_set.node, variables);
+            }
+        }
+    }
+    for fragment in document.fragments.values_mut() {
+        prune(&mut fragment.node.selection_set.node, variables);
+    }
+}
+
+/// Whether `directives` keep their selection: not `@skip(if: true)`, not `@include(if:
+/// false)` (a condition that is no boolean keeps it: validation refuses the document).
+fn included(directives: &[Positioned<Directive>], variables: &Variables) -> bool {
+    directives.iter().all(|directive| {
+        let condition = directive
+            .node
+            .get_argument("if")
+            .and_then(|value| match &value.node {
+                async_graphql_value::Value::Boolean(b) => Some(*b),
+                async_graphql_value::Value::Variable(name) => match variables.get(name) {
+                    Some(Value::Boolean(b)) => Some(*b),
+                    _ => None,
+                },
+                _ => None,
+            });
+        !matches!(
+            (directive.node.name.node.as_str(), condition),
+            ("skip", Some(true)) | ("include", Some(false))
+        )
+    })
 }
 
 /// The fragments of a document, by name.
@@ -225,6 +322,22 @@ mod tests {
                 })
             ),
             r#"{"key":{"role":"R","tenant":{"name":"n","id":"t"},"expiresAt":null},"list":[{"b":2,"a":1},{"b":3,"a":4}]}"#
+        );
+    }
+
+    #[test]
+    fn what_skip_and_include_leave_out_takes_no_place() {
+        let query = "query($no: Boolean!) { ... @skip(if: true) { b } c @include(if: $no) a b c }";
+        let mut document = async_graphql::parser::parse_query(query).expect("a document");
+        let variables = Variables::from_json(serde_json::json!({ "no": false }));
+        assert!(has_conditions(&document));
+        remove_skipped(&mut document, &variables);
+        let mut data =
+            Value::from_json(serde_json::json!({ "b": 2, "c": 3, "a": 1 })).expect("a value");
+        put_in_order(&mut data, &document, None);
+        assert_eq!(
+            serde_json::to_string(&data).expect("JSON"),
+            r#"{"a":1,"b":2,"c":3}"#
         );
     }
 

@@ -14,7 +14,7 @@ use async_graphql::extensions::{
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::{ErrorExtensionValues, Request, ServerError, ServerResult, ValidationResult};
 
-use super::documents::DocumentCache;
+use super::documents::{DocumentCache, ParsedDocument};
 use super::single_root::selected_operation;
 
 /// Deepest selection a query may make.
@@ -291,11 +291,14 @@ fn check_request_known(request: &mut Request, documents: &DocumentCache) -> Serv
             request.data.insert(Refused(refusal));
         }
         request.set_parsed_query(ExecutableDocument::clone(&document));
+        request.data.insert(ParsedDocument(document));
         return Ok(());
     }
     if let Keep::Yes = check_request(request)? {
         let query = request.query.clone();
-        documents.insert(&query, request.parsed_query()?);
+        if let Some(kept) = documents.insert(&query, request.parsed_query()?) {
+            request.data.insert(ParsedDocument(kept));
+        }
     }
     Ok(())
 }

@@ -241,6 +241,21 @@ async fn a_message_naming_a_member_twice_is_closed_on_both_protocols() {
                 .all(|message| message["type"] != "connection_ack"),
             "{protocol}: {messages:?}"
         );
+        // Sent as a binary frame, which the session reads as it reads text.
+        let mut socket = connect(&app, protocol).await;
+        socket
+            .send(Message::binary(twice.clone().into_bytes()))
+            .await
+            .expect("sent");
+        let (messages, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+        let (code, reason) = close.unwrap_or_else(|| panic!("{protocol}: no close frame"));
+        assert_eq!(code, 4400, "{protocol}, binary: {reason}");
+        assert!(
+            messages
+                .iter()
+                .all(|message| message["type"] != "connection_ack"),
+            "{protocol}, binary: {messages:?}"
+        );
 
         let mut socket = initialised(&app, protocol, &admin).await;
         let in_variables = if protocol == "graphql-ws" {
