@@ -25,8 +25,7 @@ mod m20261211_000003_state_in_endpoint_indexes;
 mod m20261212_000001_listener_index;
 mod m20261213_000001_listings_in_order;
 mod m20261214_000001_endpoint_event_type_by_time;
-mod m20261215_000001_events_in_time_order;
-mod m20261215_000002_held_retry;
+mod m20261215_000001_held_retry;
 
 /// The ordered list of Courier's migrations.
 pub struct Migrator;
@@ -56,8 +55,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261212_000001_listener_index::Migration),
             Box::new(m20261213_000001_listings_in_order::Migration),
             Box::new(m20261214_000001_endpoint_event_type_by_time::Migration),
-            Box::new(m20261215_000001_events_in_time_order::Migration),
-            Box::new(m20261215_000002_held_retry::Migration),
+            Box::new(m20261215_000001_held_retry::Migration),
         ]
     }
 }

@@ -69,8 +69,12 @@ pub(super) async fn watch(
     timeouts: Timeouts,
     shutdown: CancellationToken,
 ) {
-    probe(options, timeouts, &shutdown, |reachable, why| {
-        availability.found(reachable, why);
+    probe(options, timeouts, &shutdown, |look| {
+        match look {
+            Look::Reachable => availability.found(true, ""),
+            // A server that refuses connections serves no work either.
+            Look::Refused(why) | Look::Silent(why) => availability.found(false, why),
+        }
         ControlFlow::Continue(())
     })
     .await;
@@ -78,7 +82,9 @@ pub(super) async fn watch(
 
 /// Returns, with what the last look found, once the database has been out of reach look
 /// after look for `limit`: work that is waiting on it (a migration's statement, whose
-/// connection may have gone silent) can give up instead of waiting for ever.
+/// connection may have gone silent) can give up instead of waiting for ever. A server that
+/// answers a new connection with an error (too many clients, starting up, credentials
+/// refused) is not out of reach: the work's own connection may well be fine.
 pub(super) async fn out_of_reach_for(
     options: PgConnectOptions,
     timeouts: Timeouts,
@@ -86,35 +92,40 @@ pub(super) async fn out_of_reach_for(
 ) -> String {
     let mut since: Option<Instant> = None;
     let mut last = String::new();
-    probe(
-        options,
-        timeouts,
-        &CancellationToken::new(),
-        |reachable, why| {
-            if reachable {
-                since = None;
-                return ControlFlow::Continue(());
-            }
-            last = why.to_owned();
-            if since.get_or_insert_with(Instant::now).elapsed() >= limit {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        },
-    )
+    probe(options, timeouts, &CancellationToken::new(), |look| {
+        let Look::Silent(why) = look else {
+            since = None;
+            return ControlFlow::Continue(());
+        };
+        last = why.to_owned();
+        if since.get_or_insert_with(Instant::now).elapsed() >= limit {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
     .await;
     last
 }
 
+/// What one look at the database found.
+enum Look<'a> {
+    /// It answered.
+    Reachable,
+    /// It answered a new connection with an error, saying why.
+    Refused(&'a str),
+    /// Nothing answered in time, or the network failed, and why.
+    Silent(&'a str),
+}
+
 /// Looks at the database every [`PROBE_EVERY`] through a connection of its own (pinged
 /// while it answers, replaced when it does not, each look within the deadlines), telling
-/// `found` whether it was reachable (and if not, why) until `found` breaks or `shutdown`.
+/// `found` what each look found until `found` breaks or `shutdown`.
 async fn probe(
     options: PgConnectOptions,
     timeouts: Timeouts,
     shutdown: &CancellationToken,
-    mut found: impl FnMut(bool, &str) -> ControlFlow<()>,
+    mut found: impl FnMut(Look<'_>) -> ControlFlow<()>,
 ) {
     let mut probe: Option<PgConnection> = None;
     loop {
@@ -125,7 +136,7 @@ async fn probe(
         if let Some(connection) = probe.as_mut() {
             match tokio::time::timeout(timeouts.work, connection.ping()).await {
                 Ok(Ok(())) => {
-                    if found(true, "").is_break() {
+                    if found(Look::Reachable).is_break() {
                         return;
                     }
                     continue;
@@ -141,10 +152,11 @@ async fn probe(
         let look = match opened {
             Ok(Ok(connection)) => {
                 probe = Some(connection);
-                found(true, "")
+                found(Look::Reachable)
             }
-            Ok(Err(err)) => found(false, &err.to_string()),
-            Err(_) => found(false, "no answer to a new connection in time"),
+            Ok(Err(err @ sqlx::Error::Database(_))) => found(Look::Refused(&err.to_string())),
+            Ok(Err(err)) => found(Look::Silent(&err.to_string())),
+            Err(_) => found(Look::Silent("no answer to a new connection in time")),
         };
         if look.is_break() {
             return;

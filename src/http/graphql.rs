@@ -146,10 +146,10 @@ pub async fn get(
         Ok(identity) => identity,
         Err(err) => return auth_error(media, err),
     };
-    let variables = url::form_urlencoded::parse(query.as_bytes())
-        .find(|(key, _)| key == "variables")
-        .map(|(_, variables)| variables);
-    if let Some(refused) = variables.and_then(|variables| repeated_member(media, &variables)) {
+    let refused = url::form_urlencoded::parse(query.as_bytes())
+        .filter(|(key, _)| key == "variables" || key == "extensions")
+        .find_map(|(_, json)| repeated_member(media, &json));
+    if let Some(refused) = refused {
         return refused;
     }
     let mut request = match async_graphql::http::parse_query_string(&query) {

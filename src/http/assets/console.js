@@ -156,11 +156,12 @@ async function gql(query, variables = {}) {
 
 // ---------- small DOM helpers
 
-/** `text` set apart from the sentence around it (Unicode's first-strong isolate): a name
- * holding a right-to-left override cannot turn the rest of the sentence, or the URL beside
- * it, around. */
+/** `text` set apart from the sentence around it (Unicode's first-strong isolate), without
+ * the direction controls of its own (which could close the isolate early): a name holding
+ * a right-to-left override cannot turn the rest of the sentence, or the URL beside it,
+ * around. */
 function isolate(text) {
-  return `\u2068${text}\u2069`;
+  return `\u2068${String(text).replace(/[\u202a-\u202e\u2066-\u2069]/g, "")}\u2069`;
 }
 
 function el(tag, props = {}, ...children) {

@@ -31,7 +31,7 @@ use crate::service::time_range;
 /// lifetime numbers continue. The same `webhook-id` (the delivery's id) goes out again.
 macro_rules! new_cycle {
     () => {
-        "SET state = 'pending', cycle_attempts = 0, updated_at = {now},
+        "SET state = 'pending', cycle_attempts = 0, updated_at = {now}, resume_at = NULL,
     next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
 "
     };

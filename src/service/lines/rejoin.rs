@@ -47,7 +47,7 @@ WITH lines AS (
     RETURNING w.id
 )
 UPDATE webhook_deliveries w
-SET waiting = FALSE, updated_at = {now},
+SET waiting = FALSE, updated_at = {now}, resume_at = NULL,
     next_attempt_at = CASE WHEN {parked(w.endpoint_id)} THEN NULL ELSE {now} END
 FROM earlier JOIN demoted ON demoted.id = earlier.head_id
 WHERE w.id = earlier.id
@@ -85,7 +85,7 @@ WHERE id = $1";
 /// ... and the earlier one its head.
 const PROMOTE_SQLITE: &str = "\
 UPDATE webhook_deliveries
-SET waiting = FALSE, updated_at = {now},
+SET waiting = FALSE, updated_at = {now}, resume_at = NULL,
     next_attempt_at = CASE WHEN {parked(webhook_deliveries.endpoint_id)} THEN NULL ELSE {now} END
 WHERE id = $1";
 

@@ -173,8 +173,11 @@ pub async fn prune_batch(db: &Db, days: u32, limit: i64) -> Result<u64, DbErr> {
                             [clock.before(retention(days)), limit.into()],
                         ))
                         .await?;
-                    untally(&*txn, db.backend(), &rows).await?;
+                    // The events first: their locks may be waited for (another process
+                    // pruning their other deliveries), and no settled-count row a
+                    // recording needs is held meanwhile.
                     events::with_last_submission(&*txn, db.backend(), &events_of(&rows)?).await?;
+                    untally(&*txn, db.backend(), &rows).await?;
                     Ok(rows.len() as u64)
                 })
                 .await?;

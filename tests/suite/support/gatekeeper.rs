@@ -40,6 +40,22 @@ impl Gatekeeper {
             .expect("terminate its connections");
     }
 
+    /// Refuses new connections to the database and ends the idle ones, leaving those in
+    /// use (in a transaction, or waiting) be: as a server out of connection slots answers
+    /// a new connection with an error while the work already connected goes on.
+    pub async fn refuse_new(&self) {
+        self.allow_connections(false).await;
+        let name = &self.name;
+        self.operator
+            .conn()
+            .execute_unprepared(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = '{name}' AND state = 'idle'"
+            ))
+            .await
+            .expect("terminate its idle connections");
+    }
+
     /// Accepts connections to the database again.
     pub async fn allow(&self) {
         self.allow_connections(true).await;
