@@ -227,35 +227,24 @@ async fn a_message_naming_a_member_twice_is_closed_on_both_protocols() {
         r#"{{"id":"1","type":"subscribe","payload":{{"query":"{QUERY}","variables":{{"a":1,"a":2}}}}}}"#
     );
     for protocol in ["graphql-transport-ws", "graphql-ws"] {
-        let mut socket = connect(&app, protocol).await;
-        socket
-            .send(Message::text(twice.clone()))
-            .await
-            .expect("sent");
-        let (messages, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
-        let (code, reason) = close.unwrap_or_else(|| panic!("{protocol}: no close frame"));
-        assert_eq!(code, 4400, "{protocol}: {reason}");
-        assert!(
-            messages
-                .iter()
-                .all(|message| message["type"] != "connection_ack"),
-            "{protocol}: {messages:?}"
-        );
-        // Sent as a binary frame, which the session reads as it reads text.
-        let mut socket = connect(&app, protocol).await;
-        socket
-            .send(Message::binary(twice.clone().into_bytes()))
-            .await
-            .expect("sent");
-        let (messages, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
-        let (code, reason) = close.unwrap_or_else(|| panic!("{protocol}: no close frame"));
-        assert_eq!(code, 4400, "{protocol}, binary: {reason}");
-        assert!(
-            messages
-                .iter()
-                .all(|message| message["type"] != "connection_ack"),
-            "{protocol}, binary: {messages:?}"
-        );
+        // As a text frame, and as a binary one, which the session reads as it reads text.
+        for frame in [
+            Message::text(twice.clone()),
+            Message::binary(twice.clone().into_bytes()),
+        ] {
+            let mut socket = connect(&app, protocol).await;
+            socket.send(frame).await.expect("sent");
+            let (messages, close) =
+                until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
+            let (code, reason) = close.unwrap_or_else(|| panic!("{protocol}: no close frame"));
+            assert_eq!(code, 4400, "{protocol}: {reason}");
+            assert!(
+                messages
+                    .iter()
+                    .all(|message| message["type"] != "connection_ack"),
+                "{protocol}: {messages:?}"
+            );
+        }
 
         let mut socket = initialised(&app, protocol, &admin).await;
         let in_variables = if protocol == "graphql-ws" {

@@ -6,12 +6,10 @@
 
 use std::time::Duration;
 
-use courier::worker::retention::{prune, EventSweep};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::on_both_backends;
-use crate::support::fixtures::{endpoint_on, eventually, rows};
+use crate::support::fixtures::{endpoint_on, eventually, prune_expired, rows};
 use crate::support::ordering::{
     all_settled, arrivals_by_key, id_of, obedient_receiver, read, replay, single_attempt_worker,
     states, submit_keyed,
@@ -57,14 +55,7 @@ async fn a_replay_from_before_a_prune_keeps_the_line_moving(backend: Backend) {
         vec![past.into()],
     )
     .await;
-    prune(
-        &app.state.db,
-        30,
-        &EventSweep::default(),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("pruned");
+    prune_expired(&app.state.db).await;
     let lines = rows(&app.state.db, "SELECT last_seq FROM ordering_lines", vec![]).await;
     assert!(lines.is_empty(), "the idle line was pruned");
 

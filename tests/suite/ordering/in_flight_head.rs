@@ -10,8 +10,8 @@ use serde_json::json;
 use crate::on_both_backends;
 use crate::support::fixtures::{endpoint_on, quick_worker};
 use crate::support::ordering::{
-    all_settled, arrivals_by_key, failed_keyed, id_of, obedient_receiver, read, replay, states,
-    submit_keyed,
+    all_settled, arrivals_by_key, attempt_times, failed_keyed, id_of, obedient_receiver, read,
+    replay, states, submit_keyed,
 };
 use crate::support::{Backend, TestApp, TestDb};
 
@@ -75,22 +75,9 @@ async fn a_replay_during_the_heads_attempt_goes_next_when_that_attempt_fails(bac
         [0, 0, 1, 0, 1],
         "the head's attempt, then the replayed one, then the head again"
     );
-    let attempts = patient
-        .graphql(
-            &admin,
-            "query($id: ID!) { delivery(id: $id) { attempts { number startedAt finishedAt } } }",
-            json!({ "id": ids[1] }),
-        )
-        .await;
-    let at = |number: i64, field: &str| {
-        attempts["data"]["delivery"]["attempts"]
-            .as_array()
-            .and_then(|attempts| attempts.iter().find(|attempt| attempt["number"] == number))
-            .and_then(|attempt| attempt[field].as_str())
-            .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-            .unwrap_or_else(|| panic!("attempt {number}: {attempts}"))
-    };
-    let waited = at(2, "startedAt") - at(1, "finishedAt");
+    let (_, failed) = attempt_times(&patient, &admin, &ids[1], 1).await;
+    let (retried, _) = attempt_times(&patient, &admin, &ids[1], 2).await;
+    let waited = retried - failed;
     assert!(
         waited >= chrono::Duration::milliseconds(3_900),
         "handed back, the head kept its retry time: it went {waited} after its attempt"

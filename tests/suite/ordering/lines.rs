@@ -10,8 +10,8 @@ use serde_json::json;
 use crate::on_both_backends;
 use crate::support::fixtures::{count, endpoint_on, quick_worker, row_counts, PUBLISH};
 use crate::support::ordering::{
-    all_settled, arrivals_by_key, failed_keyed, id_of, obedient_receiver, patient_worker, read,
-    replay, single_attempt_worker, states, submit_keyed,
+    all_settled, arrivals_by_key, attempt_times, failed_keyed, id_of, obedient_receiver,
+    patient_worker, read, replay, single_attempt_worker, states, submit_keyed,
 };
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
@@ -262,19 +262,7 @@ async fn a_replayed_earliest_delivery_takes_over_from_a_head_between_retries(bac
     assert_eq!(demoted["nextAttemptAt"], json!(null));
     let ids = [first, second];
     all_settled(&app_slow, &admin, &ids, Duration::from_secs(25)).await;
-    let attempts = app_slow
-        .graphql(
-            &admin,
-            "query($id: ID!) { delivery(id: $id) { attempts { number startedAt } } }",
-            json!({ "id": ids[1] }),
-        )
-        .await;
-    let retried = attempts["data"]["delivery"]["attempts"]
-        .as_array()
-        .and_then(|attempts| attempts.iter().find(|attempt| attempt["number"] == 2))
-        .and_then(|attempt| attempt["startedAt"].as_str())
-        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-        .unwrap_or_else(|| panic!("its retry: {attempts}"));
+    let (retried, _) = attempt_times(&app_slow, &admin, &ids[1], 2).await;
     assert!(
         retried >= retry_at,
         "handed back, it kept its retry time {retry_at}, not {retried}"

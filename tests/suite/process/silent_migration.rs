@@ -11,6 +11,30 @@ use crate::support::gatekeeper::Gatekeeper;
 use crate::support::process::courier_command;
 use crate::support::{Backend, PartitionProxy, TestDb};
 
+/// A transaction on `holder` holding the migration lock: a migration waits for its turn.
+async fn hold_the_migration_lock(holder: &courier::db::Db) -> sea_orm::DatabaseTransaction {
+    let hold = holder.conn().begin().await.expect("begin");
+    hold.execute_raw(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        "SELECT pg_advisory_xact_lock($1)",
+        [courier::db::MIGRATION_LOCK_KEY.into()],
+    ))
+    .await
+    .expect("the migration lock");
+    hold
+}
+
+/// `courier migrate` on `url`, with a 500 ms acquire timeout, its stderr kept.
+fn spawn_migrate(url: &str) -> std::process::Child {
+    courier_command(url)
+        .arg("migrate")
+        .env("COURIER_DB_ACQUIRE_TIMEOUT_MS", "500")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn courier migrate")
+}
+
 /// A migration waiting its turn (another holds the migration lock) when its network goes
 /// silent: with a 500 ms acquire timeout it gives up 5 s after the database was last
 /// found out of reach, exits 1 and names what happened. Before, it waited as long as the
@@ -20,23 +44,9 @@ async fn a_migration_whose_database_goes_silent_gives_up_saying_so() {
     let db = TestDb::new(Backend::Postgres).await;
     let proxy = PartitionProxy::start(&db.url).await;
     let holder = db.connect(2).await;
-    let hold = holder.conn().begin().await.expect("begin");
-    hold.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "SELECT pg_advisory_xact_lock($1)",
-        [courier::db::MIGRATION_LOCK_KEY.into()],
-    ))
-    .await
-    .expect("the migration lock");
+    let hold = hold_the_migration_lock(&holder).await;
 
-    let mut migrate = courier_command(&proxy.url_for(&db.url));
-    let mut child = migrate
-        .arg("migrate")
-        .env("COURIER_DB_ACQUIRE_TIMEOUT_MS", "500")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn courier migrate");
+    let mut child = spawn_migrate(&proxy.url_for(&db.url));
     until_one_waits_on_a_lock(&holder, "the migration waits for its turn").await;
     proxy.partition();
     let cut = Instant::now();
@@ -74,23 +84,9 @@ async fn a_migration_outlasts_a_database_refusing_new_connections() {
     let db = TestDb::new(Backend::Postgres).await;
     let gatekeeper = Gatekeeper::of(&db).await;
     let holder = db.connect(2).await;
-    let hold = holder.conn().begin().await.expect("begin");
-    hold.execute_raw(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        "SELECT pg_advisory_xact_lock($1)",
-        [courier::db::MIGRATION_LOCK_KEY.into()],
-    ))
-    .await
-    .expect("the migration lock");
+    let hold = hold_the_migration_lock(&holder).await;
 
-    let mut migrate = courier_command(&db.url);
-    let mut child = migrate
-        .arg("migrate")
-        .env("COURIER_DB_ACQUIRE_TIMEOUT_MS", "500")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn courier migrate");
+    let mut child = spawn_migrate(&db.url);
     until_one_waits_on_a_lock(&holder, "the migration waits for its turn").await;
     // Its watch's own connection is idle, so it goes, and every new one is refused.
     gatekeeper.refuse_new().await;

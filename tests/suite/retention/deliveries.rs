@@ -3,16 +3,15 @@
 
 use std::time::Duration;
 
-use courier::worker::retention::{prune, prune_batch, EventSweep};
+use courier::worker::retention::prune_batch;
 use sea_orm::Value as SqlValue;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::on_both_backends;
 use crate::support::fixtures::delivery_id;
 use crate::support::fixtures::submit;
-use crate::support::fixtures::{count, eventually, rows};
+use crate::support::fixtures::{count, eventually, prune_expired, rows};
 use crate::support::fixtures::{quick_worker, wait_for_state};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -109,14 +108,7 @@ async fn settled_deliveries_past_retention_go_with_their_attempts_and_submission
         assert!(exists(&app, "delivery_attempts", "delivery_id", id).await);
     }
 
-    let pruned = prune(
-        &app.state.db,
-        30,
-        &EventSweep::default(),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let pruned = prune_expired(&app.state.db).await;
     assert_eq!(pruned, 2, "the two old settled deliveries");
     for (delivery, submission) in old.iter().zip(&old_submissions) {
         assert!(!exists(&app, "webhook_deliveries", "id", delivery).await);
@@ -138,17 +130,7 @@ async fn settled_deliveries_past_retention_go_with_their_attempts_and_submission
         );
     }
     assert!(exists(&app, "delivery_attempts", "delivery_id", &recent).await);
-    assert_eq!(
-        prune(
-            &app.state.db,
-            30,
-            &EventSweep::default(),
-            &CancellationToken::new()
-        )
-        .await
-        .unwrap(),
-        0
-    );
+    assert_eq!(prune_expired(&app.state.db).await, 0);
 
     // The pruner of a running instance does the same on its own.
     age(&app, &[&recent], 40).await;

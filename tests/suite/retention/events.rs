@@ -11,11 +11,9 @@ use crate::support::fixtures::publish;
 /// Retention takes events with their deliveries: an event whose deliveries were all pruned,
 /// or that reached nobody, goes once it is older than the retention; a recent one stays.
 async fn events_left_without_deliveries_are_pruned(backend: Backend) {
-    use courier::worker::retention::{prune, EventSweep};
     use sea_orm::Value as SqlValue;
-    use tokio_util::sync::CancellationToken;
 
-    use crate::support::fixtures::{count, rows};
+    use crate::support::fixtures::{count, prune_expired, rows};
 
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
@@ -52,14 +50,7 @@ async fn events_left_without_deliveries_are_pruned(backend: Backend) {
     )
     .await;
 
-    prune(
-        &app.state.db,
-        30,
-        &EventSweep::default(),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("pruned");
+    prune_expired(&app.state.db).await;
     let left = |event: uuid::Uuid| {
         let db = app.state.db.clone();
         async move {

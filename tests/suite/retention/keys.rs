@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::on_both_backends;
-use crate::support::fixtures::{count, rows};
+use crate::support::fixtures::{count, prune_expired, rows};
 use crate::support::tenants::create_tenant;
 use crate::support::{Backend, TestApp, TestDb};
 
@@ -50,14 +50,7 @@ async fn keys_expired_past_the_retention_are_pruned(backend: Backend) {
         vec![past.into()],
     )
     .await;
-    prune(
-        &app.state.db,
-        30,
-        &EventSweep::default(),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("prune");
+    prune_expired(&app.state.db).await;
     assert_eq!(
         keys("SELECT COUNT(*) AS n FROM api_keys WHERE expires_at IS NOT NULL").await,
         1,

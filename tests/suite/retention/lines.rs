@@ -1,12 +1,10 @@
 //! Retention takes ordering lines idle past the retention with nothing open; a line with a
 //! delivery still open, or touched recently, stays; a key used again starts a fresh line.
 
-use courier::worker::retention::{prune, EventSweep};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::on_both_backends;
-use crate::support::fixtures::{count, rows};
+use crate::support::fixtures::{count, prune_expired, rows};
 use crate::support::ordering::submit_keyed;
 use crate::support::{Backend, TestApp, TestDb};
 
@@ -49,14 +47,7 @@ async fn idle_lines_are_pruned(backend: Backend) {
     )
     .await;
 
-    prune(
-        &app.state.db,
-        30,
-        &EventSweep::default(),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("pruned");
+    prune_expired(&app.state.db).await;
     let lines = rows(
         &app.state.db,
         "SELECT ordering_key FROM ordering_lines ORDER BY ordering_key",

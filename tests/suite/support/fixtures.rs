@@ -299,6 +299,19 @@ pub async fn row_counts(app: &TestApp) -> (u64, u64) {
     (submissions, deliveries)
 }
 
+/// Runs retention once over `db` as a process starting does (30 days, a new event sweep),
+/// until nothing more is due: how many deliveries went.
+pub async fn prune_expired(db: &Db) -> u64 {
+    courier::worker::retention::prune(
+        db,
+        30,
+        &courier::worker::retention::EventSweep::default(),
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("pruned")
+}
+
 /// A transaction on `holder` holding endpoint `id`'s row `FOR UPDATE` (PostgreSQL): work that
 /// takes the endpoint waits on it until it ends.
 pub async fn lock_endpoint_row(holder: &Db, id: &str) -> sea_orm::DatabaseTransaction {

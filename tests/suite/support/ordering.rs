@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, FixedOffset};
 use courier::config::ServeArgs;
 use serde_json::{json, Value};
 
@@ -96,6 +97,33 @@ pub async fn read(app: &TestApp, token: &str, id: &str) -> Value {
     let body = app.graphql(token, DELIVERY, json!({ "id": id })).await;
     assert!(body["errors"].is_null(), "{body}");
     body["data"]["delivery"].clone()
+}
+
+/// When attempt `number` of delivery `id` started and finished, as `app` records them.
+pub async fn attempt_times(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    number: i64,
+) -> (DateTime<FixedOffset>, DateTime<FixedOffset>) {
+    let body = app
+        .graphql(
+            token,
+            "query($id: ID!) { delivery(id: $id) { attempts { number startedAt finishedAt } } }",
+            json!({ "id": id }),
+        )
+        .await;
+    let attempt = body["data"]["delivery"]["attempts"]
+        .as_array()
+        .and_then(|attempts| attempts.iter().find(|attempt| attempt["number"] == number))
+        .unwrap_or_else(|| panic!("attempt {number}: {body}"));
+    let at = |field: &str| {
+        attempt[field]
+            .as_str()
+            .and_then(|at| DateTime::parse_from_rfc3339(at).ok())
+            .unwrap_or_else(|| panic!("{field} of attempt {number}: {body}"))
+    };
+    (at("startedAt"), at("finishedAt"))
 }
 
 /// A receiver that does what each body says: `500` for a webhook's first `failFirst`
