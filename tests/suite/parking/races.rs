@@ -10,11 +10,12 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::fixtures::count;
+use crate::support::fixtures::created_or_refused;
 use crate::support::fixtures::endpoint_on;
 use crate::support::fixtures::eventually;
 use crate::support::fixtures::settle;
 use crate::support::fixtures::submit;
-use crate::support::{gql_error_code, Backend, Receiver, Reply, TestApp, TestDb};
+use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 const SUBMISSIONS: usize = 50;
 
@@ -91,18 +92,8 @@ async fn submissions_racing_a_disable_leave_nothing_due(backend: Backend) {
         "{disabled}"
     );
 
-    let mut created = 1; // the anchor
-    for answer in &answers {
-        if answer["data"]["submit"]["created"] == true {
-            created += 1;
-        } else {
-            assert_eq!(
-                gql_error_code(answer),
-                Some("BAD_USER_INPUT"),
-                "a refused submission says the endpoint is disabled: {answer}"
-            );
-        }
-    }
+    // The anchor, and those the disabling did not refuse as the endpoint's (`BAD_USER_INPUT`).
+    let created = 1 + created_or_refused(&answers, "BAD_USER_INPUT");
     let due = probe
         .conn()
         .query_one_raw(Statement::from_sql_and_values(

@@ -195,7 +195,7 @@ async fn an_event_goes_when_two_processes_prune_its_last_deliveries_at_once() {
     use courier::worker::retention::prune_batch;
     use sea_orm::{ConnectionTrait as _, Statement, TransactionTrait as _};
 
-    use crate::support::fixtures::{count, eventually, rows};
+    use crate::support::fixtures::{count, eventually, lock_waiters, rows};
 
     let db = TestDb::new(Backend::Postgres).await;
     let app = TestApp::spawn(&db).await;
@@ -252,16 +252,7 @@ async fn an_event_goes_when_two_processes_prune_its_last_deliveries_at_once() {
         || {
             let holder = holder.clone();
             let done = batches.iter().all(|batch| batch.is_finished());
-            async move {
-                done || count(
-                    &holder,
-                    "SELECT count(*) AS n FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    vec![],
-                )
-                .await
-                    == 2
-            }
+            async move { done || lock_waiters(&holder).await == 2 }
         },
     )
     .await;

@@ -8,7 +8,9 @@ use serde_json::json;
 
 use crate::support::{gql_error_code, Backend, TestApp, TestDb};
 
-use crate::support::fixtures::{lock_endpoint_row, row_counts, submit, submit_as_one_group};
+use crate::support::fixtures::{
+    created_or_refused, lock_endpoint_row, row_counts, submit, submit_as_one_group,
+};
 
 /// Submissions arriving together are written together on PostgreSQL; each caller still gets
 /// its own answer: stored, unknown endpoint, disabled endpoint, or the idempotent winner.
@@ -137,18 +139,7 @@ async fn a_group_held_past_its_deadline_stalls_nothing_and_stores_once(backend: 
         waited < Duration::from_secs(3),
         "another endpoint's submission waited {waited:?} behind the blocked group"
     );
-    let mut created = 0;
-    for answer in &answers {
-        if answer["data"]["submit"]["created"] == true {
-            created += 1;
-        } else {
-            assert_eq!(
-                gql_error_code(answer),
-                Some("SERVICE_UNAVAILABLE"),
-                "{answer}"
-            );
-        }
-    }
+    let created = created_or_refused(&answers, "SERVICE_UNAVAILABLE");
     assert!(
         app.state.metrics.submission_group_writes.get() >= 1,
         "some were written as a group"

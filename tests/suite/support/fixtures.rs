@@ -326,18 +326,40 @@ pub async fn lock_endpoint_row(holder: &Db, id: &str) -> sea_orm::DatabaseTransa
     lock
 }
 
+/// How many of `answers` to `submit` created a submission; every other one must be refused
+/// with `refusal`.
+pub fn created_or_refused(answers: &[Value], refusal: &str) -> usize {
+    let mut created = 0;
+    for answer in answers {
+        if answer["data"]["submit"]["created"] == true {
+            created += 1;
+        } else {
+            assert_eq!(
+                crate::support::gql_error_code(answer),
+                Some(refusal),
+                "a submission neither created nor refused with {refusal}: {answer}"
+            );
+        }
+    }
+    created
+}
+
+/// How many backends of this database wait on a lock, as `observer` sees it (PostgreSQL).
+pub async fn lock_waiters(observer: &Db) -> i64 {
+    count(
+        observer,
+        "SELECT count(*) AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        vec![],
+    )
+    .await
+}
+
 /// Waits (10 s at most) until exactly one backend of this database waits on a lock, as
 /// `observer` sees it (PostgreSQL): `what` has reached the lock a test holds.
 pub async fn until_one_waits_on_a_lock(observer: &Db, what: &str) {
     eventually(what, Duration::from_secs(10), || async move {
-        count(
-            observer,
-            "SELECT count(*) AS n FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            vec![],
-        )
-        .await
-            == 1
+        lock_waiters(observer).await == 1
     })
     .await;
 }
