@@ -1,10 +1,13 @@
-//! Applying migrations: one process at a time across processes (an advisory lock), given
-//! up on a database gone silent, and a schema this version does not know told for what it
-//! is.
+//! Applying migrations: one process at a time across processes (an advisory lock), never
+//! holding up live traffic for long behind a table lock they wait for, given up on a
+//! database gone silent, and a schema this version does not know told for what it is.
+
+use std::time::{Duration, Instant};
 
 use migration::{Migrator, MigratorTrait};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 
+use super::classify::sqlx_cause;
 use super::{availability, Db};
 
 /// Arbitrary constant naming the advisory lock that serialises migrations across processes.
@@ -12,6 +15,20 @@ pub const MIGRATION_LOCK_KEY: i64 = 0x0063_6f75_7269_6572; // "courier" in ASCII
 
 /// How many acquire timeouts migrations wait on a database out of reach before giving up.
 pub const MIGRATION_GIVES_UP_AFTER: u32 = 10;
+
+/// How long one try at the migrations waits for a lock on a table (PostgreSQL's
+/// `lock_timeout`). A table change waits for every transaction using the table to end,
+/// and every statement on the table that comes after it queues behind it meanwhile: a
+/// long transaction elsewhere (a report, a backup) would otherwise hold up a live
+/// deployment's traffic for as long as it runs. So a try that waits longer is rolled back,
+/// the traffic goes on, and the migrations try again.
+pub const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// How long migrations keep trying to take the table locks they need before giving up.
+pub const MIGRATION_LOCKS_TRIED_FOR: Duration = Duration::from_secs(600);
+
+/// PostgreSQL's SQLSTATE for a lock not taken within `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 impl Db {
     /// Applies pending migrations. Safe to run from several processes at once:
@@ -38,8 +55,40 @@ impl Db {
         }
     }
 
-    /// [`Db::migrate`], with nothing watching for a database gone silent.
+    /// [`Db::migrate`], with nothing watching for a database gone silent: tries again,
+    /// after a pause, while a try gives up waiting for a table lock (see
+    /// [`MIGRATION_LOCK_WAIT`]), for up to [`MIGRATION_LOCKS_TRIED_FOR`].
     async fn migrate_unwatched(&self) -> Result<(), DbErr> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(250);
+        loop {
+            match self.migrate_once().await {
+                Err(err) if waited_for_a_lock(&err) => {
+                    if started.elapsed() >= MIGRATION_LOCKS_TRIED_FOR {
+                        return Err(DbErr::Custom(format!(
+                            "migrations could not take the table locks they need for {} s: \
+                             other sessions kept Courier's tables in use (pg_stat_activity \
+                             shows which); nothing was applied, and the next run starts again",
+                            MIGRATION_LOCKS_TRIED_FOR.as_secs()
+                        )));
+                    }
+                    tracing::warn!(
+                        waited_ms = MIGRATION_LOCK_WAIT.as_millis() as u64,
+                        retry_in_ms = pause.as_millis() as u64,
+                        "migrations waited for a table another session is using; rolled back so \
+                         as not to hold up its traffic, trying again"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// One try at the migrations, in one transaction: on PostgreSQL, with the migration
+    /// lock held and table locks waited for at most [`MIGRATION_LOCK_WAIT`].
+    async fn migrate_once(&self) -> Result<(), DbErr> {
         let txn = self.begin_write().await?;
         if self.backend() == DbBackend::Postgres {
             txn.execute_raw(Statement::from_sql_and_values(
@@ -48,10 +97,55 @@ impl Db {
                 [MIGRATION_LOCK_KEY.into()],
             ))
             .await?;
+            // After the migration lock, which waits for another process's migrations as
+            // long as they take.
+            txn.execute_unprepared(&format!(
+                "SET LOCAL lock_timeout = '{}ms'",
+                MIGRATION_LOCK_WAIT.as_millis()
+            ))
+            .await?;
         }
-        Migrator::up(&txn, None).await.map_err(newer_schema)?;
+        Migrator::up(&txn, None)
+            .await
+            .map_err(newer_schema)
+            .map_err(foreign_object)?;
         txn.commit().await
     }
+}
+
+/// A migration refused because the database already holds a table, index or type of the
+/// name it creates (PostgreSQL's `42P07` and `42710`, SQLite's "already exists"), told as
+/// what it means: the database is not Courier's alone. (Courier's own half-done work
+/// cannot leave one: the migrations run in one transaction.)
+fn foreign_object(err: DbErr) -> DbErr {
+    let clash = match sqlx_cause(&err).and_then(|cause| cause.as_database_error()) {
+        Some(db_err) => {
+            matches!(db_err.code().as_deref(), Some("42P07" | "42710"))
+                || (db_err.code().as_deref() == Some("1")
+                    && db_err.message().contains("already exists"))
+        }
+        None => false,
+    };
+    if !clash {
+        return err;
+    }
+    let said = sqlx_cause(&err)
+        .and_then(|cause| cause.as_database_error())
+        .map(|db_err| db_err.message().to_owned())
+        .unwrap_or_default();
+    DbErr::Custom(format!(
+        "the database already holds something Courier's migrations create ({said}), which \
+         Courier did not make: it looks like another application's database; give Courier a \
+         database of its own in DATABASE_URL"
+    ))
+}
+
+/// Whether `err` is PostgreSQL giving up on a lock after `lock_timeout`.
+fn waited_for_a_lock(err: &DbErr) -> bool {
+    sqlx_cause(err)
+        .and_then(|cause| cause.as_database_error())
+        .and_then(|db_err| db_err.code())
+        .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
 }
 
 /// Migrations' own word for a database migrated by a later version (one it holds as

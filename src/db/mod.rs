@@ -46,7 +46,9 @@ pub use self::diagnose::{
     check_url, describe, explain_connect_error, location, sqlite_in_memory, sqlite_path,
     sqlx_message,
 };
-pub use self::migrate::{MIGRATION_GIVES_UP_AFTER, MIGRATION_LOCK_KEY};
+pub use self::migrate::{
+    MIGRATION_GIVES_UP_AFTER, MIGRATION_LOCKS_TRIED_FOR, MIGRATION_LOCK_KEY, MIGRATION_LOCK_WAIT,
+};
 pub use self::transaction::{Txn, MAX_TRIES};
 
 /// A handle on Courier's database: a cheap clone around the connection pool.

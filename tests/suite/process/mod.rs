@@ -1,12 +1,13 @@
 //! The built binary, run as users run it: its commands, a first run, clocks that disagree,
-//! a database that goes away, a log nobody reads, the toolchain it needs, and the traces it
-//! exports.
+//! a database that goes away, migrations beside live traffic, a log nobody reads, the
+//! toolchain it needs, and the traces it exports.
 
 mod cli;
 mod clock_skew;
 mod database_outage;
 mod first_run;
 mod logs;
+mod migration_locks;
 mod orphaned_transaction;
 mod outage_under_load;
 mod shutdown;
