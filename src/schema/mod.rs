@@ -2,9 +2,11 @@
 
 mod api_key;
 mod coercion;
+mod conditions;
 mod context;
 mod delivery;
 pub mod documents;
+mod empty_selections;
 mod endpoint;
 mod error;
 mod event;
@@ -82,6 +84,8 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     ))
     // Outside the nulls, so the fields they put back take their places too.
     .extension(field_order::FieldOrder)
+    // Inside the order, which then never meets a placeholder.
+    .extension(empty_selections::EmptySelections)
     .extension(nulls::FieldErrorNulls);
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);
