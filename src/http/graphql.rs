@@ -26,20 +26,37 @@ use crate::telemetry;
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireRequest {
-    query: String,
+    #[serde(default)]
+    query: Option<String>,
     #[serde(default)]
     operation_name: Option<String>,
     #[serde(default)]
     variables: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Read only to hold it to its type, a map: Courier defines no request extensions.
+    /// Held to its type, a map, and read for one member: Courier defines no request
+    /// extensions, and answers a persisted query's hash alone as not supported.
     #[serde(default)]
-    #[allow(dead_code)]
     extensions: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
+/// The answer to a request that sends a persisted query's hash instead of its text
+/// (Apollo's automatic persisted queries): the message Apollo Client's persisted-query link
+/// looks for, after which it sends the text itself. Courier keeps no persisted queries.
+pub const PERSISTED_QUERY_NOT_SUPPORTED: &str = "PersistedQueryNotSupported";
+
 impl WireRequest {
-    fn into_request(self) -> async_graphql::Request {
-        let mut request = async_graphql::Request::new(self.query);
+    /// The request, or, without a `query`, what to answer.
+    fn into_request(self) -> Result<async_graphql::Request, &'static str> {
+        let Some(query) = self.query else {
+            let persisted = self
+                .extensions
+                .is_some_and(|extensions| extensions.contains_key("persistedQuery"));
+            return Err(if persisted {
+                PERSISTED_QUERY_NOT_SUPPORTED
+            } else {
+                "the body is not a GraphQL request: it has no `query`"
+            });
+        };
+        let mut request = async_graphql::Request::new(query);
         if let Some(name) = self.operation_name {
             request = request.operation_name(name);
         }
@@ -48,7 +65,7 @@ impl WireRequest {
             let variables = json::to_graphql(&serde_json::Value::Object(variables));
             request = request.variables(Variables::from_value(variables));
         }
-        request
+        Ok(request)
     }
 }
 
@@ -104,8 +121,11 @@ pub async fn post(
     if let Some(refused) = repeated_member(media, body) {
         return refused;
     }
-    let request = match serde_json::from_str::<WireRequest>(body) {
-        Ok(wire) => wire.into_request(),
+    let request = match serde_json::from_str::<WireRequest>(body).map(WireRequest::into_request) {
+        Ok(Ok(request)) => request,
+        Ok(Err(message)) => {
+            return request_error(media, StatusCode::BAD_REQUEST, "BAD_USER_INPUT", message);
+        }
         Err(err) => {
             let message = if body.trim_ascii_start().starts_with('[') {
                 "batched requests are not supported: send one GraphQL request (a JSON object) per POST".to_owned()
@@ -135,12 +155,14 @@ pub async fn get(
     };
     if !has_query {
         // A GraphQL client asked for JSON without a document: a request, not a page.
-        return request_error(
-            media,
-            StatusCode::BAD_REQUEST,
-            "BAD_USER_INPUT",
-            "a GET request needs a `query` parameter",
-        );
+        let persisted = url::form_urlencoded::parse(query.as_bytes())
+            .any(|(key, value)| key == "extensions" && value.contains("\"persistedQuery\""));
+        let message = if persisted {
+            PERSISTED_QUERY_NOT_SUPPORTED
+        } else {
+            "a GET request needs a `query` parameter"
+        };
+        return request_error(media, StatusCode::BAD_REQUEST, "BAD_USER_INPUT", message);
     }
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,

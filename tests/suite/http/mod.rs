@@ -1,7 +1,8 @@
 //! The HTTP surface: connection limits and timeouts, cross-origin calls, hardening against
 //! slow or hostile clients, hostile GraphQL documents, control characters in arguments,
-//! documents served from the parse cache, the routes open without a key, GraphQL over
-//! WebSocket (and what one connection's subscriptions may cost), and the GraphiQL page.
+//! documents served from the parse cache, persisted queries (not kept), the routes open
+//! without a key, GraphQL over WebSocket (and what one connection's subscriptions may
+//! cost), and the GraphiQL page.
 
 mod connections;
 mod control_characters;
@@ -11,6 +12,7 @@ mod hostile_documents;
 mod http_hardening;
 mod known_documents;
 mod open_routes;
+mod persisted_queries;
 mod subscription_limits;
 mod websocket;
 mod websocket_framing;
