@@ -10,8 +10,9 @@
 //! `complete`, on the legacy `graphql-ws` protocol too (its `data` and `complete` become
 //! its `error`); and an operation the client completed gets no `complete` back. A message
 //! naming a member twice in one object (two `Authorization` entries in `connection_init`,
-//! say) is closed with 4400 on both protocols; the legacy protocol has none of the other
-//! rules.
+//! say) is closed with 4400 on both protocols, as is, on the legacy protocol, a message that
+//! is not one of its own (async-graphql closed it with 1002 and the parser's words); the
+//! legacy protocol has none of the other rules.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -171,9 +172,6 @@ impl Gate {
         if super::unique_members::first_repeated_member(text).is_some() {
             return Err(invalid("a member named twice in one object"));
         }
-        if self.legacy {
-            return Ok(());
-        }
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|_| invalid("not JSON"))?;
         let kind = value
@@ -187,6 +185,24 @@ impl Gate {
                 .filter(|id| !id.is_empty())
                 .ok_or_else(|| invalid("no id"))
         };
+        let query = || {
+            let Some(payload) = value.get("payload").filter(|p| p.is_object()) else {
+                return Err(invalid("no payload"));
+            };
+            if !payload.get("query").is_some_and(|query| query.is_string()) {
+                return Err(invalid("no query in the payload"));
+            }
+            Ok(())
+        };
+        if self.legacy {
+            // Its own messages, each whole; the session enforces its order.
+            return match kind {
+                "connection_init" | "connection_terminate" => Ok(()),
+                "start" => id().and_then(|_| query()),
+                "stop" => id().map(|_| ()),
+                _ => Err(invalid("unknown type")),
+            };
+        }
         match kind {
             "connection_init" => {
                 self.seen().initialised = true;
@@ -195,12 +211,7 @@ impl Gate {
             "ping" | "pong" => Ok(()),
             "subscribe" => {
                 let id = id()?;
-                let Some(payload) = value.get("payload").filter(|p| p.is_object()) else {
-                    return Err(invalid("no payload"));
-                };
-                if !payload.get("query").is_some_and(|query| query.is_string()) {
-                    return Err(invalid("no query in the payload"));
-                }
+                query()?;
                 let mut seen = self.seen();
                 if !seen.initialised {
                     return Err(CloseFrame {
@@ -303,6 +314,31 @@ mod tests {
 
         for garbage in ["{", "[]", r#"{"type":"launch"}"#, r#"{"type":"subscribe"}"#] {
             let (gate, mut told) = Gate::new(false);
+            assert!(!gate.admit(&Message::Text(garbage.into())), "{garbage}");
+            assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
+        }
+    }
+
+    #[test]
+    fn the_legacy_protocol_takes_only_its_own_messages() {
+        for message in [
+            r#"{"type":"connection_init","payload":{}}"#,
+            r#"{"type":"start","id":"1","payload":{"query":"subscription { x }"}}"#,
+            r#"{"type":"stop","id":"1"}"#,
+            r#"{"type":"connection_terminate"}"#,
+        ] {
+            let (gate, _told) = Gate::new(true);
+            assert!(gate.admit(&Message::Text(message.into())), "{message}");
+        }
+        for garbage in [
+            "not json",
+            r#"{"type":"wat"}"#,
+            r#"{"type":"subscribe","id":"1","payload":{"query":"subscription { x }"}}"#,
+            r#"{"id":"1","type":"start"}"#,
+            r#"{"type":"start","payload":{"query":"subscription { x }"}}"#,
+            r#"{"type":"stop"}"#,
+        ] {
+            let (gate, mut told) = Gate::new(true);
             assert!(!gate.admit(&Message::Text(garbage.into())), "{garbage}");
             assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
         }

