@@ -13,6 +13,7 @@ mod event;
 mod field_order;
 pub mod in_time;
 mod input_literals;
+mod introspection;
 pub mod json;
 pub mod limits;
 pub mod loaders;
@@ -86,6 +87,7 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     .extension(field_order::FieldOrder)
     // Inside the order, which then never meets a placeholder.
     .extension(empty_selections::EmptySelections)
+    .extension(introspection::SchemaDescription)
     .extension(nulls::FieldErrorNulls);
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);
