@@ -12,10 +12,11 @@ use std::time::Duration;
 use async_graphql::http::WebSocketProtocols;
 use async_graphql::Data;
 use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
 use axum::extract::{State, WebSocketUpgrade};
-use axum::http::{header, HeaderMap};
-use axum::response::Response;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse as _, Response};
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -52,10 +53,22 @@ const INIT_TIMEOUT: u16 = 4408;
 /// revoked or the process shuts down.
 pub async fn upgrade(
     State(state): State<HttpState>,
-    protocol: GraphQLProtocol,
+    protocol: Result<GraphQLProtocol, StatusCode>,
     headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let Ok(protocol) = protocol else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "a GraphQL WebSocket needs a subprotocol Courier speaks: send \
+             Sec-WebSocket-Protocol: graphql-transport-ws (or the legacy graphql-ws)\n",
+        )
+            .into_response();
+    };
     // Clients that can set headers on the upgrade request may authenticate there;
     // `connection_init` takes precedence.
     let upgrade_authorization = super::authorization(&headers).map(str::to_owned);

@@ -241,6 +241,37 @@ async fn the_first_protocol_the_client_offers_is_the_one_spoken() {
     }
 }
 
+/// An upgrade that offers no subprotocol Courier speaks is refused with 400 saying which to
+/// send (before, a bare 400 with an empty body).
+#[tokio::test]
+async fn an_upgrade_without_a_known_protocol_is_told_which_to_send() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    for offered in [None, Some("mqtt"), Some("graphql-sse")] {
+        let mut request = format!("ws://{}/graphql/ws", app.addr)
+            .into_client_request()
+            .expect("request");
+        if let Some(offered) = offered {
+            request.headers_mut().insert(
+                "sec-websocket-protocol",
+                HeaderValue::from_str(offered).expect("header"),
+            );
+        }
+        let refused = tokio_tungstenite::connect_async(request)
+            .await
+            .expect_err("refused");
+        let tokio_tungstenite::tungstenite::Error::Http(response) = refused else {
+            panic!("{offered:?}: refused over HTTP: {refused}");
+        };
+        assert_eq!(response.status(), 400, "{offered:?}");
+        let body = String::from_utf8_lossy(response.body().as_deref().unwrap_or_default());
+        assert!(
+            body.contains("Sec-WebSocket-Protocol: graphql-transport-ws"),
+            "{body}"
+        );
+    }
+}
+
 /// `graphql-transport-ws` rules broken by a client get the protocol's close codes: a
 /// message that is not one (not JSON, no or an unknown type, a `subscribe` without an id
 /// or a query) 4400, a `subscribe` before `connection_init` 4401, and a `subscribe` reusing the id of a
