@@ -4,9 +4,11 @@
 //! about time are the database's own, in the statements (see [`super::clock`]).
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sea_orm::{ConnectionTrait as _, DbBackend, DbErr, Statement};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Db;
@@ -15,8 +17,25 @@ use super::Db;
 /// and on SQLite).
 static OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
 
+/// The database's clock at [`base`], in microseconds since the epoch, as last measured
+/// ([`UNMEASURED`] until then, and on SQLite): the database's time now is that plus the
+/// time passed since on this process's monotonic clock, which a step of this host's wall
+/// clock (an NTP correction, a virtual machine resumed) leaves alone.
+static DATABASE_MICROS_AT_BASE: AtomicI64 = AtomicI64::new(UNMEASURED);
+
+/// [`DATABASE_MICROS_AT_BASE`] before any measurement.
+const UNMEASURED: i64 = i64::MIN;
+
+/// Wakes [`keep_measuring`] early: the wall clock and the monotonic one disagree about how
+/// much time passed (the wall clock was stepped, or the host slept).
+static CLOCKS_DISAGREE: Notify = Notify::const_new();
+
+/// How far the wall clock may move from the monotonic one between measurements before
+/// the database's clock is measured again at once.
+const STEP_BEYOND: Duration = Duration::from_secs(1);
+
 /// How often a serving process measures the database's clock against its own again: hosts'
-/// clocks drift slowly, and NTP steps them rarely.
+/// clocks drift slowly, and NTP steps them rarely (a step is noticed when it happens).
 pub const REMEASURE_EVERY: Duration = Duration::from_secs(60);
 
 /// Samples per measurement: the one with the shortest round trip is kept, its midpoint the
@@ -26,17 +45,50 @@ const SAMPLES: usize = 3;
 /// How far off this host's clock may be before each measurement warns.
 const WARN_BEYOND: Duration = Duration::from_secs(5);
 
-/// Now, on the database's clock as last measured.
+/// The instant the database's clock is anchored to: the first this process asked for.
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// Microseconds since the epoch of `at` (0 before it).
+fn epoch_micros(at: SystemTime) -> i64 {
+    i64::try_from(
+        at.duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_micros(),
+    )
+    .unwrap_or(i64::MAX)
+}
+
+/// Now, on the database's clock as last measured: its reading then, moved on by the
+/// monotonic clock (this host's wall clock until a measurement, and on SQLite, where the
+/// database's clock is this host's).
 pub fn database_now() -> SystemTime {
-    let offset = OFFSET_MICROS.load(Ordering::Relaxed);
     let here = SystemTime::now();
-    let off_by = Duration::from_micros(offset.unsigned_abs());
-    if offset >= 0 {
-        here.checked_add(off_by)
-    } else {
-        here.checked_sub(off_by)
+    let at_base = DATABASE_MICROS_AT_BASE.load(Ordering::Relaxed);
+    if at_base == UNMEASURED {
+        return here;
     }
-    .unwrap_or(here)
+    let passed = i64::try_from(base().elapsed().as_micros()).unwrap_or(i64::MAX);
+    let database = at_base.saturating_add(passed);
+    let by_wall_clock = epoch_micros(here).saturating_add(OFFSET_MICROS.load(Ordering::Relaxed));
+    if database.abs_diff(by_wall_clock) > STEP_BEYOND.as_micros() as u64 {
+        CLOCKS_DISAGREE.notify_one();
+    }
+    UNIX_EPOCH + Duration::from_micros(database.max(0).unsigned_abs())
+}
+
+/// Takes `database`, the database's clock in microseconds since the epoch, read when this
+/// host's wall clock read `here` and its monotonic clock `at`, as the measurement from now.
+fn anchor(database: i64, here: SystemTime, at: Instant) {
+    let since_base =
+        i64::try_from(at.saturating_duration_since(base()).as_micros()).unwrap_or(i64::MAX);
+    OFFSET_MICROS.store(
+        database.saturating_sub(epoch_micros(here)),
+        Ordering::Relaxed,
+    );
+    DATABASE_MICROS_AT_BASE.store(database.saturating_sub(since_base), Ordering::Relaxed);
 }
 
 /// Measures the database's clock against this host's (PostgreSQL; nothing to measure on
@@ -46,7 +98,11 @@ pub async fn measure(db: &Db) -> Result<(), DbErr> {
     if db.backend() != DbBackend::Postgres {
         return Ok(());
     }
-    let mut best: Option<(Duration, i64)> = None;
+    // Fixed before the first sample, so that every sample's instant comes after it.
+    base();
+    // The shortest round trip: its midpoint, on both of this host's clocks, and the
+    // database's reading.
+    let mut best: Option<(Duration, SystemTime, Instant, i64)> = None;
     for _ in 0..SAMPLES {
         let sent = SystemTime::now();
         let began = Instant::now();
@@ -64,20 +120,18 @@ pub async fn measure(db: &Db) -> Result<(), DbErr> {
         else {
             continue;
         };
-        let midpoint = sent + round_trip / 2;
-        let here = i64::try_from(
-            midpoint
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_micros(),
-        )
-        .unwrap_or(i64::MAX);
-        if best.is_none_or(|(shortest, _)| round_trip < shortest) {
-            best = Some((round_trip, database.saturating_sub(here)));
+        if best.is_none_or(|(shortest, ..)| round_trip < shortest) {
+            best = Some((
+                round_trip,
+                sent + round_trip / 2,
+                began + round_trip / 2,
+                database,
+            ));
         }
     }
-    if let Some((_, offset)) = best {
-        OFFSET_MICROS.store(offset, Ordering::Relaxed);
+    if let Some((_, here, at, database)) = best {
+        anchor(database, here, at);
+        let offset = database.saturating_sub(epoch_micros(here));
         let off_by = Duration::from_micros(offset.unsigned_abs());
         if off_by > WARN_BEYOND {
             tracing::warn!(
@@ -92,17 +146,25 @@ pub async fn measure(db: &Db) -> Result<(), DbErr> {
     Ok(())
 }
 
-/// Measures the database's clock every [`REMEASURE_EVERY`] until `shutdown`; a measurement
-/// that fails keeps the last one.
+/// Measures the database's clock every [`REMEASURE_EVERY`], and at once when this host's
+/// wall clock steps, until `shutdown`; a measurement that fails keeps the last one.
 pub async fn keep_measuring(db: Db, shutdown: CancellationToken) {
     if db.backend() != DbBackend::Postgres {
         return;
     }
+    let mut measured_at = Instant::now();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(REMEASURE_EVERY) => {}
+            () = CLOCKS_DISAGREE.notified() => {
+                tracing::info!("this host's wall clock moved apart from its monotonic clock \
+                    (stepped, or the host slept): measuring the database's clock again");
+                // At most once a second, should the measurement keep failing.
+                tokio::time::sleep_until((measured_at + STEP_BEYOND).into()).await;
+            }
         }
+        measured_at = Instant::now();
         if let Err(err) = db.within_deadline(measure(&db)).await {
             tracing::debug!(error = %crate::error::error_chain(&err),
                 "measuring the database's clock failed; the last measurement stands");
@@ -110,7 +172,10 @@ pub async fn keep_measuring(db: Db, shutdown: CancellationToken) {
     }
 }
 
+/// Takes the database's clock as `offset` microseconds ahead of this host's (behind if
+/// negative), as a measurement would.
 #[cfg(test)]
 pub(crate) fn set_offset_micros(offset: i64) {
-    OFFSET_MICROS.store(offset, Ordering::Relaxed);
+    let (here, at) = (SystemTime::now(), Instant::now());
+    anchor(epoch_micros(here).saturating_add(offset), here, at);
 }

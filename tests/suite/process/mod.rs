@@ -1,9 +1,10 @@
-//! The built binary, run as users run it: its commands, a first run, clocks that disagree,
-//! a database that goes away, migrations beside live traffic, a log nobody reads, the
-//! toolchain it needs, and the traces it exports.
+//! The built binary, run as users run it: its commands, a first run, clocks that disagree
+//! or step, a database that goes away, migrations beside live traffic, a log nobody reads,
+//! the toolchain it needs, and the traces it exports.
 
 mod cli;
 mod clock_skew;
+mod clock_step;
 mod database_outage;
 mod first_run;
 mod logs;
