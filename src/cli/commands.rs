@@ -11,14 +11,15 @@ use sea_orm::ActiveEnum as _;
 use super::{serve_lock, signals};
 use crate::auth::{self, RevokeOutcome};
 use crate::config::{
-    ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, ServeArgs, TenantCommand,
+    ApiKeyCommand, Cli, Command, CreateApiKeyArgs, DatabaseArgs, EndpointCommand, RotateSecretArgs,
+    ServeArgs, TenantCommand,
 };
 use crate::db::{self, Db};
 use crate::error::Error;
 use crate::schema;
 use crate::service::pagination::{PageRequest, MAX_PAGE_SIZE};
 use crate::service::sealing;
-use crate::service::{api_keys, tenants};
+use crate::service::{api_keys, rotation, tenants};
 use uuid::Uuid;
 
 /// Why a command failed. Each message names what to change; `main` prints it once, on one line.
@@ -39,6 +40,9 @@ pub enum CommandError {
     /// A domain operation refused.
     #[error(transparent)]
     Service(#[from] Error),
+    /// A stored signing secret cannot be opened: the process must not start.
+    #[error(transparent)]
+    Sealing(#[from] sealing::SealingError),
     /// The HTTP address could not be bound.
     #[error("cannot listen on {addr}: {reason}; set COURIER_BIND (or --bind) to a free address")]
     Bind {
@@ -95,7 +99,26 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
             Ok(())
         }
         Some(Command::Tenant(TenantCommand::List)) => list_tenants(&cli.database).await,
+        Some(Command::Endpoint(EndpointCommand::RotateSecret(args))) => {
+            rotate_secret(&cli.database, args).await
+        }
     }
+}
+
+/// Gives an endpoint a new signing secret and prints it alone on stdout.
+async fn rotate_secret(
+    database: &DatabaseArgs,
+    args: RotateSecretArgs,
+) -> Result<(), CommandError> {
+    let db = connect(database).await?;
+    let keys = args.encryption_key.unwrap_or_default();
+    let rotated = rotation::rotate(&db, &keys, args.id, Some(args.grace_seconds)).await;
+    db.close().await?;
+    let rotated = rotated?;
+    tracing::info!(endpoint_id = %args.id, grace_seconds = args.grace_seconds,
+        "a new signing secret: give it to the endpoint's receiver");
+    print_stdout(rotated.secret.as_deref().unwrap_or_default())?;
+    Ok(())
 }
 
 /// Prints every tenant, one tab-separated line each: id, name, created.

@@ -1,4 +1,5 @@
-//! The arguments of Courier's management commands (`courier api-key ...`, `courier tenant ...`).
+//! The arguments of Courier's management commands (`courier api-key ...`, `courier tenant ...`,
+//! `courier endpoint ...`).
 
 use clap::{Args, Subcommand};
 
@@ -61,4 +62,29 @@ fn role_parser() -> impl clap::builder::TypedValueParser<Value = crate::auth::Ro
     use sea_orm::ActiveEnum as _;
     clap::builder::PossibleValuesParser::new(["admin", "partner"])
         .try_map(|name| crate::auth::Role::try_from_value(&name))
+}
+
+/// `courier endpoint ...`
+#[derive(Debug, Subcommand)]
+pub enum EndpointCommand {
+    /// Give an endpoint a new signing secret and print it, once, alone on stdout: how an
+    /// endpoint whose secret no key opens (its key lost) is recovered when no process
+    /// starts. The replaced secret keeps signing for the grace period if it can be opened.
+    RotateSecret(RotateSecretArgs),
+}
+
+/// Arguments of `courier endpoint rotate-secret`.
+#[derive(Debug, Args)]
+pub struct RotateSecretArgs {
+    /// The endpoint's id.
+    pub id: uuid::Uuid,
+    /// How long the replaced secret keeps signing beside the new one, in seconds (0 to
+    /// 2592000; a secret that cannot be opened never does).
+    #[arg(long, default_value_t = crate::service::rotation::DEFAULT_ROTATION_GRACE_SECS,
+        value_parser = clap::value_parser!(i64).range(0..=crate::service::rotation::MAX_ROTATION_GRACE_SECS))]
+    pub grace_seconds: i64,
+    /// The keys signing secrets are sealed with, as `courier serve` takes them: the new
+    /// secret is sealed with the first.
+    #[arg(long, env = "COURIER_ENCRYPTION_KEY", hide_env_values = true, value_parser = crate::crypto::sealing::parse_keys)]
+    pub encryption_key: Option<crate::crypto::sealing::SecretKeys>,
 }

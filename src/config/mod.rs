@@ -17,7 +17,8 @@ mod commands;
 mod traces;
 
 pub use self::commands::{
-    ApiKeyCommand, CreateApiKeyArgs, CreateTenantArgs, RevokeApiKeyArgs, TenantCommand,
+    ApiKeyCommand, CreateApiKeyArgs, CreateTenantArgs, EndpointCommand, RevokeApiKeyArgs,
+    RotateSecretArgs, TenantCommand,
 };
 pub use self::traces::{BatchSetting, CollectorUrl, TracingArgs};
 
@@ -84,6 +85,9 @@ pub enum Command {
     /// Manage tenants (the customers endpoints are grouped by).
     #[command(subcommand)]
     Tenant(TenantCommand),
+    /// Manage endpoints' signing secrets.
+    #[command(subcommand)]
+    Endpoint(EndpointCommand),
 }
 
 /// Parses COURIER_PUBLIC_URL: an `http` or `https` URL with a host, no query, fragment,

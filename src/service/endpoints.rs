@@ -18,22 +18,10 @@ use crate::error::{Error, Result};
 use crate::service::access::Access;
 use crate::service::pagination::{Page, PageRequest};
 use crate::service::recent_health::{self, RecentHealth};
+use crate::service::rotation;
 use crate::service::switch::{self, DisabledReason};
 use crate::service::tenants;
 use crate::service::{event_types, flow};
-
-/// A rotation: the new sealed secret, the replaced one while its grace lasts (`$3`, NULL for
-/// none) and when that ends (`$4`, after the database's now).
-const ROTATE: &str = "UPDATE endpoints \
-     SET signing_secret = $2, previous_signing_secret = $3, \
-         previous_secret_expires_at = {after($4)}, updated_at = {now} \
-     WHERE id = $1";
-
-/// Grace period of a rotation when none is given: a day, as receivers expect.
-pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
-
-/// Longest grace period a rotation accepts: 30 days.
-pub const MAX_ROTATION_GRACE_SECS: i64 = 30 * 86_400;
 
 /// An endpoint as stored, with its secret when one was just minted.
 #[derive(Debug, Clone)]
@@ -329,10 +317,8 @@ impl Endpoints {
         Ok(EndpointWithSecret { endpoint, secret })
     }
 
-    /// Mints a new signing secret (admins, and the key of the endpoint's tenant), returned once. For `grace_secs` (default a
-    /// day; 0 for none) the replaced secret keeps signing beside the new one, so receivers
-    /// can switch at their pace; its expiry is stored, so every process stops using it at
-    /// the same moment. A rotation during a grace period replaces the older secret.
+    /// Mints a new signing secret (admins, and the key of the endpoint's tenant), returned
+    /// once (see [`rotation::rotate`]).
     #[tracing::instrument(skip_all, fields(endpoint_id = %id))]
     pub async fn rotate_secret(
         &self,
@@ -341,47 +327,7 @@ impl Endpoints {
         grace_secs: Option<i64>,
     ) -> Result<EndpointWithSecret> {
         self.access.require_manage(caller, id).await?;
-        let grace_secs = grace_secs.unwrap_or(DEFAULT_ROTATION_GRACE_SECS);
-        if !(0..=MAX_ROTATION_GRACE_SECS).contains(&grace_secs) {
-            return Err(Error::bad_input(format!(
-                "graceSeconds must be 0 to {MAX_ROTATION_GRACE_SECS}"
-            )));
-        }
-        let minted = signing::mint_secret();
-        let sealed = self.keys.seal(id, &minted).map_err(Error::Secret)?;
-        let (db, sealed) = (&self.db, &sealed);
-        let endpoint = db
-            .transaction(|txn| async move {
-                let Some(current) = endpoint::Entity::find_by_id(id)
-                    .lock_exclusive()
-                    .one(&*txn)
-                    .await?
-                else {
-                    return Ok(None);
-                };
-                let clock = db.clock();
-                let grace = std::time::Duration::from_secs(grace_secs.unsigned_abs());
-                // The replaced secret's expiry is the database's time plus the grace, so
-                // every process agrees when it stops signing.
-                let (previous, expires) = if grace_secs > 0 {
-                    (Some(current.signing_secret.clone()), clock.after(grace))
-                } else {
-                    (None, clock.after_opt(None))
-                };
-                txn.execute_raw(clock.statement(
-                    ROTATE,
-                    [id.into(), sealed.clone().into(), previous.into(), expires],
-                ))
-                .await?;
-                endpoint::Entity::find_by_id(id).one(&*txn).await
-            })
-            .await?
-            .ok_or(Error::NotFound("endpoint"))?;
-        tracing::info!(grace_secs, "endpoint signing secret rotated");
-        Ok(EndpointWithSecret {
-            endpoint,
-            secret: Some(minted),
-        })
+        rotation::rotate(&self.db, &self.keys, id, grace_secs).await
     }
 
     /// One endpoint, if it exists; `FORBIDDEN` outside a partner's scope.

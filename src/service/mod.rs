@@ -12,6 +12,7 @@ pub mod pagination;
 pub mod payload;
 pub mod rate_limit;
 pub mod recent_health;
+pub mod rotation;
 pub mod sealing;
 pub mod submissions;
 pub mod switch;

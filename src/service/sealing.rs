@@ -6,9 +6,9 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
-use crate::crypto::sealing::SecretKeys;
+use crate::crypto::sealing::{SecretError, SecretKeys};
 use crate::db::Db;
-use crate::error::{Error, Result};
+use crate::error::Error;
 
 /// Endpoints read per page while sealing at start-up.
 const SEAL_PAGE: u64 = 500;
@@ -16,6 +16,56 @@ const SEAL_PAGE: u64 = 500;
 /// Names the advisory lock a process holds while it checks and seals the stored secrets.
 /// An arbitrary constant, unlike the migrations' own.
 pub const SEALING_LOCK_KEY: i64 = 0x0073_6561_6c69_6e67; // "sealing" in ASCII
+
+/// Why the stored secrets could not be brought under the keys.
+#[derive(Debug, thiserror::Error)]
+pub enum SealingError {
+    /// A stored secret no key opens: the process must not start (it would not sign that
+    /// endpoint's webhooks correctly). Says what to change.
+    #[error("endpoint {endpoint_id}'s {which} signing secret cannot be used: {reason}; {}{}",
+        remedy(*.endpoint_id, .reason), more(*.others))]
+    Unopened {
+        /// The first endpoint whose secret does not open.
+        endpoint_id: Uuid,
+        /// `current` or `previous` (the one still signing during a rotation's grace).
+        which: &'static str,
+        /// Why it does not open.
+        reason: SecretError,
+        /// How many other secrets do not open either (each logged).
+        others: usize,
+    },
+    /// Reading or writing the secrets failed.
+    #[error(transparent)]
+    Service(#[from] Error),
+}
+
+/// What to change when endpoint `id`'s secret does not open for `reason`.
+fn remedy(id: Uuid, reason: &SecretError) -> String {
+    let rotate = format!(
+        "give the endpoint a new secret with `courier endpoint rotate-secret {id}` (its \
+         receiver then needs the new one)"
+    );
+    match reason {
+        SecretError::NoKey => format!(
+            "set COURIER_ENCRYPTION_KEY to the key it was sealed with, or, if that key is lost, \
+             {rotate}"
+        ),
+        SecretError::Undecryptable(_) => format!(
+            "add the key that sealed it to COURIER_ENCRYPTION_KEY, or, if that key is lost, \
+             {rotate}"
+        ),
+        _ => rotate,
+    }
+}
+
+/// The others' count, told after the first's remedy.
+fn more(others: usize) -> String {
+    match others {
+        0 => String::new(),
+        1 => " (one more secret does not open either: see the log)".to_owned(),
+        n => format!(" ({n} more secrets do not open either: see the log)"),
+    }
+}
 
 /// What [`seal_at_rest`] changed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +76,22 @@ pub struct Resealed {
 
 /// Run at start-up, before serving: checks that every stored secret opens with `keys` and
 /// stores each one that is plaintext, or sealed under an older key, sealed under the first.
-/// Any secret that cannot be opened is an error naming `COURIER_ENCRYPTION_KEY`: a process
-/// that could not sign correctly must not start. Each write is conditional on the value
+/// Any secret that cannot be opened is an error naming its endpoint and what to change
+/// (`COURIER_ENCRYPTION_KEY`, or the endpoint's secret): a process that could not sign
+/// correctly must not start. Each write is conditional on the value
 /// read, so a rotation at the same moment is never undone; processes starting at once take
 /// their turns (a PostgreSQL advisory lock).
-pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
+pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed, SealingError> {
     // One process at a time: one starting beside another that seals under a different key
     // reads what the other sealed, and refuses, rather than each sealing half the table.
-    let _sealing = db.session_lock(SEALING_LOCK_KEY).await?;
+    let _sealing = db
+        .session_lock(SEALING_LOCK_KEY)
+        .await
+        .map_err(Error::from)?;
     let mut resealed = Resealed::default();
+    // The first secret that does not open, and how many others do not.
+    let mut unopened: Option<(Uuid, &'static str, SecretError)> = None;
+    let mut others = 0;
     let mut after: Option<Uuid> = None;
     loop {
         let mut query = endpoint::Entity::find()
@@ -49,23 +106,38 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
         if let Some(after) = after {
             query = query.filter(endpoint::Column::Id.gt(after));
         }
-        let rows: Vec<(Uuid, String, Option<String>)> = query.into_tuple().all(db.conn()).await?;
+        let rows: Vec<(Uuid, String, Option<String>)> = query
+            .into_tuple()
+            .all(db.conn())
+            .await
+            .map_err(Error::from)?;
         let Some(last) = rows.last() else {
             break;
         };
         after = Some(last.0);
         for (id, current, previous) in &rows {
-            for (column, stored) in [
-                (endpoint::Column::SigningSecret, Some(current)),
-                (endpoint::Column::PreviousSigningSecret, previous.as_ref()),
+            for (column, which, stored) in [
+                (endpoint::Column::SigningSecret, "current", Some(current)),
+                (
+                    endpoint::Column::PreviousSigningSecret,
+                    "previous",
+                    previous.as_ref(),
+                ),
             ] {
                 let Some(stored) = stored else { continue };
-                let plain = keys.open(*id, stored).map_err(|err| {
-                    // Which row, for the operator: the error itself names the setting.
-                    tracing::error!(endpoint_id = %id, column = ?column, error = %err,
-                        "an endpoint's signing secret cannot be opened");
-                    Error::Secret(err)
-                })?;
+                let plain = match keys.open(*id, stored) {
+                    Ok(plain) => plain,
+                    Err(reason) => {
+                        // Each one, for the operator; the first is the error.
+                        tracing::error!(endpoint_id = %id, secret = which, error = %reason,
+                            "an endpoint's signing secret cannot be opened");
+                        match unopened {
+                            None => unopened = Some((*id, which, reason)),
+                            Some(_) => others += 1,
+                        }
+                        continue;
+                    }
+                };
                 if !keys.needs_resealing(stored) {
                     continue;
                 }
@@ -75,7 +147,8 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
                     .filter(endpoint::Column::Id.eq(*id))
                     .filter(column.eq(stored.as_str()))
                     .exec(db.conn())
-                    .await?;
+                    .await
+                    .map_err(Error::from)?;
                 resealed.secrets += written.rows_affected;
             }
         }
@@ -88,6 +161,14 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed> {
                  SQLite file's free space: with Courier stopped, run \
                  `sqlite3 <file> 'VACUUM; PRAGMA wal_checkpoint(TRUNCATE);'`");
         }
+    }
+    if let Some((endpoint_id, which, reason)) = unopened {
+        return Err(SealingError::Unopened {
+            endpoint_id,
+            which,
+            reason,
+            others,
+        });
     }
     Ok(resealed)
 }
