@@ -103,11 +103,13 @@ impl AppState {
         );
         let access = Access::new(db.clone());
         let handoff = Handoff::default();
+        let keys = Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms)));
+        let revocations = Revocations::default();
         AppState(Arc::new(Services {
             tenants: Tenants::new(db.clone(), access.clone(), &config.public_url()),
-            keys: Arc::new(KeyCache::new(Duration::from_millis(config.auth_cache_ms))),
-            revocations: Revocations::default(),
-            api_keys: ApiKeys::new(db.clone()),
+            api_keys: ApiKeys::new(db.clone(), keys.clone(), revocations.clone()),
+            keys,
+            revocations,
             endpoints: Endpoints::new(
                 db.clone(),
                 access.clone(),

@@ -79,6 +79,14 @@ impl Revocations {
             .collect()
     }
 
+    /// Makes this process refuse key `id`, just revoked by one of its own requests, at
+    /// once: out of `keys`, its sessions ended. (The other processes learn of it from the
+    /// database, within a second.)
+    pub fn revoked_here(&self, keys: &KeyCache, id: Uuid) {
+        keys.evict(&[id]);
+        self.revoke(&[id]);
+    }
+
     /// Ends every session and subscription acting under one of `revoked`.
     fn revoke(&self, revoked: &[Uuid]) {
         let in_use = self.lock();

@@ -6,6 +6,10 @@ use sea_orm::ActiveEnum as _;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use uuid::Uuid;
 
+use std::sync::Arc;
+
+use crate::auth::cache::KeyCache;
+use crate::auth::revocation::Revocations;
 use crate::auth::{self, Identity, KeyLimits, NewApiKey, RevokeOutcome, Role};
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -15,12 +19,19 @@ use crate::service::pagination::{Page, PageRequest};
 #[derive(Clone, Debug)]
 pub struct ApiKeys {
     db: Db,
+    keys: Arc<KeyCache>,
+    revocations: Revocations,
 }
 
 impl ApiKeys {
-    /// API key operations on `db`.
-    pub fn new(db: Db) -> Self {
-        ApiKeys { db }
+    /// API key operations on `db`; a key this process revokes leaves its cache `keys` and
+    /// ends its sessions (`revocations`) at once.
+    pub fn new(db: Db, keys: Arc<KeyCache>, revocations: Revocations) -> Self {
+        ApiKeys {
+            db,
+            keys,
+            revocations,
+        }
     }
 
     /// Creates a key; its token is in the result and nowhere else.
@@ -38,11 +49,14 @@ impl ApiKeys {
         Ok(created)
     }
 
-    /// Revokes a key on every process within a second (see [`auth::revoke_api_key`]); the
-    /// key as stored either way.
+    /// Revokes a key: on this process at once, on every other within a second (see
+    /// [`auth::revoke_api_key`]); the key as stored either way.
     pub async fn revoke(&self, caller: &Identity, id: Uuid) -> Result<api_key::Model> {
         caller.require_admin()?;
         let outcome = auth::revoke_api_key(&self.db, id).await?;
+        if let RevokeOutcome::Revoked(_) = outcome {
+            self.revocations.revoked_here(&self.keys, id);
+        }
         Ok(match outcome {
             RevokeOutcome::Revoked(key) | RevokeOutcome::AlreadyRevoked(key) => key,
         })

@@ -342,7 +342,45 @@ async fn a_deleted_key_is_answered_401_at_once(backend: Backend) {
     assert!(body.get("data").is_none(), "nothing read is shown: {body}");
 }
 
+/// A key revoked through `revokeApiKey` is refused by the same process from the moment the
+/// mutation answers, and its sockets there end, without waiting for the watcher (on SQLite
+/// the key kept working there for up to half a second, its poll).
+async fn a_key_revoked_here_is_refused_here_at_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    for round in 0..10 {
+        let key = auth::create_api_key(&app.state.db, "revoked", Role::Admin, Default::default())
+            .await
+            .expect("key");
+        let mut socket = subscribe(&app, &key.token, "graphql-transport-ws").await;
+        let query = json!({ "query": "{ currentKey { id } }" });
+        let held = app.post_graphql(Some(&key.token), &query).await;
+        assert_eq!(held.status(), reqwest::StatusCode::OK, "cached as valid");
+        let revoked = app
+            .graphql(
+                &admin,
+                "mutation($id: ID!) { revokeApiKey(id: $id) { revokedAt } }",
+                json!({ "id": key.id }),
+            )
+            .await;
+        assert!(
+            revoked["data"]["revokeApiKey"]["revokedAt"].is_string(),
+            "{revoked}"
+        );
+        let refused = app.post_graphql(Some(&key.token), &query).await;
+        assert_eq!(
+            refused.status(),
+            reqwest::StatusCode::UNAUTHORIZED,
+            "round {round}: refused as soon as the revocation answered"
+        );
+        let (_, close) = until_closed(&mut socket, Duration::from_secs(2)).await;
+        assert_eq!(close.map(|(code, _)| code), Some(4403), "round {round}");
+    }
+}
+
 on_both_backends!(
+    a_key_revoked_here_is_refused_here_at_once,
     a_deleted_key_is_answered_401_at_once,
     revoking_through_the_service_ends_sessions_everywhere,
     revoking_with_plain_sql_ends_sessions_everywhere,
