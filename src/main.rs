@@ -24,6 +24,14 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    for (name, meant) in courier::config::unread_variables(&command, std::env::vars_os()) {
+        match meant {
+            Some(meant) => tracing::warn!(variable = %name, meant = %meant,
+                "{name} is not a Courier setting and is ignored: did you mean {meant}?"),
+            None => tracing::warn!(variable = %name,
+                "{name} is not a Courier setting and is ignored (`courier --help` lists them)"),
+        }
+    }
     let code = match commands::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

@@ -15,12 +15,14 @@ use crate::worker::schedule::{
 
 mod commands;
 mod traces;
+mod unknown;
 
 pub use self::commands::{
     ApiKeyCommand, CreateApiKeyArgs, CreateTenantArgs, EndpointCommand, RevokeApiKeyArgs,
     RotateSecretArgs, TenantCommand,
 };
 pub use self::traces::{BatchSetting, CollectorUrl, TracingArgs};
+pub use self::unknown::unread_variables;
 
 /// Longest retry delay accepted: 30 days.
 pub const MAX_RETRY_DELAY_MS: u64 = 30 * 24 * 3_600_000;

@@ -90,7 +90,7 @@ async fn the_console_loads_from_courier_alone() {
         table.0 <= table.1,
         "the endpoints table does not fit at 1280px: {table:?}"
     );
-    if let Some(path) = std::env::var_os("COURIER_CONSOLE_SCREENSHOT") {
+    if let Some(path) = std::env::var_os("COURIER_TEST_CONSOLE_SCREENSHOT") {
         page.screenshot(std::path::Path::new(&path)).await;
     }
 

@@ -1,5 +1,5 @@
 //! The built binary, run as users run it: `schema`, `--help`, `api-key create`,
-//! `tenant create|list` and `migrate`.
+//! `tenant create|list` and `migrate`, and settings given that no command reads.
 
 use std::process::{Command, Stdio};
 
@@ -50,6 +50,48 @@ fn help_documents_every_fixed_setting() {
             "--help does not mention {name}:\n{help}"
         );
     }
+}
+
+/// A `COURIER_*` variable no setting reads is warned about with the one it most likely
+/// meant: `COURIER_DATABASE_URL` (for `DATABASE_URL`) was ignored in silence, and the
+/// command ran on a new SQLite file in the working directory.
+#[test]
+fn a_variable_no_setting_reads_is_told_with_what_it_meant() {
+    let dir = std::env::temp_dir().join(format!("courier-unread-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let output = Command::new(COURIER)
+        .arg("migrate")
+        .current_dir(&dir)
+        .env_remove("DATABASE_URL")
+        .env("COURIER_DATABASE_URL", "postgres://db.example/courier")
+        .env("COURIER_WORKER_CONCURENCY", "4")
+        .env("COURIER_LOG_FORMAT", "json")
+        .output()
+        .expect("run courier migrate");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let warned: Vec<(String, String)> = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| entry["level"] == "WARN" && entry["variable"].is_string())
+        .map(|entry| {
+            (
+                entry["variable"].as_str().unwrap_or_default().to_owned(),
+                entry["meant"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            ("COURIER_DATABASE_URL".to_owned(), "DATABASE_URL".to_owned()),
+            (
+                "COURIER_WORKER_CONCURENCY".to_owned(),
+                "COURIER_WORKER_CONCURRENCY".to_owned()
+            ),
+        ],
+        "{stderr}"
+    );
 }
 
 #[test]

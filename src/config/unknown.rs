@@ -1,0 +1,107 @@
+//! Settings a process was given but does not read: a `COURIER_*` variable that backs no
+//! flag (a typo, a name from another version, or `COURIER_DATABASE_URL` for `DATABASE_URL`)
+//! would otherwise be ignored in silence, and a process meant for PostgreSQL would run on a
+//! new SQLite file. Each is warned about at start, with the setting it most likely meant.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+
+/// Variables of this prefix are Courier's.
+const PREFIX: &str = "COURIER_";
+
+/// Variables of this prefix belong to Courier's own test suite, not to the process.
+const TEST_PREFIX: &str = "COURIER_TEST_";
+
+/// The `COURIER_*` variables among `variables` that no setting of `command` (or of its
+/// subcommands) reads, in name order, each with the setting it most likely meant.
+pub fn unread_variables(
+    command: &clap::Command,
+    variables: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Vec<(String, Option<String>)> {
+    let mut known = HashSet::new();
+    settings_of(command, &mut known);
+    let mut unread: Vec<(String, Option<String>)> = variables
+        .into_iter()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| name.starts_with(PREFIX) && !name.starts_with(TEST_PREFIX))
+        .filter(|name| !known.contains(name.as_str()))
+        .map(|name| {
+            let meant = meant(&name, &known);
+            (name, meant)
+        })
+        .collect();
+    unread.sort();
+    unread
+}
+
+/// Adds the variables the arguments of `command` and its subcommands read to `known`.
+fn settings_of(command: &clap::Command, known: &mut HashSet<String>) {
+    for argument in command.get_arguments() {
+        if let Some(name) = argument.get_env().and_then(|name| name.to_str()) {
+            known.insert(name.to_owned());
+        }
+    }
+    for subcommand in command.get_subcommands() {
+        settings_of(subcommand, known);
+    }
+}
+
+/// The setting `name` most likely meant: itself without the prefix if that is one
+/// (`COURIER_DATABASE_URL`), else the closest by spelling, if close.
+fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
+    if let Some(bare) = name
+        .strip_prefix(PREFIX)
+        .filter(|bare| known.contains(*bare))
+    {
+        return Some(bare.to_owned());
+    }
+    known
+        .iter()
+        .map(|candidate| (strsim::jaro_winkler(name, candidate), candidate))
+        .filter(|(likeness, _)| *likeness > 0.9)
+        .max_by(|(a, _), (b, _)| a.total_cmp(b))
+        .map(|(_, candidate)| candidate.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    fn unread(names: &[&str]) -> Vec<(String, Option<String>)> {
+        unread_variables(
+            &crate::config::Cli::command(),
+            names
+                .iter()
+                .map(|name| (OsString::from(name), OsString::from("x"))),
+        )
+    }
+
+    #[test]
+    fn only_unread_courier_variables_are_told_with_what_they_meant() {
+        assert_eq!(
+            unread(&[
+                "COURIER_WORKER_CONCURRENCY",
+                "COURIER_ENCRYPTION_KEY",
+                "DATABASE_URL",
+                "HOME",
+                "COURIER_TEST_CHROMIUM",
+                "COURIER_DATABASE_URL",
+                "COURIER_WORKER_CONCURENCY",
+                "COURIER_SOMETHING_ELSE",
+            ]),
+            vec![
+                (
+                    "COURIER_DATABASE_URL".to_owned(),
+                    Some("DATABASE_URL".to_owned())
+                ),
+                ("COURIER_SOMETHING_ELSE".to_owned(), None),
+                (
+                    "COURIER_WORKER_CONCURENCY".to_owned(),
+                    Some("COURIER_WORKER_CONCURRENCY".to_owned())
+                ),
+            ]
+        );
+    }
+}
