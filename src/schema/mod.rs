@@ -23,6 +23,7 @@ mod single_root;
 mod submission;
 mod subscription;
 mod tenant;
+mod typename;
 mod variables;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema};
@@ -88,7 +89,10 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     // Inside the order, which then never meets a placeholder.
     .extension(empty_selections::EmptySelections)
     .extension(introspection::SchemaDescription)
-    .extension(nulls::FieldErrorNulls);
+    .extension(nulls::FieldErrorNulls)
+    // Innermost: the document every other extension sees already has its `__typename`s
+    // held to the rules.
+    .extension(typename::TypenameRules);
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);
     }

@@ -1,0 +1,86 @@
+//! `__typename` is held to the rules every other field is: an argument, a selection, an
+//! unknown directive or a directive argument of the wrong type is refused before anything
+//! runs, and a variable used only in its directive counts as used (async-graphql's
+//! validation passed over `__typename` altogether).
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::support::{Backend, TestApp, TestDb};
+
+/// POSTs `query` with `variables`: the status and the body.
+async fn run(app: &TestApp, token: &str, query: &str, variables: Value) -> (StatusCode, Value) {
+    let response = app
+        .request(reqwest::Method::POST, "/graphql")
+        .bearer_auth(token)
+        .header("accept", "application/graphql-response+json")
+        .json(&json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+#[tokio::test]
+async fn typename_is_held_to_the_rules() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    app.create_endpoint(&admin, "https://example.com/a").await;
+
+    for (query, refusal) in [
+        ("{ __typename @foo }", "Unknown directive"),
+        (
+            "{ __typename(x: 1) }",
+            r#"Unknown argument "x" on field "__typename"."#,
+        ),
+        (
+            "{ endpoints { __typename { y } } }",
+            "must not have a selection",
+        ),
+        ("{ __typename @skip(if: \"yes\") }", "if"),
+        (
+            "query { ...F } fragment F on Query { __typename @include(if: $nope) }",
+            "$nope",
+        ),
+    ] {
+        let (status, body) = run(&app, &admin, query, json!({})).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert!(body.get("data").is_none(), "{query}: {body}");
+        let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(refusal), "{query}: {body}");
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
+            "{body}"
+        );
+    }
+
+    for (query, variables, expected) in [
+        (
+            "query($s: Boolean!) { t: __typename @include(if: $s) }",
+            json!({ "s": true }),
+            json!({ "t": "Query" }),
+        ),
+        (
+            "query($s: Boolean!) { t: __typename @include(if: $s) }",
+            json!({ "s": false }),
+            json!({}),
+        ),
+        (
+            "query($s: Boolean!) { endpoints(first: 1) { __typename @include(if: $s) \
+             edges { node { __typename @skip(if: $s) } } } }",
+            json!({ "s": true }),
+            json!({ "endpoints": { "__typename": "EndpointConnection", "edges": [{ "node": {} }] } }),
+        ),
+        (
+            "query($s: Boolean!) { ...F } fragment F on Query { __typename @include(if: $s) }",
+            json!({ "s": true }),
+            json!({ "__typename": "Query" }),
+        ),
+    ] {
+        let (status, body) = run(&app, &admin, query, variables).await;
+        assert_eq!(status, StatusCode::OK, "{query}: {body}");
+        assert_eq!(body, json!({ "data": expected }), "{query}");
+    }
+}
