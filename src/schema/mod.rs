@@ -101,8 +101,17 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
 
 /// Gives every error of `response` a code: errors Courier raises carry theirs, so one
 /// without a code was raised by the GraphQL layer itself over the request (a syntax,
-/// validation or argument error), which is the client's input at fault.
+/// validation or argument error), which is the client's input at fault. An error the
+/// GraphQL layer reports twice word for word at the same place (`subscription {
+/// __typename }` was refused twice over) is kept once.
 pub fn ensure_codes(response: &mut async_graphql::Response) {
+    if response.errors.len() > 1 {
+        let mut seen = std::collections::HashSet::new();
+        response.errors.retain(|error| {
+            let place = serde_json::to_string(&(&error.locations, &error.path)).unwrap_or_default();
+            seen.insert((error.message.clone(), place))
+        });
+    }
     for error in &mut response.errors {
         let extensions = error
             .extensions

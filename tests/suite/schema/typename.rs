@@ -1,7 +1,8 @@
 //! `__typename` is held to the rules every other field is: an argument, a selection, an
 //! unknown directive or a directive argument of the wrong type is refused before anything
 //! runs, and a variable used only in its directive counts as used (async-graphql's
-//! validation passed over `__typename` altogether).
+//! validation passed over `__typename` altogether); at a subscription's root it is refused
+//! once (the same error came twice).
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -83,4 +84,28 @@ async fn typename_is_held_to_the_rules() {
         assert_eq!(status, StatusCode::OK, "{query}: {body}");
         assert_eq!(body, json!({ "data": expected }), "{query}");
     }
+}
+
+/// `__typename` at a subscription's root is refused with one error, not the same one twice.
+#[tokio::test]
+async fn typename_at_a_subscription_root_is_refused_once() {
+    use crate::support::websocket::{initialised, next, send};
+
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
+    send(
+        &mut socket,
+        json!({ "id": "1", "type": "subscribe", "payload": { "query": "subscription { __typename }" } }),
+    )
+    .await;
+    let refused = next(&mut socket).await.expect("an answer");
+    assert_eq!(refused["type"], "error", "{refused}");
+    let errors = refused["payload"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{refused}");
+    assert_eq!(
+        errors[0]["extensions"]["code"], "BAD_USER_INPUT",
+        "{refused}"
+    );
 }
