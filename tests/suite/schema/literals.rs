@@ -9,20 +9,6 @@ use serde_json::{json, Value};
 use crate::support::fixtures::{endpoint_count, row_counts};
 use crate::support::{Backend, TestApp, TestDb};
 
-/// POSTs `query` asking for `application/graphql-response+json`: the status and the body.
-async fn run(app: &TestApp, token: &str, query: &str, variables: Value) -> (StatusCode, Value) {
-    let response = app
-        .request(reqwest::Method::POST, "/graphql")
-        .bearer_auth(token)
-        .header("accept", "application/graphql-response+json")
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await
-        .expect("answered");
-    let status = response.status();
-    (status, response.json().await.expect("a JSON body"))
-}
-
 /// Checks that `body` is a request error (no `data`) whose one error says `message`.
 fn refused(status: StatusCode, body: &Value, message: &str) {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -59,7 +45,7 @@ async fn an_input_object_naming_a_field_twice_is_refused_before_anything_runs() 
         (created, "name"),
     ] {
         for _ in 0..2 {
-            let (status, body) = run(&app, &admin, query, json!({})).await;
+            let (status, body) = app.graphql_response(&admin, query, json!({})).await;
             refused(
                 status,
                 &body,
@@ -75,7 +61,7 @@ async fn an_input_object_naming_a_field_twice_is_refused_before_anything_runs() 
     let once = format!(
         "mutation {{ submit(input: {{endpointId: \"{first}\", payload: {{a: {{a: 1}}, b: [{{a: 1}}, {{a: 2}}]}}}}) {{ created }} }}"
     );
-    let (status, body) = run(&app, &admin, &once, json!({})).await;
+    let (status, body) = app.graphql_response(&admin, &once, json!({})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["data"]["submit"]["created"], true, "{body}");
     app.stop().await;
@@ -90,18 +76,20 @@ async fn a_quoted_enum_value_is_refused_and_a_variables_string_stands() {
     let admin = app.admin_token().await;
 
     let quoted = r#"{ deliveries(filter: {state: "FAILED"}) { edges { cursor } } }"#;
-    let (status, body) = run(&app, &admin, quoted, json!({})).await;
+    let (status, body) = app.graphql_response(&admin, quoted, json!({})).await;
     refused(
         status,
         &body,
         "filter.state: \"FAILED\" is a string; a value of enum DeliveryState is written without quotes",
     );
     let named = "{ deliveries(filter: {state: FAILED}) { edges { cursor } } }";
-    let (status, body) = run(&app, &admin, named, json!({})).await;
+    let (status, body) = app.graphql_response(&admin, named, json!({})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let through = "query($state: DeliveryState) { deliveries(filter: {state: $state}) \
                    { edges { cursor } } }";
-    let (status, body) = run(&app, &admin, through, json!({ "state": "FAILED" })).await;
+    let (status, body) = app
+        .graphql_response(&admin, through, json!({ "state": "FAILED" }))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["data"]["deliveries"]["edges"], json!([]), "{body}");
     app.stop().await;
@@ -147,12 +135,14 @@ async fn a_required_variable_given_null_is_refused_before_anything_runs() {
             "variable $s of type DeliveryState! is required and was given null",
         ),
     ] {
-        let (status, body) = run(&app, &admin, query, variables).await;
+        let (status, body) = app.graphql_response(&admin, query, variables).await;
         refused(status, &body, message);
     }
     assert_eq!(row_counts(&app).await, rows, "nothing was written");
 
-    let (status, body) = run(&app, &admin, publish, json!({ "p": {"n": 1} })).await;
+    let (status, body) = app
+        .graphql_response(&admin, publish, json!({ "p": {"n": 1} }))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["data"]["publish"]["created"], true, "{body}");
     app.stop().await;
@@ -172,7 +162,9 @@ async fn an_operation_whose_root_fields_are_all_skipped_answers_an_empty_object(
         "mutation { createEndpoint(input: {name: \"n\", url: \"https://example.com/n\"}) \
          @skip(if: true) { endpoint { id } } }",
     ] {
-        let (status, body) = run(&app, &admin, query, json!({ "no": false })).await;
+        let (status, body) = app
+            .graphql_response(&admin, query, json!({ "no": false }))
+            .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body, json!({ "data": {} }), "{query}");
     }

@@ -5,23 +5,9 @@
 //! once (the same error came twice).
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::support::{Backend, TestApp, TestDb};
-
-/// POSTs `query` with `variables`: the status and the body.
-async fn run(app: &TestApp, token: &str, query: &str, variables: Value) -> (StatusCode, Value) {
-    let response = app
-        .request(reqwest::Method::POST, "/graphql")
-        .bearer_auth(token)
-        .header("accept", "application/graphql-response+json")
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await
-        .expect("answered");
-    let status = response.status();
-    (status, response.json().await.expect("a JSON body"))
-}
 
 #[tokio::test]
 async fn typename_is_held_to_the_rules() {
@@ -46,7 +32,7 @@ async fn typename_is_held_to_the_rules() {
             "$nope",
         ),
     ] {
-        let (status, body) = run(&app, &admin, query, json!({})).await;
+        let (status, body) = app.graphql_response(&admin, query, json!({})).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
         assert!(body.get("data").is_none(), "{query}: {body}");
         let message = body["errors"][0]["message"].as_str().unwrap_or_default();
@@ -80,7 +66,7 @@ async fn typename_is_held_to_the_rules() {
             json!({ "__typename": "Query" }),
         ),
     ] {
-        let (status, body) = run(&app, &admin, query, variables).await;
+        let (status, body) = app.graphql_response(&admin, query, variables).await;
         assert_eq!(status, StatusCode::OK, "{query}: {body}");
         assert_eq!(body, json!({ "data": expected }), "{query}");
     }

@@ -102,6 +102,28 @@ impl TestApp {
         .expect("a JSON body")
     }
 
+    /// POSTs `query` with `variables` as `token`, asking for
+    /// `application/graphql-response+json` (so a request refused before it runs is a 400):
+    /// the status and the body.
+    pub async fn graphql_response(
+        &self,
+        token: &str,
+        query: &str,
+        variables: Value,
+    ) -> (reqwest::StatusCode, Value) {
+        let response = self
+            .client
+            .post(self.url("/graphql"))
+            .bearer_auth(token)
+            .header("accept", "application/graphql-response+json")
+            .json(&json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .expect("the request was answered");
+        let status = response.status();
+        (status, response.json().await.expect("a JSON body"))
+    }
+
     /// POSTs a JSON body to `/graphql` with an optional bearer token.
     pub async fn post_graphql(&self, token: Option<&str>, body: &Value) -> reqwest::Response {
         let mut request = self.client.post(self.url("/graphql")).json(body);

@@ -1,5 +1,5 @@
 //! Endpoints through the API: created with flow-control settings for a counting receiver,
-//! read, and disabled or re-enabled.
+//! read, and disabled or re-enabled; and keys their secrets are sealed with.
 
 use serde_json::{json, Value};
 
@@ -83,4 +83,13 @@ pub async fn set_disabled(app: &TestApp, admin: &str, id: &str, disabled: bool) 
         .graphql(admin, &query, json!({ "id": id, "disabled": disabled }))
         .await;
     body["data"]["updateEndpoint"]["endpoint"].clone()
+}
+
+/// A new `COURIER_ENCRYPTION_KEY` value: base64 of 32 random bytes.
+pub fn new_encryption_key() -> String {
+    use base64::Engine as _;
+    use rand::RngCore as _;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

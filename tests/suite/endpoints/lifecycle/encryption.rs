@@ -5,25 +5,17 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
 use courier::crypto::sealing::SecretKeys;
 use courier::service::sealing::{seal_at_rest, SEALING_LOCK_KEY};
-use rand::RngCore as _;
 use serde_json::json;
 
 use crate::on_both_backends;
+use crate::support::endpoints::new_encryption_key;
 use crate::support::fixtures::delivery_id;
 use crate::support::fixtures::rows;
 use crate::support::fixtures::submit;
 use crate::support::fixtures::{eventually, loop_at_rest, quick_worker, wait_for_state};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
-
-fn new_key() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    STANDARD.encode(bytes)
-}
 
 /// Every secret column of every endpoint, as stored.
 async fn stored_secrets(app: &TestApp) -> Vec<String> {
@@ -49,7 +41,7 @@ fn material(secret: &str) -> &str {
 
 async fn no_secret_is_stored_in_clear_and_webhooks_still_verify(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let keys = SecretKeys::parse(&new_key()).unwrap();
+    let keys = SecretKeys::parse(&new_encryption_key()).unwrap();
     let app = TestApp::spawn_with(&db, |config| {
         quick_worker(config);
         config.encryption_key = Some(keys.clone());
@@ -109,7 +101,7 @@ async fn start_up_seals_plaintext_and_moves_secrets_to_the_first_key(backend: Ba
     plain_app.stop().await;
 
     let pool = db.connect(2).await;
-    let (first, second) = (new_key(), new_key());
+    let (first, second) = (new_encryption_key(), new_encryption_key());
     let one = SecretKeys::parse(&first).unwrap();
     assert_eq!(seal_at_rest(&pool, &one).await.unwrap().secrets, 1);
     assert_eq!(
@@ -162,7 +154,7 @@ async fn stored_secrets_of(pool: &courier::db::Db) -> String {
 /// leaves the endpoint to other processes, and one that holds the key delivers them.
 async fn a_process_without_the_key_hands_its_claims_back(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let (old, new) = (new_key(), new_key());
+    let (old, new) = (new_encryption_key(), new_encryption_key());
     // Its claiming loop makes rounds only when woken (each submission below wakes it), so
     // none meets the claim at submit, which a round holding the free slots would turn away.
     let stale = TestApp::spawn_with(&db, |config| {
@@ -290,7 +282,7 @@ async fn sealing_leaves_no_plaintext_in_the_sqlite_files() {
     assert_eq!(readable(&secrets), secrets.len(), "in clear, at first");
 
     let pool = db.connect(2).await;
-    let keys = SecretKeys::parse(&new_key()).unwrap();
+    let keys = SecretKeys::parse(&new_encryption_key()).unwrap();
     assert_eq!(seal_at_rest(&pool, &keys).await.unwrap().secrets, 20);
     // Read while the pool is open: closing its last connection would empty the log anyway.
     assert_eq!(readable(&secrets), 0, "a secret can still be read in clear");
@@ -302,7 +294,7 @@ async fn sealing_leaves_no_plaintext_in_the_sqlite_files() {
 #[tokio::test]
 async fn serve_refuses_to_start_when_a_stored_secret_cannot_be_decrypted() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let key = new_key();
+    let key = new_encryption_key();
     let app = TestApp::spawn_with(&db, |config| {
         config.encryption_key = Some(SecretKeys::parse(&key).unwrap());
     })
@@ -311,7 +303,7 @@ async fn serve_refuses_to_start_when_a_stored_secret_cannot_be_decrypted() {
     app.create_endpoint(&admin, "http://127.0.0.1:9/hook").await;
     app.stop().await;
 
-    for wrong in [Some(new_key()), None] {
+    for wrong in [Some(new_encryption_key()), None] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_courier"));
         command
             .arg("serve")
@@ -360,8 +352,8 @@ async fn processes_starting_at_once_take_turns_at_sealing() {
         .await;
     app.stop().await;
     let (theirs, ours) = (
-        SecretKeys::parse(&new_key()).unwrap(),
-        SecretKeys::parse(&new_key()).unwrap(),
+        SecretKeys::parse(&new_encryption_key()).unwrap(),
+        SecretKeys::parse(&new_encryption_key()).unwrap(),
     );
 
     // Another process is sealing: it holds the lock, and seals under its own key.

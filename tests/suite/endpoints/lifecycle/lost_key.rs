@@ -8,21 +8,13 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
 use courier::crypto::sealing::SecretKeys;
-use rand::RngCore as _;
 use serde_json::json;
 
+use crate::support::endpoints::new_encryption_key;
 use crate::support::fixtures::{delivery_id, rows, submit, wait_for_state};
 use crate::support::process::{courier_command, spawn_serve, Served};
 use crate::support::{Backend, Receiver, TestApp, TestDb};
-
-fn new_key() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    STANDARD.encode(bytes)
-}
 
 /// `courier serve` on `db` with `key`: its exit status and stderr, once it has exited
 /// (within 20 s), or `None` while it serves (then it is stopped).
@@ -58,7 +50,7 @@ fn serve_until_exit(db: &TestDb, key: &str) -> Option<(std::process::ExitStatus,
 #[tokio::test]
 async fn an_endpoint_whose_key_is_lost_is_recovered_with_the_cli() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let (lost, new) = (new_key(), new_key());
+    let (lost, new) = (new_encryption_key(), new_encryption_key());
     let app = TestApp::spawn_with(&db, |config| {
         config.encryption_key = Some(SecretKeys::parse(&lost).expect("a key"));
     })
@@ -141,7 +133,7 @@ async fn an_endpoint_whose_key_is_lost_is_recovered_with_the_cli() {
 #[tokio::test]
 async fn a_rotation_does_not_keep_a_secret_it_cannot_open() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let key = new_key();
+    let key = new_encryption_key();
     let with_key = |config: &mut courier::config::ServeArgs| {
         crate::support::fixtures::quick_worker(config);
         config.encryption_key = Some(SecretKeys::parse(&key).expect("a key"));
