@@ -4,12 +4,12 @@
 //! included: `createTenant(...) { ... @include(if: $full) { id } }` with `full: false`
 //! answered `{"createTenant": null}` for the tenant it had just created, and an existing
 //! endpoint read as missing. Before the document runs, each such selection set gets one
-//! `__typename` under a reserved alias, so that the executor makes the object; the alias
-//! is taken out of every response and every subscription event.
+//! `__typename` under an alias the document does not use, so that the executor makes the
+//! object; the alias is taken out of the objects those sets made, in every response and
+//! every subscription event (never out of a JSON value, nor out of a field of the client's).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_graphql::extensions::{
     Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextSubscribe,
@@ -21,9 +21,11 @@ use async_graphql::parser::types::{
 use async_graphql::{Name, Pos, Positioned, Response, ServerResult, Value, Variables};
 
 use super::conditions::{has_conditions, included};
+use super::field_order::{collect_fields, Fragments};
 
-/// The alias of the `__typename` that holds an emptied object's place: never in a response.
-pub const PLACEHOLDER: &str = "_courierEmptySelection";
+/// The alias of the `__typename` that holds an emptied object's place (with a number
+/// after it should the document use it already): never in a response.
+const PLACEHOLDER: &str = "_courierEmptySelection";
 
 /// The schema extension that answers an object with every selection left out as `{}`.
 pub struct EmptySelections;
@@ -34,11 +36,38 @@ impl ExtensionFactory for EmptySelections {
     }
 }
 
-/// One request's half of [`EmptySelections`]: whether its document got placeholders.
-/// (Shared with the stream of a subscription's events, which outlives the borrow.)
+/// One request's half of [`EmptySelections`]: its document with the placeholders, and
+/// their alias, if it got any. (Shared with the stream of a subscription's events, which
+/// outlives the borrow.)
 #[derive(Default)]
 struct Placeholders {
-    placed: Arc<AtomicBool>,
+    placed: Arc<Mutex<Option<Placed>>>,
+}
+
+/// A document that got placeholders, under `alias`.
+struct Placed {
+    document: ExecutableDocument,
+    alias: Name,
+}
+
+impl Placeholders {
+    /// Takes the placeholders out of `data`, the result of the operation named
+    /// `operation_name` (or of every operation, for a subscription's event).
+    fn remove_from(placed: &Mutex<Option<Placed>>, data: &mut Value, operation_name: Option<&str>) {
+        let placed = placed.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(Placed { document, alias }) = placed.as_ref() else {
+            return;
+        };
+        let sets: Vec<&SelectionSet> = document
+            .operations
+            .iter()
+            .filter(|(name, _)| {
+                operation_name.is_none() || name.map(|name| name.as_str()) == operation_name
+            })
+            .map(|(_, operation)| &operation.node.selection_set.node)
+            .collect();
+        remove_placeholders(vec![data], &sets, &document.fragments, alias);
+    }
 }
 
 #[async_graphql::async_trait::async_trait]
@@ -51,8 +80,14 @@ impl Extension for Placeholders {
         next: NextParseQuery<'_>,
     ) -> ServerResult<ExecutableDocument> {
         let mut document = next.run(ctx, query, variables).await?;
-        if has_conditions(&document) && place_placeholders(&mut document, variables) {
-            self.placed.store(true, Ordering::Relaxed);
+        if has_conditions(&document) {
+            let alias = unused_alias(query);
+            if place_placeholders(&mut document, variables, &alias) {
+                *self.placed.lock().unwrap_or_else(PoisonError::into_inner) = Some(Placed {
+                    document: document.clone(),
+                    alias,
+                });
+            }
         }
         Ok(document)
     }
@@ -64,9 +99,7 @@ impl Extension for Placeholders {
         next: NextExecute<'_>,
     ) -> Response {
         let mut response = next.run(ctx, operation_name).await;
-        if self.placed.load(Ordering::Relaxed) {
-            remove_placeholders(&mut response.data);
-        }
+        Self::remove_from(&self.placed, &mut response.data, operation_name);
         response
     }
 
@@ -78,19 +111,34 @@ impl Extension for Placeholders {
     ) -> BoxStream<'s, Response> {
         let placed = self.placed.clone();
         let events = stream.map(move |mut response| {
-            if placed.load(Ordering::Relaxed) {
-                remove_placeholders(&mut response.data);
-            }
+            Self::remove_from(&placed, &mut response.data, None);
             response
         });
         next.run(ctx, events.boxed())
     }
 }
 
+/// [`PLACEHOLDER`], or, if `query` holds it, it with the first number after it that
+/// `query` does not hold: never a name the client chose.
+fn unused_alias(query: &str) -> Name {
+    if !query.contains(PLACEHOLDER) {
+        return Name::new(PLACEHOLDER);
+    }
+    let unused = (1u64..)
+        .map(|n| format!("{PLACEHOLDER}{n}"))
+        .find(|alias| !query.contains(alias.as_str()))
+        .unwrap_or_else(|| PLACEHOLDER.to_owned());
+    Name::new(unused)
+}
+
 /// Gives every field's selection set that `@skip` and `@include` leave empty (given
 /// `variables`) a placeholder; whether any got one. The root's is left alone (an empty
 /// `data` is made `{}` with the field errors' nulls, see [`super::nulls`]).
-fn place_placeholders(document: &mut ExecutableDocument, variables: &Variables) -> bool {
+fn place_placeholders(
+    document: &mut ExecutableDocument,
+    variables: &Variables,
+    alias: &Name,
+) -> bool {
     let mut emptied = Emptied {
         fragments: &document.fragments,
         variables,
@@ -102,7 +150,7 @@ fn place_placeholders(document: &mut ExecutableDocument, variables: &Variables) 
     let empty_fragments = emptied.known;
     let mut placed = false;
     let mut place = |set: &mut SelectionSet| {
-        placed |= place_in(set, &empty_fragments, variables);
+        placed |= place_in(set, &empty_fragments, variables, alias);
     };
     match &mut document.operations {
         DocumentOperations::Single(operation) => place(&mut operation.node.selection_set.node),
@@ -123,6 +171,7 @@ fn place_in(
     set: &mut SelectionSet,
     empty_fragments: &HashMap<Name, bool>,
     variables: &Variables,
+    alias: &Name,
 ) -> bool {
     let mut placed = false;
     for selection in &mut set.items {
@@ -133,18 +182,15 @@ fn place_in(
                     continue;
                 }
                 if left_empty(&subset.node, empty_fragments, variables) {
-                    subset.node.items.push(placeholder(subset.pos));
+                    subset.node.items.push(placeholder(subset.pos, alias));
                     placed = true;
                 } else {
-                    placed |= place_in(&mut subset.node, empty_fragments, variables);
+                    placed |= place_in(&mut subset.node, empty_fragments, variables, alias);
                 }
             }
             Selection::InlineFragment(inline) => {
-                placed |= place_in(
-                    &mut inline.node.selection_set.node,
-                    empty_fragments,
-                    variables,
-                );
+                let inner = &mut inline.node.selection_set.node;
+                placed |= place_in(inner, empty_fragments, variables, alias);
             }
             Selection::FragmentSpread(_) => {}
         }
@@ -211,12 +257,12 @@ impl Emptied<'_> {
     }
 }
 
-/// `__typename` aliased [`PLACEHOLDER`], at `pos`.
-fn placeholder(pos: Pos) -> Positioned<Selection> {
+/// `__typename` aliased `alias`, at `pos`.
+fn placeholder(pos: Pos, alias: &Name) -> Positioned<Selection> {
     Positioned::new(
         Selection::Field(Positioned::new(
             Field {
-                alias: Some(Positioned::new(Name::new(PLACEHOLDER), pos)),
+                alias: Some(Positioned::new(alias.clone(), pos)),
                 name: Positioned::new(Name::new("__typename"), pos),
                 arguments: Vec::new(),
                 directives: Vec::new(),
@@ -228,15 +274,39 @@ fn placeholder(pos: Pos) -> Positioned<Selection> {
     )
 }
 
-/// Takes every [`PLACEHOLDER`] out of `data`, at any depth.
-fn remove_placeholders(data: &mut Value) {
-    match data {
-        Value::Object(object) => {
-            object.shift_remove(PLACEHOLDER);
-            object.values_mut().for_each(remove_placeholders);
+/// Takes the placeholder `alias` out of the objects among `values` (in lists at any depth)
+/// whose selection sets `sets` hold it, then out of their fields' values likewise: only
+/// where a set got one, never into a value without a selection (a JSON payload).
+fn remove_placeholders(
+    values: Vec<&mut Value>,
+    sets: &[&SelectionSet],
+    fragments: &Fragments,
+    alias: &Name,
+) {
+    let mut objects = Vec::new();
+    let mut pending = values;
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::Object(object) => objects.push(object),
+            Value::List(items) => pending.extend(items.iter_mut()),
+            _ => {}
         }
-        Value::List(items) => items.iter_mut().for_each(remove_placeholders),
-        _ => {}
+    }
+    if objects.is_empty() {
+        return;
+    }
+    for (key, subsets) in collect_fields(sets, fragments) {
+        if key == alias {
+            for object in &mut objects {
+                object.shift_remove(alias);
+            }
+        } else if !subsets.is_empty() {
+            let children = objects
+                .iter_mut()
+                .filter_map(|object| object.get_mut(key.as_str()))
+                .collect();
+            remove_placeholders(children, &subsets, fragments, alias);
+        }
     }
 }
 
@@ -244,10 +314,10 @@ fn remove_placeholders(data: &mut Value) {
 mod tests {
     use super::*;
 
-    fn placed(query: &str, variables: serde_json::Value) -> Option<String> {
+    fn placed(query: &str, variables: serde_json::Value) -> Option<ExecutableDocument> {
         let mut document = async_graphql::parser::parse_query(query).expect("a document");
         let variables = Variables::from_json(variables);
-        place_placeholders(&mut document, &variables).then(|| format!("{document:?}"))
+        place_placeholders(&mut document, &variables, &unused_alias(query)).then_some(document)
     }
 
     #[test]
@@ -281,16 +351,31 @@ mod tests {
     }
 
     #[test]
-    fn placeholders_leave_the_response() {
+    fn the_alias_is_one_the_document_does_not_use() {
+        assert_eq!(unused_alias("{ a }").as_str(), PLACEHOLDER);
+        let taken = format!("{{ {PLACEHOLDER}: a {PLACEHOLDER}1: b }}");
+        assert_eq!(unused_alias(&taken).as_str(), format!("{PLACEHOLDER}2"));
+    }
+
+    #[test]
+    fn placeholders_leave_only_the_objects_whose_sets_got_them() {
+        let query = "{ a { b @skip(if: true) } l { x payload } }";
+        let document = placed(query, serde_json::json!({})).expect("placed");
+        let alias = unused_alias(query);
+        // `payload` is a value without a selection (JSON): its members are its own.
         let mut data = Value::from_json(serde_json::json!({
             "a": { PLACEHOLDER: "A" },
-            "l": [{ "x": 1, PLACEHOLDER: "B" }, { "y": { PLACEHOLDER: "C" } }]
+            "l": [{ "x": 1, "payload": { PLACEHOLDER: "kept" } }]
         }))
         .expect("a value");
-        remove_placeholders(&mut data);
+        let DocumentOperations::Single(operation) = &document.operations else {
+            panic!("one operation");
+        };
+        let sets = [&operation.node.selection_set.node];
+        remove_placeholders(vec![&mut data], &sets, &document.fragments, &alias);
         assert_eq!(
             data.into_json().expect("JSON"),
-            serde_json::json!({ "a": {}, "l": [{ "x": 1 }, { "y": {} }] })
+            serde_json::json!({ "a": {}, "l": [{ "x": 1, "payload": { PLACEHOLDER: "kept" } }] })
         );
     }
 }

@@ -84,7 +84,7 @@ impl Extension for InOrder {
 }
 
 /// The fragments of a document, by name.
-type Fragments = HashMap<Name, Positioned<FragmentDefinition>>;
+pub(super) type Fragments = HashMap<Name, Positioned<FragmentDefinition>>;
 
 /// `data`, the result of the operation named `operation_name` (or the only one) of
 /// `document`, with every object's fields in the order the operation selects them.
@@ -161,7 +161,7 @@ fn in_order(object: &IndexMap<Name, Value>, place_of: &impl Fn(&Name) -> usize) 
 /// appears, fragments expanded in place), each with the selection sets of its fields.
 /// Each fragment is expanded once, so a document spreading one many times (or, before
 /// validation refused it, in a cycle) costs its size, not its expansion.
-fn collect_fields<'a>(
+pub(super) fn collect_fields<'a>(
     sets: &[&'a SelectionSet],
     fragments: &'a Fragments,
 ) -> Vec<(&'a Name, Vec<&'a SelectionSet>)> {

@@ -54,6 +54,32 @@ async fn an_object_with_every_selection_left_out_is_an_empty_object() {
         let body = app.graphql(&admin, &query, variables).await;
         assert_eq!(body, json!({ "data": expected }), "{query}");
     }
+    // A payload's own members are the client's, whatever their names; so is an alias.
+    submit(
+        &app,
+        &admin,
+        &endpoint,
+        json!({ "_courierEmptySelection": 1, "n": 2 }),
+        None,
+    )
+    .await;
+    let body = app
+        .graphql(
+            &admin,
+            "{ deliveries(first: 1) { edges { node { submission { payload } \
+             endpoint { id @skip(if: true) } _courierEmptySelection: id } } } }",
+            json!({}),
+        )
+        .await;
+    let node = &body["data"]["deliveries"]["edges"][0]["node"];
+    assert_eq!(
+        node["submission"]["payload"],
+        json!({ "_courierEmptySelection": 1, "n": 2 }),
+        "{body}"
+    );
+    assert_eq!(node["endpoint"], json!({}), "{body}");
+    assert!(node["_courierEmptySelection"].is_string(), "{body}");
+
     let tenants = count(&app.state.db, "SELECT count(*) AS n FROM tenants", vec![]).await;
     assert_eq!(tenants, 1, "the tenant was created");
     app.stop().await;
