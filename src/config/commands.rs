@@ -69,7 +69,7 @@ fn role_parser() -> impl clap::builder::TypedValueParser<Value = crate::auth::Ro
 pub enum EndpointCommand {
     /// Give an endpoint a new signing secret and print it, once, alone on stdout: how an
     /// endpoint whose secret no key opens (its key lost) is recovered when no process
-    /// starts. The replaced secret keeps signing for the grace period if it can be opened.
+    /// starts, with `--grace-seconds 0` (a secret that cannot be opened cannot sign on).
     RotateSecret(RotateSecretArgs),
 }
 
@@ -79,7 +79,7 @@ pub struct RotateSecretArgs {
     /// The endpoint's id.
     pub id: uuid::Uuid,
     /// How long the replaced secret keeps signing beside the new one, in seconds (0 to
-    /// 2592000; a secret that cannot be opened never does).
+    /// 2592000); 0 to replace a secret that cannot be opened.
     #[arg(long, default_value_t = crate::service::rotation::DEFAULT_ROTATION_GRACE_SECS,
         value_parser = clap::value_parser!(i64).range(0..=crate::service::rotation::MAX_ROTATION_GRACE_SECS))]
     pub grace_seconds: i64,

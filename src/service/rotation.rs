@@ -1,15 +1,15 @@
 //! Rotating an endpoint's signing secret: a new one minted and returned once, the replaced
-//! one signing beside it for a grace period, unless it cannot be opened (its key lost, or
-//! its value damaged), when it goes at once: a secret no process can sign with is worth
-//! nothing to keep, and one kept would stop every process from starting (each refuses a
-//! stored secret it cannot open). So a rotation is how an endpoint whose secret was lost
-//! is recovered, from the API or, when no process starts, `courier endpoint rotate-secret`.
+//! one signing beside it for a grace period. A replaced secret that cannot be opened (its
+//! key lost, or its value damaged) cannot sign on: a rotation with a grace is refused,
+//! saying so, and one with no grace replaces it at once. That is how an endpoint whose
+//! secret was lost is recovered, from the API or, when no process starts (each refuses a
+//! stored secret it cannot open), `courier endpoint rotate-secret --grace-seconds 0`.
 
 use entity::endpoint;
 use sea_orm::{ConnectionTrait as _, EntityTrait as _, QuerySelect as _};
 use uuid::Uuid;
 
-use crate::crypto::sealing::SecretKeys;
+use crate::crypto::sealing::{SecretError, SecretKeys};
 use crate::crypto::signing;
 use crate::db::Db;
 use crate::error::{Error, Result};
@@ -28,11 +28,19 @@ pub const DEFAULT_ROTATION_GRACE_SECS: i64 = 86_400;
 /// Longest grace period a rotation accepts: 30 days.
 pub const MAX_ROTATION_GRACE_SECS: i64 = 30 * 86_400;
 
+/// The refusal of a rotation whose replaced secret `err` kept from opening, with `advice`.
+fn unopened(err: SecretError, advice: &str) -> Error {
+    Error::bad_input(format!(
+        "the endpoint's current signing secret cannot be opened: {err}{advice}"
+    ))
+}
+
 /// Gives endpoint `id` a new signing secret, sealed with `keys`, returned once. For
 /// `grace_secs` (default a day; 0 for none) the replaced secret keeps signing beside the new
 /// one, so receivers can switch at their pace; its expiry is stored, so every process stops
 /// using it at the same moment. A rotation during a grace period replaces the older secret.
-/// A replaced secret that `keys` cannot open is not kept (see the module docs). With no
+/// A replaced secret that `keys` cannot open is refused with a grace, dropped without one
+/// (see the module docs); with no key at all, a sealed one is refused either way. With no
 /// access check: callers check it.
 pub async fn rotate(
     db: &Db,
@@ -57,17 +65,29 @@ pub async fn rotate(
                 .one(&*txn)
                 .await?
             else {
-                return Ok(None);
+                return Ok(Ok(None));
             };
-            let kept = if grace_secs == 0 {
-                None
-            } else if let Err(err) = keys.open(id, &current.signing_secret) {
-                tracing::warn!(endpoint_id = %id, error = %err,
-                    "the replaced signing secret cannot be opened, so it does not sign beside \
-                     the new one during the grace period");
-                None
-            } else {
-                Some(current.signing_secret)
+            // A replaced secret that does not open is dropped only when asked for no grace
+            // (its key lost, or its value damaged: the caller knows); with a grace it would
+            // sign on, so the rotation is refused, saying so. With no key at all, a sealed
+            // secret means the key was left out of this command: refused whatever the grace,
+            // so as not to store the new secret in clear beside sealed ones.
+            let kept = match keys.open(id, &current.signing_secret) {
+                Ok(_) if grace_secs > 0 => Some(current.signing_secret),
+                Ok(_) => None,
+                Err(err @ SecretError::NoKey) => return Ok(Err(unopened(err, ""))),
+                Err(err) if grace_secs > 0 => {
+                    return Ok(Err(unopened(
+                        err,
+                        "; if its key is lost or the value damaged, rotate with a grace of 0 \
+                         to replace it at once",
+                    )))
+                }
+                Err(err) => {
+                    tracing::warn!(endpoint_id = %id, error = %err,
+                        "the replaced signing secret could not be opened; it is dropped");
+                    None
+                }
             };
             let clock = db.clock();
             // The replaced secret's expiry is the database's time plus the grace, so every
@@ -81,9 +101,9 @@ pub async fn rotate(
                 [id.into(), sealed.clone().into(), kept.into(), expires],
             ))
             .await?;
-            endpoint::Entity::find_by_id(id).one(&*txn).await
+            endpoint::Entity::find_by_id(id).one(&*txn).await.map(Ok)
         })
-        .await?
+        .await??
         .ok_or(Error::NotFound("endpoint"))?;
     tracing::info!(endpoint_id = %id, grace_secs, "endpoint signing secret rotated");
     Ok(EndpointWithSecret {

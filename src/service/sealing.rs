@@ -42,8 +42,8 @@ pub enum SealingError {
 /// What to change when endpoint `id`'s secret does not open for `reason`.
 fn remedy(id: Uuid, reason: &SecretError) -> String {
     let rotate = format!(
-        "give the endpoint a new secret with `courier endpoint rotate-secret {id}` (its \
-         receiver then needs the new one)"
+        "give the endpoint a new secret with `courier endpoint rotate-secret {id} \
+         --grace-seconds 0` (its receiver then needs the new one)"
     );
     match reason {
         SecretError::NoKey => format!(
@@ -88,6 +88,26 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed, Sealin
         .session_lock(SEALING_LOCK_KEY)
         .await
         .map_err(Error::from)?;
+    // Every secret checked before any is written: a process that must not start (its
+    // keys not the fleet's) changes nothing on its way out.
+    pass(db, keys, false).await?;
+    let resealed = pass(db, keys, true).await?;
+    if resealed.secrets > 0 {
+        // What the secrets were before must not stay readable in the file (SQLite).
+        if let Err(err) = db.scrub_freed_space().await {
+            tracing::warn!(error = %err,
+                "the signing secrets are sealed, but their earlier form may remain in the \
+                 SQLite file's free space: with Courier stopped, run \
+                 `sqlite3 <file> 'VACUUM; PRAGMA wal_checkpoint(TRUNCATE);'`");
+        }
+    }
+    Ok(resealed)
+}
+
+/// One pass over every stored secret: each must open with `keys` (else the error names the
+/// first that does not, and counts the rest); with `reseal`, each plaintext or under an
+/// older key is written again under the first key.
+async fn pass(db: &Db, keys: &SecretKeys, reseal: bool) -> Result<Resealed, SealingError> {
     let mut resealed = Resealed::default();
     // The first secret that does not open, and how many others do not.
     let mut unopened: Option<(Uuid, &'static str, SecretError)> = None;
@@ -138,7 +158,7 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed, Sealin
                         continue;
                     }
                 };
-                if !keys.needs_resealing(stored) {
+                if !reseal || !keys.needs_resealing(stored) {
                     continue;
                 }
                 let sealed = keys.seal(*id, &plain).map_err(Error::Secret)?;
@@ -151,15 +171,6 @@ pub async fn seal_at_rest(db: &Db, keys: &SecretKeys) -> Result<Resealed, Sealin
                     .map_err(Error::from)?;
                 resealed.secrets += written.rows_affected;
             }
-        }
-    }
-    if resealed.secrets > 0 {
-        // What the secrets were before must not stay readable in the file (SQLite).
-        if let Err(err) = db.scrub_freed_space().await {
-            tracing::warn!(error = %err,
-                "the signing secrets are sealed, but their earlier form may remain in the \
-                 SQLite file's free space: with Courier stopped, run \
-                 `sqlite3 <file> 'VACUUM; PRAGMA wal_checkpoint(TRUNCATE);'`");
         }
     }
     if let Some((endpoint_id, which, reason)) = unopened {

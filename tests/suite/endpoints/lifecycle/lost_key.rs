@@ -44,9 +44,9 @@ fn serve_until_exit(db: &TestDb, key: &str) -> Option<(std::process::ExitStatus,
 
 /// The key that sealed two endpoints' secrets is lost: `courier serve` with a new key
 /// refuses, naming the first endpoint, the command that recovers it, and that one more
-/// secret does not open; `courier endpoint rotate-secret` gives each a new secret (the old
-/// one, unreadable, is not kept), and then the process starts and its webhooks verify with
-/// the new secret.
+/// secret does not open, having written nothing; `courier endpoint rotate-secret` refuses
+/// to keep the unreadable secret signing for a grace, and with `--grace-seconds 0` gives
+/// each a new secret; then the process starts and its webhooks verify with the new secret.
 #[tokio::test]
 async fn an_endpoint_whose_key_is_lost_is_recovered_with_the_cli() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -62,10 +62,29 @@ async fn an_endpoint_whose_key_is_lost_is_recovered_with_the_cli() {
         app.create_endpoint(&admin, &receiver.url("b")).await.0,
     ];
     endpoints.sort();
+    // A third endpoint's secret in clear (as before encryption was turned on): it opens
+    // with any key, and a process that refuses to start must leave it as it is.
+    let (clear, _) = app.create_endpoint(&admin, &receiver.url("c")).await;
+    let clear = sea_orm::Value::from(uuid::Uuid::parse_str(&clear).expect("a uuid"));
+    let in_clear =
+        "SELECT signing_secret FROM endpoints WHERE id = $1 AND signing_secret LIKE 'whsec_%'";
+    rows(
+        &app.state.db,
+        "UPDATE endpoints SET signing_secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' WHERE id = $1",
+        vec![clear.clone()],
+    )
+    .await;
     app.stop().await;
 
     let (status, stderr) = serve_until_exit(&db, &new).expect("serve refuses to start");
     assert_eq!(status.code(), Some(1), "{stderr}");
+    let pool = db.connect(1).await;
+    assert_eq!(
+        rows(&pool, in_clear, vec![clear]).await.len(),
+        1,
+        "a process that refused to start wrote nothing"
+    );
+    pool.close().await.expect("closed");
     let first = &endpoints[0];
     assert!(
         stderr.contains(&format!(
@@ -76,10 +95,27 @@ async fn an_endpoint_whose_key_is_lost_is_recovered_with_the_cli() {
         "{stderr}"
     );
 
+    // With a grace the unreadable secret would sign on: refused, saying what to do.
+    let output = courier_command(&db.url)
+        .args(["endpoint", "rotate-secret", first])
+        .env("COURIER_ENCRYPTION_KEY", &new)
+        .output()
+        .expect("run courier endpoint rotate-secret");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("rotate with a grace of 0"),
+        "{stderr}"
+    );
     let mut secrets = Vec::new();
     for endpoint in &endpoints {
         let output = courier_command(&db.url)
-            .args(["endpoint", "rotate-secret", endpoint])
+            .args([
+                "endpoint",
+                "rotate-secret",
+                endpoint,
+                "--grace-seconds",
+                "0",
+            ])
             .env("COURIER_ENCRYPTION_KEY", &new)
             .stderr(Stdio::piped())
             .output()
@@ -127,9 +163,8 @@ async fn an_endpoint_whose_key_is_lost_is_recovered_with_the_cli() {
 }
 
 /// `rotateEndpointSecret` on an endpoint whose secret was damaged (copied from another
-/// endpoint's row): the rotation succeeds with the default grace, the damaged secret is not
-/// kept beside the new one, deliveries go out signed with the new one, and a process
-/// starting next starts.
+/// endpoint's row): refused with a grace (the damaged secret would sign on), done without
+/// one; deliveries go out signed with the new secret, and a process starting next starts.
 #[tokio::test]
 async fn a_rotation_does_not_keep_a_secret_it_cannot_open() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -153,13 +188,22 @@ async fn a_rotation_does_not_keep_a_secret_it_cannot_open() {
     .await;
     assert_eq!(copied.len(), 1, "the secret was damaged");
 
+    let rotate =
+        "mutation($id: ID!, $grace: Int) { rotateEndpointSecret(id: $id, graceSeconds: $grace) \
+                  { secret endpoint { previousSecretExpiresAt } } }";
+    let refused = app.graphql(&admin, rotate, json!({ "id": damaged })).await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
+        "with a grace the damaged secret would sign on: {refused}"
+    );
+    assert!(
+        refused["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("rotate with a grace of 0")),
+        "{refused}"
+    );
     let rotated = app
-        .graphql(
-            &admin,
-            "mutation($id: ID!) { rotateEndpointSecret(id: $id) \
-             { secret endpoint { previousSecretExpiresAt } } }",
-            json!({ "id": damaged }),
-        )
+        .graphql(&admin, rotate, json!({ "id": damaged, "grace": 0 }))
         .await;
     let rotation = &rotated["data"]["rotateEndpointSecret"];
     assert!(rotation["secret"].is_string(), "{rotated}");
