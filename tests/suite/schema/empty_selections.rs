@@ -48,6 +48,18 @@ async fn an_object_with_every_selection_left_out_is_an_empty_object() {
             json!({ "f": false }),
             json!({ "endpoints": { "edges": [{ "node": { "url": "https://example.com/a" } }] }, "e": {} }),
         ),
+        // A variable left out takes its default, in what the executor leaves out too.
+        (
+            "mutation($v: Boolean = true) { createTenant(input: {name: \"Defaulted\"}) \
+             { name @include(if: $v) } }",
+            json!({}),
+            json!({ "createTenant": { "name": "Defaulted" } }),
+        ),
+        (
+            "query($id: ID!, $v: Boolean! = false) { endpoint(id: $id) { id @include(if: $v) } }",
+            json!({ "id": endpoint }),
+            json!({ "endpoint": {} }),
+        ),
     ];
     for (query, variables, expected) in cases {
         let query = query.replace("{endpoint}", &endpoint);
@@ -81,7 +93,7 @@ async fn an_object_with_every_selection_left_out_is_an_empty_object() {
     assert!(node["_courierEmptySelection"].is_string(), "{body}");
 
     let tenants = count(&app.state.db, "SELECT count(*) AS n FROM tenants", vec![]).await;
-    assert_eq!(tenants, 1, "the tenant was created");
+    assert_eq!(tenants, 2, "the tenants were created");
     app.stop().await;
 }
 
