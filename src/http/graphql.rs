@@ -147,7 +147,13 @@ pub async fn get(
 ) -> Response {
     let query = query.unwrap_or_default();
     let has_query = query.split('&').any(|pair| pair.starts_with("query="));
-    if negotiate::wants_html(&headers) || (!has_query && !negotiate::names_json(&headers)) {
+    // A persisted query's hash, sent without its text: a GraphQL client, whatever it accepts.
+    let persisted = !has_query
+        && url::form_urlencoded::parse(query.as_bytes())
+            .any(|(key, value)| key == "extensions" && value.contains("\"persistedQuery\""));
+    if negotiate::wants_html(&headers)
+        || (!has_query && !persisted && !negotiate::names_json(&headers))
+    {
         return graphiql();
     }
     let Some(media) = negotiate::response_media_type(&headers) else {
@@ -155,8 +161,6 @@ pub async fn get(
     };
     if !has_query {
         // A GraphQL client asked for JSON without a document: a request, not a page.
-        let persisted = url::form_urlencoded::parse(query.as_bytes())
-            .any(|(key, value)| key == "extensions" && value.contains("\"persistedQuery\""));
         let message = if persisted {
             PERSISTED_QUERY_NOT_SUPPORTED
         } else {

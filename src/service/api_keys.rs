@@ -54,9 +54,9 @@ impl ApiKeys {
     pub async fn revoke(&self, caller: &Identity, id: Uuid) -> Result<api_key::Model> {
         caller.require_admin()?;
         let outcome = auth::revoke_api_key(&self.db, id).await?;
-        if let RevokeOutcome::Revoked(_) = outcome {
-            self.revocations.revoked_here(&self.keys, id);
-        }
+        // Revoked just now or before (by another process, the CLI, plain SQL): either
+        // way this process refuses it from now on.
+        self.revocations.revoked_here(&self.keys, id);
         Ok(match outcome {
             RevokeOutcome::Revoked(key) | RevokeOutcome::AlreadyRevoked(key) => key,
         })
