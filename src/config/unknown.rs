@@ -46,19 +46,33 @@ fn settings_of(command: &clap::Command, known: &mut HashSet<String>) {
     }
 }
 
-/// The setting `name` most likely meant: itself without the prefix if that is one
-/// (`COURIER_DATABASE_URL`), else the closest by spelling, if close.
+/// The setting `name` most likely meant: the known one spelt the same in another case;
+/// itself without the prefix if that is one (`COURIER_DATABASE_URL`); `DATABASE_URL` for a
+/// name about the database, `RUST_LOG` for one about log levels; else the known one whose
+/// name after the prefix is closest by spelling, if close.
 fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
-    if let Some(bare) = name
-        .strip_prefix(PREFIX)
-        .filter(|bare| known.contains(*bare))
-    {
+    if let Some(same) = known.iter().find(|known| known.eq_ignore_ascii_case(name)) {
+        return Some(same.clone());
+    }
+    let bare = name.strip_prefix(PREFIX).unwrap_or(name);
+    if known.contains(bare) {
         return Some(bare.to_owned());
+    }
+    let upper = bare.to_ascii_uppercase();
+    let about = |words: &[&str]| words.iter().any(|word| upper.contains(word));
+    if about(&["DATABASE", "DB_URL", "POSTGRES", "PG_URL", "SQLITE", "DSN"]) {
+        return Some("DATABASE_URL".to_owned());
+    }
+    if about(&["RUST_LOG", "LOG_LEVEL", "VERBOSITY"]) {
+        return Some("RUST_LOG".to_owned());
     }
     known
         .iter()
-        .map(|candidate| (strsim::jaro_winkler(name, candidate), candidate))
-        .filter(|(likeness, _)| *likeness > 0.9)
+        .filter_map(|candidate| {
+            let candidate_bare = candidate.strip_prefix(PREFIX)?;
+            let likeness = strsim::normalized_damerau_levenshtein(&upper, candidate_bare);
+            (likeness >= 0.8).then_some((likeness, candidate))
+        })
         .max_by(|(a, _), (b, _)| a.total_cmp(b))
         .map(|(_, candidate)| candidate.clone())
 }
@@ -103,5 +117,16 @@ mod tests {
                 ),
             ]
         );
+        let meant_for = |name: &str| unread(&[name]).pop().and_then(|(_, meant)| meant);
+        assert_eq!(meant_for("COURIER_bind").as_deref(), Some("COURIER_BIND"));
+        assert_eq!(meant_for("COURIER_DB_URL").as_deref(), Some("DATABASE_URL"));
+        assert_eq!(
+            meant_for("COURIER_POSTGRES_URL").as_deref(),
+            Some("DATABASE_URL")
+        );
+        assert_eq!(meant_for("COURIER_LOG_LEVEL").as_deref(), Some("RUST_LOG"));
+        assert_eq!(meant_for("COURIER_PORT"), None);
+        assert_eq!(meant_for("COURIER_FOO"), None);
+        assert_eq!(meant_for("COURIER_"), None);
     }
 }
