@@ -17,20 +17,21 @@ use super::Db;
 /// and on SQLite).
 static OFFSET_MICROS: AtomicI64 = AtomicI64::new(0);
 
-/// The database's clock at [`base`], in microseconds since the epoch, as last measured
-/// ([`UNMEASURED`] until then, and on SQLite): the database's time now is that plus the
-/// time passed since on this process's monotonic clock, which a step of this host's wall
-/// clock (an NTP correction, a virtual machine resumed) leaves alone.
+/// The database's clock, in microseconds since the epoch, less [`steady_micros`] at the
+/// same moment, as last measured ([`UNMEASURED`] until then, and on SQLite): the database's
+/// time now is that plus [`steady_micros`] now. The steady clock only moves forward and
+/// counts the host's sleep, so neither a step of this host's wall clock (an NTP
+/// correction) nor a host suspended and resumed moves the stamps.
 static DATABASE_MICROS_AT_BASE: AtomicI64 = AtomicI64::new(UNMEASURED);
 
 /// [`DATABASE_MICROS_AT_BASE`] before any measurement.
 const UNMEASURED: i64 = i64::MIN;
 
-/// Wakes [`keep_measuring`] early: the wall clock and the monotonic one disagree about how
-/// much time passed (the wall clock was stepped, or the host slept).
+/// Wakes [`keep_measuring`] early: the wall clock and the steady one disagree about how
+/// much time passed (the wall clock was stepped).
 static CLOCKS_DISAGREE: Notify = Notify::const_new();
 
-/// How far the wall clock may move from the monotonic one between measurements before
+/// How far the wall clock may move from the steady one between measurements before
 /// the database's clock is measured again at once.
 const STEP_BEYOND: Duration = Duration::from_secs(1);
 
@@ -45,10 +46,16 @@ const SAMPLES: usize = 3;
 /// How far off this host's clock may be before each measurement warns.
 const WARN_BEYOND: Duration = Duration::from_secs(5);
 
-/// The instant the database's clock is anchored to: the first this process asked for.
-fn base() -> Instant {
+/// Microseconds on a clock that only moves forward and counts the host's sleep (Linux's
+/// `CLOCK_BOOTTIME`; elsewhere the time since this process first asked, on the monotonic
+/// clock, which may not count a sleep).
+fn steady_micros() -> i64 {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Ok(now) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME) {
+        return now.tv_sec() * 1_000_000 + now.tv_nsec() / 1_000;
+    }
     static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
+    i64::try_from(BASE.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(i64::MAX)
 }
 
 /// Microseconds since the epoch of `at` (0 before it).
@@ -62,7 +69,7 @@ fn epoch_micros(at: SystemTime) -> i64 {
 }
 
 /// Now, on the database's clock as last measured: its reading then, moved on by the
-/// monotonic clock (this host's wall clock until a measurement, and on SQLite, where the
+/// steady clock (this host's wall clock until a measurement, and on SQLite, where the
 /// database's clock is this host's).
 pub fn database_now() -> SystemTime {
     let here = SystemTime::now();
@@ -70,8 +77,7 @@ pub fn database_now() -> SystemTime {
     if at_base == UNMEASURED {
         return here;
     }
-    let passed = i64::try_from(base().elapsed().as_micros()).unwrap_or(i64::MAX);
-    let database = at_base.saturating_add(passed);
+    let database = at_base.saturating_add(steady_micros());
     let by_wall_clock = epoch_micros(here).saturating_add(OFFSET_MICROS.load(Ordering::Relaxed));
     if database.abs_diff(by_wall_clock) > STEP_BEYOND.as_micros() as u64 {
         CLOCKS_DISAGREE.notify_one();
@@ -80,15 +86,14 @@ pub fn database_now() -> SystemTime {
 }
 
 /// Takes `database`, the database's clock in microseconds since the epoch, read when this
-/// host's wall clock read `here` and its monotonic clock `at`, as the measurement from now.
-fn anchor(database: i64, here: SystemTime, at: Instant) {
-    let since_base =
-        i64::try_from(at.saturating_duration_since(base()).as_micros()).unwrap_or(i64::MAX);
+/// host's wall clock read `here` and [`steady_micros`] read `steady`, as the measurement
+/// from now.
+fn anchor(database: i64, here: SystemTime, steady: i64) {
     OFFSET_MICROS.store(
         database.saturating_sub(epoch_micros(here)),
         Ordering::Relaxed,
     );
-    DATABASE_MICROS_AT_BASE.store(database.saturating_sub(since_base), Ordering::Relaxed);
+    DATABASE_MICROS_AT_BASE.store(database.saturating_sub(steady), Ordering::Relaxed);
 }
 
 /// Measures the database's clock against this host's (PostgreSQL; nothing to measure on
@@ -98,13 +103,12 @@ pub async fn measure(db: &Db) -> Result<(), DbErr> {
     if db.backend() != DbBackend::Postgres {
         return Ok(());
     }
-    // Fixed before the first sample, so that every sample's instant comes after it.
-    base();
     // The shortest round trip: its midpoint, on both of this host's clocks, and the
     // database's reading.
-    let mut best: Option<(Duration, SystemTime, Instant, i64)> = None;
+    let mut best: Option<(Duration, SystemTime, i64, i64)> = None;
     for _ in 0..SAMPLES {
         let sent = SystemTime::now();
+        let sent_steady = steady_micros();
         let began = Instant::now();
         let row = db
             .conn()
@@ -121,10 +125,12 @@ pub async fn measure(db: &Db) -> Result<(), DbErr> {
             continue;
         };
         if best.is_none_or(|(shortest, ..)| round_trip < shortest) {
+            let half = round_trip / 2;
+            let half_micros = i64::try_from(half.as_micros()).unwrap_or(i64::MAX);
             best = Some((
                 round_trip,
-                sent + round_trip / 2,
-                began + round_trip / 2,
+                sent + half,
+                sent_steady.saturating_add(half_micros),
                 database,
             ));
         }
@@ -158,8 +164,8 @@ pub async fn keep_measuring(db: Db, shutdown: CancellationToken) {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(REMEASURE_EVERY) => {}
             () = CLOCKS_DISAGREE.notified() => {
-                tracing::info!("this host's wall clock moved apart from its monotonic clock \
-                    (stepped, or the host slept): measuring the database's clock again");
+                tracing::info!("this host's wall clock moved apart from its steady clock \
+                    (stepped): measuring the database's clock again");
                 // At most once a second, should the measurement keep failing.
                 tokio::time::sleep_until((measured_at + STEP_BEYOND).into()).await;
             }
@@ -176,6 +182,6 @@ pub async fn keep_measuring(db: Db, shutdown: CancellationToken) {
 /// negative), as a measurement would.
 #[cfg(test)]
 pub(crate) fn set_offset_micros(offset: i64) {
-    let (here, at) = (SystemTime::now(), Instant::now());
-    anchor(epoch_micros(here).saturating_add(offset), here, at);
+    let (here, steady) = (SystemTime::now(), steady_micros());
+    anchor(epoch_micros(here).saturating_add(offset), here, steady);
 }
