@@ -134,9 +134,10 @@ fn foreign_object(err: DbErr) -> DbErr {
         .map(|db_err| db_err.message().to_owned())
         .unwrap_or_default();
     DbErr::Custom(format!(
-        "the database already holds something Courier's migrations create ({said}), which \
-         Courier did not make: it looks like another application's database; give Courier a \
-         database of its own in DATABASE_URL"
+        "the database already holds something Courier's migrations create ({said}), made \
+         outside them: it looks like another application's database (or a table or index \
+         made by hand); give Courier a database of its own in DATABASE_URL, or drop what \
+         was made by hand"
     ))
 }
 
