@@ -9,16 +9,11 @@
 //! every subscription event (never out of a JSON value, nor out of a field of the client's).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
 
-use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery, NextSubscribe,
-};
-use async_graphql::futures_util::stream::{BoxStream, StreamExt};
 use async_graphql::parser::types::{
     DocumentOperations, ExecutableDocument, Field, FragmentDefinition, Selection, SelectionSet,
 };
-use async_graphql::{Name, Pos, Positioned, Response, ServerResult, Value, Variables};
+use async_graphql::{Name, Pos, Positioned, Value, Variables};
 
 use super::conditions::{has_conditions, included};
 use super::field_order::{collect_fields, Fragments};
@@ -27,38 +22,35 @@ use super::field_order::{collect_fields, Fragments};
 /// after it should the document use it already): never in a response.
 const PLACEHOLDER: &str = "_courierEmptySelection";
 
-/// The schema extension that answers an object with every selection left out as `{}`.
-pub struct EmptySelections;
-
-impl ExtensionFactory for EmptySelections {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(Placeholders::default())
-    }
-}
-
-/// One request's half of [`EmptySelections`]: its document with the placeholders, and
-/// their alias, if it got any. (Shared with the stream of a subscription's events, which
-/// outlives the borrow.)
-#[derive(Default)]
-struct Placeholders {
-    placed: Arc<Mutex<Option<Placed>>>,
-}
-
 /// A document that got placeholders, under `alias`.
-struct Placed {
+pub struct Placed {
     document: ExecutableDocument,
     alias: Name,
 }
 
-impl Placeholders {
+/// Places placeholders in `document` (of text `query`) where `@skip` and `@include` leave a
+/// selection set empty, given `variables`: what to take out of its results, if any.
+pub fn place(
+    document: &mut ExecutableDocument,
+    query: &str,
+    variables: &Variables,
+) -> Option<Placed> {
+    if !has_conditions(document) {
+        return None;
+    }
+    let alias = unused_alias(query);
+    place_placeholders(document, variables, &alias).then(|| Placed {
+        document: document.clone(),
+        alias,
+    })
+}
+
+impl Placed {
     /// Takes the placeholders out of `data`, the result of the operation named
     /// `operation_name` (or of every operation, for a subscription's event).
-    fn remove_from(placed: &Mutex<Option<Placed>>, data: &mut Value, operation_name: Option<&str>) {
-        let placed = placed.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(Placed { document, alias }) = placed.as_ref() else {
-            return;
-        };
-        let sets: Vec<&SelectionSet> = document
+    pub fn remove_from(&self, data: &mut Value, operation_name: Option<&str>) {
+        let sets: Vec<&SelectionSet> = self
+            .document
             .operations
             .iter()
             .filter(|(name, _)| {
@@ -66,55 +58,7 @@ impl Placeholders {
             })
             .map(|(_, operation)| &operation.node.selection_set.node)
             .collect();
-        remove_placeholders(vec![data], &sets, &document.fragments, alias);
-    }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for Placeholders {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let mut document = next.run(ctx, query, variables).await?;
-        if has_conditions(&document) {
-            let alias = unused_alias(query);
-            if place_placeholders(&mut document, variables, &alias) {
-                *self.placed.lock().unwrap_or_else(PoisonError::into_inner) = Some(Placed {
-                    document: document.clone(),
-                    alias,
-                });
-            }
-        }
-        Ok(document)
-    }
-
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> Response {
-        let mut response = next.run(ctx, operation_name).await;
-        Self::remove_from(&self.placed, &mut response.data, operation_name);
-        response
-    }
-
-    fn subscribe<'s>(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        stream: BoxStream<'s, Response>,
-        next: NextSubscribe<'_>,
-    ) -> BoxStream<'s, Response> {
-        let placed = self.placed.clone();
-        let events = stream.map(move |mut response| {
-            Self::remove_from(&placed, &mut response.data, None);
-            response
-        });
-        next.run(ctx, events.boxed())
+        remove_placeholders(vec![data], &sets, &self.document.fragments, &self.alias);
     }
 }
 

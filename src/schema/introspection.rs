@@ -4,71 +4,22 @@
 //! the schema from introspection printed a description `schema.graphql` does not have).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
 
-use async_graphql::extensions::{
-    Extension, ExtensionContext, ExtensionFactory, NextExecute, NextParseQuery,
-};
 use async_graphql::parser::types::{
     ExecutableDocument, FragmentDefinition, Selection, SelectionSet,
 };
-use async_graphql::{Name, Positioned, Response, ServerResult, Value, Variables};
+use async_graphql::{Name, Positioned, Value};
 
 use super::single_root::selected_operation;
 
-/// The schema extension that answers the schema's description as `null`.
-pub struct SchemaDescription;
-
-impl ExtensionFactory for SchemaDescription {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(Described::default())
-    }
-}
-
-/// One request's half of [`SchemaDescription`]: its document, if it reads `__schema`.
-#[derive(Default)]
-struct Described {
-    document: Mutex<Option<ExecutableDocument>>,
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for Described {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let document = next.run(ctx, query, variables).await?;
-        if query.contains("__schema") {
-            *self.document.lock().unwrap_or_else(PoisonError::into_inner) = Some(document.clone());
-        }
-        Ok(document)
-    }
-
-    async fn execute(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        operation_name: Option<&str>,
-        next: NextExecute<'_>,
-    ) -> Response {
-        let mut response = next.run(ctx, operation_name).await;
-        let document = self
-            .document
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(document) = document {
-            no_schema_description(&mut response.data, &document, operation_name);
-        }
-        response
-    }
+/// Whether a document of text `query` may read the schema's description.
+pub fn may_describe(query: &str) -> bool {
+    query.contains("__schema")
 }
 
 /// Sets every `__schema { description }` of `data`, the result of `document`'s operation
 /// named `operation_name` (or its first), to `null`.
-fn no_schema_description(
+pub fn no_schema_description(
     data: &mut Value,
     document: &ExecutableDocument,
     operation_name: Option<&str>,

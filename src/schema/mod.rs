@@ -4,6 +4,7 @@ mod api_key;
 mod coercion;
 mod conditions;
 mod context;
+mod corrections;
 mod delivery;
 pub mod documents;
 mod empty_selections;
@@ -86,13 +87,9 @@ pub fn build(state: Option<AppState>) -> CourierSchema {
     ))
     // Outside the nulls, so the fields they put back take their places too.
     .extension(field_order::FieldOrder)
-    // Inside the order, which then never meets a placeholder.
-    .extension(empty_selections::EmptySelections)
-    .extension(introspection::SchemaDescription)
-    .extension(nulls::FieldErrorNulls)
-    // Innermost: the document every other extension sees already has its `__typename`s
-    // held to the rules.
-    .extension(typename::TypenameRules);
+    // Inside the order, whose answers then hold no placeholder.
+    .extension(corrections::Corrections)
+    .extension(nulls::FieldErrorNulls);
     if let Some(state) = state {
         builder = builder.data(Loaders::new(&state, false)).data(state);
     }

@@ -8,43 +8,14 @@
 //! validation does check: the directive known and its argument of the right type, its
 //! variable defined and used.
 
-use std::sync::Arc;
-
-use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextParseQuery};
 use async_graphql::parser::types::{
     DocumentOperations, ExecutableDocument, InlineFragment, Selection, SelectionSet,
 };
-use async_graphql::{Positioned, ServerError, ServerResult, Variables};
-
-/// The schema extension that holds `__typename` to the rules.
-pub struct TypenameRules;
-
-impl ExtensionFactory for TypenameRules {
-    fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(TypenameRules)
-    }
-}
-
-#[async_graphql::async_trait::async_trait]
-impl Extension for TypenameRules {
-    async fn parse_query(
-        &self,
-        ctx: &ExtensionContext<'_>,
-        query: &str,
-        variables: &Variables,
-        next: NextParseQuery<'_>,
-    ) -> ServerResult<ExecutableDocument> {
-        let mut document = next.run(ctx, query, variables).await?;
-        if query.contains("__typename") {
-            hold_to_the_rules(&mut document)?;
-        }
-        Ok(document)
-    }
-}
+use async_graphql::{Positioned, ServerError, ServerResult};
 
 /// Refuses an argument or a selection on `__typename` anywhere in `document`, and turns
 /// each `__typename` carrying directives into an inline fragment carrying them.
-fn hold_to_the_rules(document: &mut ExecutableDocument) -> ServerResult<()> {
+pub fn hold_to_the_rules(document: &mut ExecutableDocument) -> ServerResult<()> {
     match &mut document.operations {
         DocumentOperations::Single(operation) => in_set(&mut operation.node.selection_set.node)?,
         DocumentOperations::Multiple(operations) => {
