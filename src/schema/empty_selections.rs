@@ -16,7 +16,7 @@ use async_graphql::parser::types::{
 use async_graphql::{Name, Pos, Positioned, Value, Variables};
 
 use super::conditions::{has_conditions, included};
-use super::field_order::{collect_fields, Fragments};
+use super::field_order::{collect_fields, objects_among, Fragments};
 
 /// The alias of the `__typename` that holds an emptied object's place (with a number
 /// after it should the document use it already): never in a response.
@@ -227,15 +227,7 @@ fn remove_placeholders(
     fragments: &Fragments,
     alias: &Name,
 ) {
-    let mut objects = Vec::new();
-    let mut pending = values;
-    while let Some(value) = pending.pop() {
-        match value {
-            Value::Object(object) => objects.push(object),
-            Value::List(items) => pending.extend(items.iter_mut()),
-            _ => {}
-        }
-    }
+    let mut objects = objects_among(values);
     if objects.is_empty() {
         return;
     }

@@ -110,15 +110,7 @@ pub fn put_in_order(data: &mut Value, document: &ExecutableDocument, operation_n
 /// selection sets `sets`, in their order, then each field's values likewise: one
 /// collection of the fields for every object a list holds.
 fn order_all(values: Vec<&mut Value>, sets: &[&SelectionSet], fragments: &Fragments) {
-    let mut objects = Vec::new();
-    let mut pending = values;
-    while let Some(value) = pending.pop() {
-        match value {
-            Value::Object(object) => objects.push(object),
-            Value::List(items) => pending.extend(items.iter_mut()),
-            _ => {}
-        }
-    }
+    let mut objects = objects_among(values);
     if objects.is_empty() {
         return;
     }
@@ -144,6 +136,21 @@ fn order_all(values: Vec<&mut Value>, sets: &[&SelectionSet], fragments: &Fragme
             .collect();
         order_all(children, subsets, fragments);
     }
+}
+
+/// The objects among `values`, in lists at any depth (the rest, scalars and nulls, has no
+/// fields).
+pub(super) fn objects_among(values: Vec<&mut Value>) -> Vec<&mut IndexMap<Name, Value>> {
+    let mut objects = Vec::new();
+    let mut pending = values;
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::Object(object) => objects.push(object),
+            Value::List(items) => pending.extend(items.iter_mut()),
+            _ => {}
+        }
+    }
+    objects
 }
 
 /// Whether `object`'s keys already follow their places.
