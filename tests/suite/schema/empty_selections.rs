@@ -3,12 +3,10 @@
 //! mutation that had run looked as if it returned nothing and an endpoint that exists
 //! read as missing.
 
-use futures_util::{SinkExt as _, StreamExt as _};
 use serde_json::json;
-use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::fixtures::{count, eventually, quick_worker, submit};
-use crate::support::websocket::initialised;
+use crate::support::fixtures::{count, quick_worker, submit};
+use crate::support::websocket::{initialised, next, subscribed};
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
 #[tokio::test]
@@ -112,29 +110,14 @@ async fn an_event_with_every_selection_of_an_object_left_out_holds_an_empty_obje
         ("graphql-ws", "start"),
     ] {
         let mut socket = initialised(&app, protocol, &admin).await;
-        let message = json!({ "id": "1", "type": subscribe, "payload": { "query": query } });
-        socket
-            .send(Message::text(message.to_string()))
-            .await
-            .expect("sent");
+        let running = sockets.len() as i64 + 1;
+        subscribed(&app, &mut socket, subscribe, "1", query, running).await;
         sockets.push(socket);
     }
-    eventually("subscribed", std::time::Duration::from_secs(5), || async {
-        app.state.metrics.active_subscriptions.get() == 2
-    })
-    .await;
     submit(&app, &admin, &endpoint, json!({ "n": 1 }), None).await;
     for mut socket in sockets {
         let event = loop {
-            let message = tokio::time::timeout(std::time::Duration::from_secs(10), socket.next())
-                .await
-                .expect("an event in time")
-                .expect("the socket is open")
-                .expect("a message");
-            let Message::Text(text) = message else {
-                continue;
-            };
-            let message: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            let message = next(&mut socket).await.expect("the socket is open");
             if matches!(message["type"].as_str(), Some("next" | "data")) {
                 break message;
             }

@@ -1,7 +1,7 @@
 //! Response fields come in the order the operation asks for them, every time (GraphQL spec
 //! 7.2.2): async-graphql 7 added them as their resolvers finished.
 
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::StreamExt as _;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -53,7 +53,7 @@ async fn fields_come_in_the_order_they_were_asked_for() {
 #[tokio::test]
 async fn subscription_events_come_in_the_order_they_were_asked_for() {
     use crate::support::fixtures::{quick_worker, submit};
-    use crate::support::websocket::initialised;
+    use crate::support::websocket::{initialised, subscribed};
     use crate::support::{Receiver, Reply};
 
     let db = TestDb::new(Backend::Sqlite).await;
@@ -63,18 +63,7 @@ async fn subscription_events_come_in_the_order_they_were_asked_for() {
     let (endpoint, _) = app.create_endpoint(&admin, &receiver.url("/order")).await;
     let mut socket = initialised(&app, "graphql-transport-ws", &admin).await;
     let query = "subscription { deliveryStateChanged { delivery { attempts { number } submission { idempotencyKey } state id } } }";
-    socket
-        .send(Message::text(
-            json!({ "id": "1", "type": "subscribe", "payload": { "query": query } }).to_string(),
-        ))
-        .await
-        .expect("sent");
-    crate::support::fixtures::eventually(
-        "subscribed",
-        std::time::Duration::from_secs(5),
-        || async { app.state.metrics.active_subscriptions.get() == 1 },
-    )
-    .await;
+    subscribed(&app, &mut socket, "subscribe", "1", query, 1).await;
     submit(&app, &admin, &endpoint, json!({ "n": 1 }), None).await;
     let mut events = 0;
     while events < 2 {
