@@ -4,17 +4,15 @@
 //! the protocol's rules gets the protocol's close code (see `ws_gate`). Sockets are pinged,
 //! and one whose peer has gone without closing is dropped.
 
-use std::str::FromStr as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_graphql::http::WebSocketProtocols;
 use async_graphql::Data;
 use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
-use axum::extract::{State, WebSocketUpgrade};
+use axum::extract::{FromRequestParts as _, State, WebSocketUpgrade};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use futures_util::{SinkExt as _, StreamExt as _};
@@ -53,7 +51,6 @@ const INIT_TIMEOUT: u16 = 4408;
 /// revoked or the process shuts down.
 pub async fn upgrade(
     State(state): State<HttpState>,
-    protocol: Result<GraphQLProtocol, StatusCode>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
@@ -61,7 +58,7 @@ pub async fn upgrade(
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
-    let Ok(protocol) = protocol else {
+    let Some((chosen, protocol)) = chosen_protocol(&headers).await else {
         return (
             StatusCode::BAD_REQUEST,
             "a GraphQL WebSocket needs a subprotocol Courier speaks: send \
@@ -72,14 +69,7 @@ pub async fn upgrade(
     // Clients that can set headers on the upgrade request may authenticate there;
     // `connection_init` takes precedence.
     let upgrade_authorization = super::authorization(&headers).map(str::to_owned);
-    let legacy = speaks_legacy(&headers);
-    // Answer with the protocol the session will speak: the first known one the client
-    // lists (as the GraphQL session chooses), not the server's first preference.
-    let chosen = if legacy {
-        "graphql-ws"
-    } else {
-        "graphql-transport-ws"
-    };
+    let legacy = chosen == LEGACY;
     // A message may be as large as a request body over HTTP, and no larger.
     let largest = state.app.config.max_body_bytes;
     upgrade
@@ -444,18 +434,39 @@ async fn connection_init(
     }
 }
 
-/// Whether the session speaks the legacy `graphql-ws` protocol, chosen the way
-/// [`GraphQLProtocol`] chooses: the first protocol the client lists that is known.
-fn speaks_legacy(headers: &HeaderMap) -> bool {
+/// The legacy protocol's name (subscriptions-transport-ws).
+const LEGACY: &str = "graphql-ws";
+
+/// The protocol the session speaks, as the handshake names it and as the GraphQL session
+/// takes it: the first the client lists, over every `Sec-WebSocket-Protocol` header, that
+/// Courier speaks, spelt exactly as Courier does (the handshake echoes the name as
+/// Courier spells it, and a client checks the echo against what it sent).
+async fn chosen_protocol(headers: &HeaderMap) -> Option<(&'static str, GraphQLProtocol)> {
+    let chosen = offered_protocol(headers)?;
+    // async-graphql's type for it is made only from a request's headers.
+    let (mut parts, ()) = axum::http::Request::builder()
+        .header(header::SEC_WEBSOCKET_PROTOCOL, chosen)
+        .body(())
+        .ok()?
+        .into_parts();
+    let protocol = GraphQLProtocol::from_request_parts(&mut parts, &())
+        .await
+        .ok()?;
+    Some((chosen, protocol))
+}
+
+/// The first protocol of [`chosen_protocol`], by name.
+fn offered_protocol(headers: &HeaderMap) -> Option<&'static str> {
     headers
-        .get(header::SEC_WEBSOCKET_PROTOCOL)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|protocols| {
-            protocols
-                .split(',')
-                .find_map(|protocol| WebSocketProtocols::from_str(protocol.trim()).ok())
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|protocols| protocols.split(','))
+        .find_map(|protocol| match protocol.trim() {
+            "graphql-transport-ws" => Some("graphql-transport-ws"),
+            LEGACY => Some(LEGACY),
+            _ => None,
         })
-        == Some(WebSocketProtocols::SubscriptionsTransportWS)
 }
 
 /// What the session reads once the client's messages stop: nothing more, ever, when they
@@ -481,17 +492,35 @@ mod tests {
 
     #[test]
     fn the_protocol_is_the_first_known_one_the_client_lists() {
-        let offered = |value: &'static str| {
+        let offered = |values: &[&'static str]| {
             let mut headers = HeaderMap::new();
-            headers.insert(
-                header::SEC_WEBSOCKET_PROTOCOL,
-                header::HeaderValue::from_static(value),
-            );
-            speaks_legacy(&headers)
+            for value in values {
+                headers.append(
+                    header::SEC_WEBSOCKET_PROTOCOL,
+                    header::HeaderValue::from_static(value),
+                );
+            }
+            offered_protocol(&headers)
         };
-        assert!(offered("graphql-ws"));
-        assert!(offered("chat, graphql-ws, graphql-transport-ws"));
-        assert!(!offered("graphql-transport-ws, graphql-ws"));
-        assert!(!speaks_legacy(&HeaderMap::new()));
+        assert_eq!(offered(&["graphql-ws"]), Some(LEGACY));
+        assert_eq!(
+            offered(&["chat, graphql-ws, graphql-transport-ws"]),
+            Some(LEGACY)
+        );
+        assert_eq!(
+            offered(&["graphql-transport-ws, graphql-ws"]),
+            Some("graphql-transport-ws")
+        );
+        assert_eq!(
+            offered(&["chat", "graphql-transport-ws"]),
+            Some("graphql-transport-ws"),
+            "every header counts, in order"
+        );
+        assert_eq!(
+            offered(&["GraphQL-WS"]),
+            None,
+            "a name spelt otherwise could not be echoed as sent"
+        );
+        assert_eq!(offered(&[]), None);
     }
 }

@@ -7,7 +7,7 @@
 //! field error after other fields (and, in a mutation, other mutations) may have run.
 
 use async_graphql::parser::types::{
-    ExecutableDocument, OperationType, Selection, SelectionSet, VariableDefinition,
+    Directive, ExecutableDocument, OperationType, Selection, SelectionSet, VariableDefinition,
 };
 use async_graphql::parser::Positioned;
 use async_graphql::registry::{MetaInputValue, MetaType, MetaTypeName, Registry};
@@ -66,6 +66,7 @@ impl<'a> Walk<'a> {
             return Ok(());
         }
         for selection in &set.items {
+            self.directives(selection.node.directives())?;
             match &selection.node {
                 Selection::Field(field) => {
                     let Some(meta) = self
@@ -99,6 +100,27 @@ impl<'a> Walk<'a> {
                         .as_ref()
                         .map_or(parent, |condition| condition.node.on.node.as_str());
                     self.selection_set(on, &inline.node.selection_set.node, depth + 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the arguments of `directives` the schema knows (`@skip(if:)`, `@include(if:)`),
+    /// which validation checks only when given: `query($v: String) { a @include(if: $v) }`
+    /// with `$v` left out ran.
+    fn directives(&self, directives: &[Positioned<Directive>]) -> ServerResult<()> {
+        for directive in directives {
+            let Some(meta) = self
+                .registry
+                .directives
+                .get(directive.node.name.node.as_str())
+            else {
+                continue;
+            };
+            for (name, value) in &directive.node.arguments {
+                if let Some(argument) = meta.args.get(name.node.as_str()) {
+                    self.argument(argument, Input::Literal(&value.node), value.pos)?;
                 }
             }
         }

@@ -208,6 +208,28 @@ async fn a_variable_of_the_wrong_type_is_refused_before_anything_runs() {
             json!({ "s": ["FAILED"] }),
             "filter.state: variable $s of type [DeliveryState] cannot be used where DeliveryState is expected",
         ),
+        // A page size that is not an Int: refused once (the query budget reads it too).
+        (
+            "{ endpoints(first: \"x\") { edges { cursor } } }",
+            json!({}),
+            "Invalid value for argument \"first\", expected type \"Int\"",
+        ),
+        (
+            "query($v: Int) { endpoints(first: $v) { edges { cursor } } }",
+            json!({ "v": "x" }),
+            "Invalid value for argument \"first\", expected type \"Int\"",
+        ),
+        // A directive's argument too, given or left out.
+        (
+            "query($v: String) { endpoints { edges @include(if: $v) { cursor } } }",
+            json!({}),
+            "if: variable $v of type String cannot be used where Boolean! is expected",
+        ),
+        (
+            "query($v: Boolean) { ... @skip(if: $v) { endpoints { edges { cursor } } } }",
+            json!({ "v": true }),
+            "if: variable $v of type Boolean cannot be used where Boolean! is expected",
+        ),
     ];
     for (query, variables, message) in refused {
         let (status, body) = run(&app, &admin, query, variables).await;
@@ -218,6 +240,8 @@ async fn a_variable_of_the_wrong_type_is_refused_before_anything_runs() {
         ("query($id: ID = \"0190c3c5-7c5e-7cc0-8000-000000000000\") { delivery(id: $id) { id } }", json!({})),
         ("query($s: DeliveryState!) { deliveries(filter: {state: $s}) { edges { cursor } } }", json!({ "s": "FAILED" })),
         ("query($f: DeliveryFilter) { deliveries(filter: $f) { edges { cursor } } }", json!({ "f": null })),
+        ("query($v: Boolean = false) { endpoints { edges @include(if: $v) { cursor } } }", json!({})),
+        ("query($v: Boolean!) { endpoints { edges @include(if: $v) { cursor } } }", json!({ "v": true })),
         // A list's variable left out, null, or one value standing for a list of one.
         ("mutation($ids: [ID!]) { createApiKey(input: {name: \"k\", role: PARTNER, endpointIds: $ids}) { token } }", json!({})),
         ("mutation($ids: [ID!]) { createApiKey(input: {name: \"k\", role: PARTNER, endpointIds: $ids}) { token } }", json!({ "ids": null })),

@@ -28,6 +28,10 @@ async fn typename_is_held_to_the_rules() {
         ),
         ("{ __typename @skip(if: \"yes\") }", "if"),
         (
+            "{ __typename @deprecated }",
+            r#"Directive "deprecated" may not be used on "FIELD""#,
+        ),
+        (
             "query { ...F } fragment F on Query { __typename @include(if: $nope) }",
             "$nope",
         ),
