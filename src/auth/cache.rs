@@ -21,8 +21,16 @@ const MAX_ENTRIES: usize = 10_000;
 #[derive(Debug)]
 pub struct KeyCache {
     ttl: Duration,
-    entries: Mutex<HashMap<String, (Identity, Instant)>>,
+    entries: Mutex<Entries>,
     usage: KeyUsage,
+}
+
+/// The cache's entries, and how many evictions there have been: a lookup that an eviction
+/// overtook is not cached, since it may have read a key before its revocation committed.
+#[derive(Debug, Default)]
+struct Entries {
+    by_hash: HashMap<String, (Identity, Instant)>,
+    evictions: u64,
 }
 
 impl KeyCache {
@@ -30,7 +38,7 @@ impl KeyCache {
     pub fn new(ttl: Duration) -> Self {
         KeyCache {
             ttl,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Entries::default()),
             usage: KeyUsage::default(),
         }
     }
@@ -62,14 +70,31 @@ impl KeyCache {
         if let Some(identity) = self.fresh(&hash) {
             return Ok(identity);
         }
+        let evictions_before = self.evictions();
         let identity = auth::authenticate_hash(db, &hash).await?;
-        if let Ok(mut entries) = self.entries.lock() {
-            if entries.len() >= MAX_ENTRIES {
-                entries.clear();
-            }
-            entries.insert(hash, (identity.clone(), Instant::now()));
-        }
+        self.remember(hash, &identity, evictions_before);
         Ok(identity)
+    }
+
+    /// How many evictions there have been, to hand to [`KeyCache::remember`].
+    fn evictions(&self) -> Option<u64> {
+        self.entries.lock().map(|entries| entries.evictions).ok()
+    }
+
+    /// Caches `identity`, looked up by token hash `hash`, unless a key was evicted since
+    /// [`KeyCache::evictions`] answered `evictions_before`.
+    fn remember(&self, hash: String, identity: &Identity, evictions_before: Option<u64>) {
+        if let Ok(mut entries) = self.entries.lock() {
+            if Some(entries.evictions) != evictions_before {
+                return;
+            }
+            if entries.by_hash.len() >= MAX_ENTRIES {
+                entries.by_hash.clear();
+            }
+            entries
+                .by_hash
+                .insert(hash, (identity.clone(), Instant::now()));
+        }
     }
 
     /// The keys of the fresh entries (the ones a request may still be admitted by);
@@ -78,23 +103,69 @@ impl KeyCache {
         let Ok(mut entries) = self.entries.lock() else {
             return Vec::new();
         };
-        entries.retain(|_, (_, looked_up)| looked_up.elapsed() < self.ttl);
         entries
+            .by_hash
+            .retain(|_, (_, looked_up)| looked_up.elapsed() < self.ttl);
+        entries
+            .by_hash
             .values()
             .map(|(identity, _)| identity.key_id)
             .collect()
     }
 
-    /// Forgets every entry of the keys in `revoked`, so their next request is looked up.
+    /// Forgets every entry of the keys in `revoked`, so their next request is looked up,
+    /// and keeps a lookup already under way from caching what it read.
     pub fn evict(&self, revoked: &[Uuid]) {
         if let Ok(mut entries) = self.entries.lock() {
-            entries.retain(|_, (identity, _)| !revoked.contains(&identity.key_id));
+            entries.evictions += 1;
+            entries
+                .by_hash
+                .retain(|_, (identity, _)| !revoked.contains(&identity.key_id));
         }
     }
 
     fn fresh(&self, hash: &str) -> Option<Identity> {
         let entries = self.entries.lock().ok()?;
-        let (identity, looked_up) = entries.get(hash)?;
+        let (identity, looked_up) = entries.by_hash.get(hash)?;
         (looked_up.elapsed() < self.ttl).then(|| identity.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Role;
+
+    fn identity() -> Identity {
+        Identity {
+            key_id: Uuid::now_v7(),
+            role: Role::Admin,
+            scope: Vec::new(),
+            tenant: None,
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn a_lookup_an_eviction_overtook_is_not_cached() {
+        let cache = KeyCache::new(Duration::from_secs(60));
+        let (read, revoked) = (identity(), identity());
+        let before = cache.evictions();
+        cache.remember("a".to_owned(), &read, before);
+        assert!(
+            cache.fresh("a").is_some(),
+            "a lookup nothing overtook is cached"
+        );
+
+        // A lookup reads key `revoked` before its revocation commits; the revoking
+        // request evicts it; then the lookup finishes.
+        let before = cache.evictions();
+        cache.evict(&[revoked.key_id]);
+        cache.remember("b".to_owned(), &revoked, before);
+        assert!(
+            cache.fresh("b").is_none(),
+            "what a lookup read before an eviction is not cached after it"
+        );
+        assert!(cache.fresh("a").is_some(), "other keys stay cached");
     }
 }
