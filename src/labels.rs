@@ -6,8 +6,10 @@ use crate::error::{Error, Result};
 /// The longest label, in characters.
 pub const MAX_LABEL_CHARS: usize = 200;
 
-/// A label: trimmed, 1 to [`MAX_LABEL_CHARS`] characters, no control characters (which
-/// PostgreSQL refuses in text when it is NUL, and terminals interpret otherwise);
+/// A label: trimmed, 1 to [`MAX_LABEL_CHARS`] characters, at least one of them visible, no
+/// control characters (which PostgreSQL refuses in text when it is NUL, and terminals
+/// interpret otherwise) and no bidirectional overrides or isolates (which make a listing
+/// show text in another order than it is stored, "evil\u{202E}txt.exe" as "evilexe.txt");
 /// `BAD_USER_INPUT` otherwise.
 pub fn validate(name: &str) -> Result<String> {
     let name = name.trim();
@@ -19,7 +21,42 @@ pub fn validate(name: &str) -> Result<String> {
     if name.chars().any(char::is_control) {
         return Err(Error::bad_input("name must not contain control characters"));
     }
+    if name.chars().any(is_bidi_control) {
+        return Err(Error::bad_input(
+            "name must not contain bidirectional override or isolate characters",
+        ));
+    }
+    if name.chars().all(|c| c.is_whitespace() || is_invisible(c)) {
+        return Err(Error::bad_input("name must contain a visible character"));
+    }
     Ok(name.to_owned())
+}
+
+/// `text` cut to [`MAX_LABEL_CHARS`] characters, ending in "…" where it was cut: a label
+/// made from another (a portal link's key is named after its tenant).
+pub fn fitted(text: &str) -> String {
+    if text.chars().count() <= MAX_LABEL_CHARS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(MAX_LABEL_CHARS - 1).collect();
+    cut.truncate(cut.trim_end().len());
+    cut.push('…');
+    cut
+}
+
+/// The explicit bidirectional embeddings, overrides and isolates.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Characters that show nothing by themselves: format characters (zero-width spaces and
+/// joiners, marks of direction, the byte-order mark), fillers, variation selectors and tags.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{206F}'
+        | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
+        | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
 }
 
 #[cfg(test)]
@@ -36,5 +73,28 @@ mod tests {
         assert!(validate("a\u{0}b").is_err());
         assert!(validate("a\u{1}b").is_err());
         assert!(validate("a\nb").is_err());
+    }
+
+    #[test]
+    fn a_label_shows_something_and_in_the_order_it_is_stored() {
+        assert!(validate("\u{200B}").is_err());
+        assert!(validate("\u{FEFF} \u{200B}").is_err());
+        assert!(validate("evil\u{202E}txt.exe").is_err());
+        assert!(validate("a\u{2066}b\u{2069}").is_err());
+        assert_eq!(validate("שלום").ok().as_deref(), Some("שלום"));
+        assert!(
+            validate("👩\u{200D}💻 team").is_ok(),
+            "joiners within visible text"
+        );
+    }
+
+    #[test]
+    fn a_label_made_from_another_fits() {
+        assert_eq!(fitted("short"), "short");
+        let long = format!("portal link for {}", "é".repeat(MAX_LABEL_CHARS));
+        let fitted = fitted(&long);
+        assert_eq!(fitted.chars().count(), MAX_LABEL_CHARS);
+        assert!(fitted.ends_with('…'));
+        assert!(validate(&fitted).is_ok());
     }
 }

@@ -127,7 +127,12 @@ impl KeyCache {
     fn fresh(&self, hash: &str) -> Option<Identity> {
         let entries = self.entries.lock().ok()?;
         let (identity, looked_up) = entries.by_hash.get(hash)?;
-        (looked_up.elapsed() < self.ttl).then(|| identity.clone())
+        // An expiring key (a portal link's) is looked up again once it may have expired,
+        // by the database's clock as measured here; the lookup asks the database itself.
+        let expired = identity
+            .expires_at
+            .is_some_and(|expires_at| expires_at <= crate::db::now());
+        (looked_up.elapsed() < self.ttl && !expired).then(|| identity.clone())
     }
 }
 

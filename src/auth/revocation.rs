@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use crate::bus::Hint;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use uuid::Uuid;
@@ -46,11 +48,16 @@ struct InUse {
 impl Revocations {
     /// Records that a session or subscription acts under `key_id` until the guard drops.
     /// A key already found revoked hands back its cancelled token, so a late user ends at once.
-    pub fn register(&self, key_id: Uuid) -> KeyInUse {
+    /// A key that expires (`expires_at`, by the database's clock: a portal link's) is found
+    /// revoked when it does, to the millisecond, not at the watcher's next check.
+    pub fn register(&self, key_id: Uuid, expires_at: Option<DateTime<Utc>>) -> KeyInUse {
         let mut in_use = self.lock();
-        let entry = in_use.entry(key_id).or_insert_with(|| InUse {
-            revoked: CancellationToken::new(),
-            users: 0,
+        let entry = in_use.entry(key_id).or_insert_with(|| {
+            let revoked = CancellationToken::new();
+            if let Some(expires_at) = expires_at {
+                revoke_at(revoked.clone(), expires_at);
+            }
+            InUse { revoked, users: 0 }
         });
         entry.users += 1;
         KeyInUse {
@@ -104,6 +111,21 @@ impl Revocations {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Cancels `revoked` at `expires_at` by the database's clock (as this process measured it).
+fn revoke_at(revoked: CancellationToken, expires_at: DateTime<Utc>) {
+    let left = (expires_at - crate::db::now()).to_std().unwrap_or_default();
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // No runtime to wait on: the watcher finds the expiry on its next check.
+        return;
+    };
+    runtime.spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(left) => revoked.cancel(),
+            () = revoked.cancelled() => {}
+        }
+    });
 }
 
 /// A session's or subscription's hold on its key: [`KeyInUse::revoked`] resolves once the
@@ -193,9 +215,9 @@ mod tests {
         let revocations = Revocations::default();
         let key = Uuid::now_v7();
         let other = Uuid::now_v7();
-        let first = revocations.register(key);
-        let second = revocations.register(key);
-        let bystander = revocations.register(other);
+        let first = revocations.register(key, None);
+        let second = revocations.register(key, None);
+        let bystander = revocations.register(other, None);
         let mut live = revocations.live_keys();
         live.sort_unstable();
         let mut expected = vec![key, other];
@@ -207,16 +229,31 @@ mod tests {
         assert!(!bystander.is_revoked());
         assert_eq!(revocations.live_keys(), vec![other], "no need to ask again");
 
-        let late = revocations.register(key);
+        let late = revocations.register(key, None);
         assert!(
             late.is_revoked(),
             "a late holder of a revoked key ends at once"
         );
         drop((first, second, late));
-        let fresh = revocations.register(key);
+        let fresh = revocations.register(key, None);
         assert!(
             !fresh.is_revoked(),
             "once released, the key is looked at afresh"
         );
+    }
+
+    #[tokio::test]
+    async fn an_expiring_key_is_found_revoked_when_it_expires() {
+        let revocations = Revocations::default();
+        let expires_at = crate::db::now() + chrono::Duration::milliseconds(50);
+        let held = revocations.register(Uuid::now_v7(), Some(expires_at));
+        assert!(!held.is_revoked());
+        tokio::time::timeout(Duration::from_secs(5), held.revoked())
+            .await
+            .expect("revoked at its expiry, without the watcher");
+        let past = revocations.register(Uuid::now_v7(), Some(crate::db::now()));
+        tokio::time::timeout(Duration::from_secs(5), past.revoked())
+            .await
+            .expect("an expired key at once");
     }
 }

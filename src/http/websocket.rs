@@ -407,7 +407,10 @@ async fn connection_init(
     let lookup = app.keys.authenticate(&app.db, authorization.as_deref());
     match app.db.within_deadline(lookup).await {
         Ok(identity) => {
-            let _ = settled.send(Init::Accepted(app.revocations.register(identity.key_id)));
+            let _ = settled.send(Init::Accepted(
+                app.revocations
+                    .register(identity.key_id, identity.expires_at),
+            ));
             let mut data = Data::default();
             data.insert(identity);
             data.insert(SubscriptionSlots::per_connection());

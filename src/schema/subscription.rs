@@ -152,7 +152,7 @@ impl DeliverySubscription {
                 .then(|| app.deliveries.clone()),
             receiver,
             ahead: VecDeque::new(),
-            key: app.revocations.register(caller.key_id),
+            key: app.revocations.register(caller.key_id, caller.expires_at),
             access: app.access.clone(),
             caller,
             endpoint,

@@ -98,7 +98,7 @@ impl Tenants {
             .ok_or(Error::NotFound("tenant"))?;
         let created = auth::create_api_key(
             &self.db,
-            &format!("portal link for {}", tenant.name),
+            &crate::labels::fitted(&format!("portal link for {}", tenant.name)),
             Role::Partner,
             KeyLimits {
                 endpoints: &[],

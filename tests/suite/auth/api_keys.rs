@@ -307,7 +307,7 @@ async fn a_key_held_by_an_open_session_is_in_use(backend: Backend) {
         .expect("key");
     let admin = app.admin_token().await;
     let key_id = key.id.to_string();
-    let held = app.state.revocations.register(key.id);
+    let held = app.state.revocations.register(key.id, None);
     let (app_ref, admin_ref, key_ref) = (&app, &admin, &key_id);
     poll(
         "the held key's use is recorded",

@@ -9,9 +9,13 @@ use tokio::time::Instant;
 
 use crate::on_both_backends;
 use crate::support::fixtures::{quick_worker, submit};
-use crate::support::tenants::tenant_with_endpoints;
-use crate::support::websocket::{connect, frame_before, next, send, until_closed, Frame};
+use crate::support::tenants::{create_tenant, tenant_with_endpoints};
+use crate::support::websocket::{
+    connect, frame_before, initialised, next, send, until_closed, Frame,
+};
 use crate::support::{gql_error_code, Backend, Receiver, TestApp, TestDb};
+use futures_util::SinkExt as _;
+use tokio_tungstenite::tungstenite::Message;
 
 const PORTAL_LINK: &str = "mutation($tenant: ID!, $ttl: Int) { createPortalLink(tenantId: $tenant, ttlSeconds: $ttl) { url token expiresAt } }";
 
@@ -171,3 +175,150 @@ async fn a_portal_link_expires_on_every_instance(backend: Backend) {
 }
 
 on_both_backends!(a_portal_link_expires_on_every_instance);
+
+/// A tenant whose name takes the whole 200 characters still gets portal links: the link's
+/// key is named after it, cut to fit (before, names of 185 characters and more were refused
+/// as the key's name). Names that show nothing, or show in another order than stored, are
+/// refused, with nothing written.
+#[tokio::test]
+async fn any_tenant_gets_a_portal_link_and_names_show_what_they_are() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let name = "é".repeat(200);
+    let tenant = create_tenant(&app, &admin, &name).await;
+    let link = app
+        .graphql(&admin, PORTAL_LINK, json!({ "tenant": tenant, "ttl": 60 }))
+        .await;
+    assert!(
+        link["data"]["createPortalLink"]["token"].is_string(),
+        "{link}"
+    );
+    let keys = app
+        .graphql(
+            &admin,
+            "{ apiKeys { edges { node { name expiresAt } } } }",
+            json!({}),
+        )
+        .await;
+    let portal = keys["data"]["apiKeys"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{keys}"))
+        .iter()
+        .find(|edge| !edge["node"]["expiresAt"].is_null())
+        .and_then(|edge| edge["node"]["name"].as_str())
+        .unwrap_or_else(|| panic!("the link's key: {keys}"))
+        .to_owned();
+    assert_eq!(portal.chars().count(), 200, "{portal}");
+    assert!(portal.starts_with("portal link for éé") && portal.ends_with('…'));
+
+    for (name, message) in [
+        ("\u{200B}\u{FEFF}", "name must contain a visible character"),
+        (
+            "evil\u{202E}txt.exe",
+            "name must not contain bidirectional override or isolate characters",
+        ),
+    ] {
+        let refused = app
+            .graphql(
+                &admin,
+                "mutation($name: String!) { createTenant(input: {name: $name}) { id } }",
+                json!({ "name": name }),
+            )
+            .await;
+        assert_eq!(
+            gql_error_code(&refused),
+            Some("BAD_USER_INPUT"),
+            "{refused}"
+        );
+        assert_eq!(refused["errors"][0]["message"], message, "{refused}");
+    }
+    let tenants = app
+        .graphql(&admin, "{ tenants { edges { node { id } } } }", json!({}))
+        .await;
+    assert_eq!(
+        tenants["data"]["tenants"]["edges"].as_array().map(Vec::len),
+        Some(1),
+        "nothing written: {tenants}"
+    );
+}
+
+/// A portal link's key that expires while a WebSocket is open runs nothing the client sends
+/// after its expiry: the session ends when the key expires, not at the revocation watcher's
+/// next check (before, mutations sent over the socket were stored up to half a second late).
+#[tokio::test]
+async fn an_expired_portal_key_runs_nothing_more_over_an_open_socket() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let acme = tenant_with_endpoints(&app, &admin, "Acme", &receiver, &["acme"]).await;
+    let link = app
+        .graphql(&admin, PORTAL_LINK, json!({ "tenant": acme.id, "ttl": 2 }))
+        .await;
+    let link = &link["data"]["createPortalLink"];
+    let (token, expires) = (
+        link["token"].as_str().unwrap_or_else(|| panic!("{link}")),
+        link["expiresAt"]
+            .as_str()
+            .and_then(|at| at.parse::<chrono::DateTime<chrono::Utc>>().ok())
+            .unwrap_or_else(|| panic!("{link}")),
+    );
+
+    let mut socket = initialised(&app, "graphql-transport-ws", token).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut sent = 0;
+    let close = loop {
+        sent += 1;
+        let subscribe = json!({ "id": format!("m{sent}"), "type": "subscribe", "payload": {
+            "query": "mutation($input: SubmitInput!) { submit(input: $input) { created } }",
+            "variables": { "input": { "endpointId": acme.endpoints[0], "payload": { "n": sent } } } } });
+        if socket
+            .send(Message::Text(subscribe.to_string().into()))
+            .await
+            .is_err()
+        {
+            break None;
+        }
+        // Its answer and `complete`, or the close.
+        let mut answered = 0;
+        let closed = loop {
+            match frame_before(&mut socket, deadline).await {
+                Some(Frame::Message(_)) => {
+                    answered += 1;
+                    if answered == 2 {
+                        break None;
+                    }
+                }
+                Some(Frame::Closed(close)) => break Some(close),
+                None => panic!("neither answered nor closed by the deadline"),
+            }
+        };
+        if let Some(close) = closed {
+            break close;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(close.map(|(code, _)| code), Some(4403));
+
+    let stored = app
+        .graphql(
+            &admin,
+            "query($e: ID!) { deliveries(filter: {endpointId: $e}, first: 1) { edges { node { createdAt } } } }",
+            json!({ "e": acme.endpoints[0] }),
+        )
+        .await;
+    // Newest first: the first is the latest.
+    let latest = stored["data"]["deliveries"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{stored}"))
+        .iter()
+        .filter_map(|edge| edge["node"]["createdAt"].as_str())
+        .filter_map(|at| at.parse::<chrono::DateTime<chrono::Utc>>().ok())
+        .max()
+        .unwrap_or_else(|| panic!("some were stored before the expiry: {stored}"));
+    assert!(
+        latest <= expires + chrono::Duration::milliseconds(100),
+        "the last submission stored at {latest}, its key expired at {expires} ({sent} sent)"
+    );
+}
