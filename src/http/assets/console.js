@@ -114,6 +114,8 @@ const page = {
   busyTimer: 0,
   pauseTimer: 0,
   rereadTimer: 0,
+  /** How far Courier's clock is ahead of this browser's, in milliseconds (see noteClock). */
+  serverAhead: 0,
 };
 
 // ---------- GraphQL over HTTP
@@ -144,6 +146,7 @@ async function gql(query, variables = {}) {
   } catch (err) {
     throw new ApiError([{ message: "Courier did not answer.", extensions: { code: "NETWORK" } }]);
   }
+  noteClock(response);
   let body;
   try {
     body = await response.json();
@@ -152,6 +155,19 @@ async function gql(query, variables = {}) {
   }
   if (body.errors && body.errors.length) throw new ApiError(body.errors);
   return body.data;
+}
+
+/** Notes how far Courier's clock is ahead of this browser's, from the `Date` of an answer
+ * (whole seconds, so its middle), so that an expiry, which Courier judges by its own clock,
+ * is judged here by the same clock, however wrong this browser's is. */
+function noteClock(response) {
+  const date = Date.parse(response.headers.get("date") || "");
+  if (!Number.isNaN(date)) page.serverAhead = date + 500 - Date.now();
+}
+
+/** Now by Courier's clock, as far as noteClock knows it. */
+function courierNow() {
+  return Date.now() + page.serverAhead;
 }
 
 // ---------- small DOM helpers
@@ -246,7 +262,7 @@ function signInFromNewFragment() {
 /** Why a key signed in a while ago was refused: an expired one says so. */
 function refusalMessage(fallback) {
   const identity = page.identity;
-  if (!identity || !identity.expiresAt || Date.parse(identity.expiresAt) > Date.now() + 5000) {
+  if (!identity || !identity.expiresAt || Date.parse(identity.expiresAt) > courierNow() + 5000) {
     return fallback;
   }
   const at = formatDateTime(identity.expiresAt);
@@ -488,7 +504,7 @@ function refreshEndpoints() {
 function wakeWhenPauseEnds() {
   clearTimeout(page.pauseTimer);
   page.pauseTimer = 0;
-  const now = Date.now();
+  const now = courierNow();
   const ends = [...page.endpoints.values()]
     .map((endpoint) => (endpoint.pausedUntil ? Date.parse(endpoint.pausedUntil) : NaN))
     .filter((at) => at > now);

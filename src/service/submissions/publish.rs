@@ -302,27 +302,28 @@ impl Fanout {
 
     /// One event, if it exists and the caller may see it: admins see every event, a
     /// partner the events it published and those delivered to an endpoint in its scope.
+    /// A partner makes the same reads whether or not the event exists, so that the
+    /// refusal's time does not tell that it does.
     pub async fn get(&self, caller: &Identity, id: Uuid) -> Result<Option<event::Model>> {
-        let Some(found) = self.load(id).await? else {
-            return Access::nothing_found(caller)
-                .map(|()| None)
-                .map_err(|_| EVENT_OUTSIDE);
-        };
+        let found = self.load(id).await?;
         let Some(in_scope) = Access::endpoint_condition(caller, submission::Column::EndpointId)
         else {
-            return Ok(Some(found));
+            return Ok(found);
         };
-        if found.published_by == caller.key_id {
-            return Ok(Some(found));
+        if found
+            .as_ref()
+            .is_some_and(|found| found.published_by == caller.key_id)
+        {
+            return Ok(found);
         }
         let reached = submission::Entity::find()
             .filter(submission::Column::EventId.eq(id))
             .filter(in_scope)
             .one(self.db.conn())
             .await?;
-        match reached {
-            Some(_) => Ok(Some(found)),
-            None => Err(EVENT_OUTSIDE),
+        match (found, reached) {
+            (Some(found), Some(_)) => Ok(Some(found)),
+            _ => Err(EVENT_OUTSIDE),
         }
     }
 
