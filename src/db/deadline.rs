@@ -13,10 +13,10 @@
 //! ping on its way back, so it is handed out as it is ([`ping_if_idle`]: a round trip less
 //! per use of the pool while it is busy).
 //!
-//! One limit remains in sqlx 0.9: it offers no TCP keepalive or socket timeout, and it
-//! cannot close a silent TLS connection (closing flushes, and its TLS flush waits for the
-//! peer), so over TLS a connection lost mid-statement keeps its slot until the network
-//! answers again or the kernel gives up on it (`net.ipv4.tcp_retries2`).
+//! sqlx offers no TCP keepalive or socket timeout: what bounds a silent connection is the
+//! check above. (Over TLS that needs sqlx-core 0.9.1 or later: 0.9.0 flushed a TLS stream
+//! by reading from the peer, so a silent TLS connection could not be closed, and kept its
+//! slot until the kernel gave up on it.)
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -227,12 +227,25 @@ async fn a_silent_database_is_reported_fast_and_the_process_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_lost_mid_statement_are_replaced() {
+    lost_connections_are_replaced("disable").await;
+}
+
+/// Over TLS too: closing a silent TLS connection used to wait for the peer (sqlx-core 0.9.0
+/// flushed by reading), so every lost connection kept its slot until TCP gave up, and a
+/// process whose old connections went silent while new ones got through (a failover)
+/// answered 503 all that time. (The server must offer TLS: `sslmode=require`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connections_lost_mid_statement_are_replaced() {
+    lost_connections_are_replaced("require").await;
+}
+
+/// Every connection of a pool (over `sslmode`) is running a statement when the database
+/// fails over: the statements end unavailable, and the pool opens new connections.
+async fn lost_connections_are_replaced(sslmode: &str) {
     let db = TestDb::new(Backend::Postgres).await;
     let proxy = PartitionProxy::start(&db.url).await;
-    // Plain TCP: sqlx 0.9 cannot close a silent TLS connection at all (its TLS flush waits
-    // for the peer), so over TLS a lost connection keeps its slot until TCP gives up.
     let mut url = url::Url::parse(&proxy.url_for(&db.url)).unwrap();
-    url.query_pairs_mut().append_pair("sslmode", "disable");
+    url.query_pairs_mut().append_pair("sslmode", sslmode);
     let app = TestApp::spawn_on(Db::connect(url.as_str(), 5).await.unwrap(), |_| {}).await;
     let pool = app.state.db.clone();
     // Start-up's warm-up holds every connection of the pool for a moment: the statements
@@ -394,6 +407,13 @@ async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() 
         .await;
         assert_unavailable(&submitted, started.elapsed());
     }
+    // Its metrics tell it.
+    eventually(
+        "the database scraped as out of reach",
+        Duration::from_secs(5),
+        || async { app.scraped("courier_database_reachable").await == Some(0) },
+    )
+    .await;
 
     // The webhook's answer comes while connections are refused; its outcome waits.
     eventually(
@@ -405,6 +425,12 @@ async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() 
     tokio::time::sleep(Duration::from_secs(1)).await;
     gatekeeper.allow().await;
     wait_ready(&app, Duration::from_secs(10)).await;
+    eventually(
+        "the database scraped as reached",
+        Duration::from_secs(5),
+        || async { app.scraped("courier_database_reachable").await == Some(1) },
+    )
+    .await;
     let delivery = in_flight["data"]["submit"]["delivery"]["id"]
         .as_str()
         .unwrap_or_else(|| panic!("{in_flight}"));
