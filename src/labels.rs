@@ -32,11 +32,16 @@ pub fn validate(name: &str) -> Result<String> {
     Ok(name.to_owned())
 }
 
-/// `text` cut to [`MAX_LABEL_CHARS`] characters, ending in "…" where it was cut: a label
-/// made from another (a portal link's key is named after its tenant).
+/// `text` as a label made from another (a portal link's key is named after its tenant,
+/// whose name may predate a rule): without control characters and bidirectional overrides
+/// and isolates, cut to [`MAX_LABEL_CHARS`] characters, ending in "…" where it was cut.
 pub fn fitted(text: &str) -> String {
+    let text: String = text
+        .chars()
+        .filter(|&c| !c.is_control() && !is_bidi_control(c))
+        .collect();
     if text.chars().count() <= MAX_LABEL_CHARS {
-        return text.to_owned();
+        return text;
     }
     let mut cut: String = text.chars().take(MAX_LABEL_CHARS - 1).collect();
     cut.truncate(cut.trim_end().len());
@@ -96,5 +101,10 @@ mod tests {
         assert_eq!(fitted.chars().count(), MAX_LABEL_CHARS);
         assert!(fitted.ends_with('…'));
         assert!(validate(&fitted).is_ok());
+        let older = crate::labels::fitted("portal link for evil\u{202E}txt\u{7}");
+        assert_eq!(
+            older, "portal link for eviltxt",
+            "a name from before the rules"
+        );
     }
 }

@@ -134,6 +134,9 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// Deliveries due now and not yet claimed (measured at scrape time).
     pub due_depth: Gauge,
+    /// 1 while this process reaches its database, 0 while it finds it out of reach
+    /// (read at scrape time).
+    pub database_reachable: Gauge,
     /// Successful replays (single and bulk).
     pub replays: Counter,
     /// Delivered deliveries sent again.
@@ -301,6 +304,12 @@ impl Metrics {
             "Deliveries due and not yet claimed (not those of endpoints paused by Retry-After)",
             due_depth.clone(),
         );
+        let database_reachable = Gauge::default();
+        registry.register(
+            "database_reachable",
+            "1 while this process reaches its database, 0 while its probe finds it out of reach (requests are then answered SERVICE_UNAVAILABLE at once)",
+            database_reachable.clone(),
+        );
         let replays = Counter::default();
         let resends = Counter::default();
         let active_subscriptions = Gauge::default();
@@ -371,6 +380,7 @@ impl Metrics {
             delivery_latency,
             in_flight,
             due_depth,
+            database_reachable,
             submissions,
             rate_limit_errors,
             submissions_queued,

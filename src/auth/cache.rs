@@ -3,7 +3,7 @@
 //! works at once; a revoked key is evicted by [`crate::auth::revocation`] within a second on every
 //! process, and would in any case expire with the TTL.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,12 +25,34 @@ pub struct KeyCache {
     usage: KeyUsage,
 }
 
-/// The cache's entries, and how many evictions there have been: a lookup that an eviction
-/// overtook is not cached, since it may have read a key before its revocation committed.
+/// Evictions remembered, to tell which keys a lookup under way was overtaken by; a lookup
+/// that started before the oldest remembered is not cached.
+const REMEMBERED_EVICTIONS: usize = 256;
+
+/// The cache's entries, how many keys have been evicted, and the latest of them: a lookup
+/// that the eviction of its key overtook is not cached, since it may have read the key
+/// before its revocation committed.
 #[derive(Debug, Default)]
 struct Entries {
     by_hash: HashMap<String, (Identity, Instant)>,
     evictions: u64,
+    /// The latest evictions: each one's number (from 1) and key.
+    recent: VecDeque<(u64, Uuid)>,
+}
+
+impl Entries {
+    /// Whether key `key_id` may have been evicted after `evictions_before` evictions.
+    fn evicted_since(&self, key_id: Uuid, evictions_before: u64) -> bool {
+        let forgotten = self
+            .recent
+            .front()
+            .is_some_and(|(oldest, _)| *oldest > evictions_before + 1);
+        forgotten
+            || self
+                .recent
+                .iter()
+                .any(|(number, evicted)| *number > evictions_before && *evicted == key_id)
+    }
 }
 
 impl KeyCache {
@@ -81,11 +103,14 @@ impl KeyCache {
         self.entries.lock().map(|entries| entries.evictions).ok()
     }
 
-    /// Caches `identity`, looked up by token hash `hash`, unless a key was evicted since
+    /// Caches `identity`, looked up by token hash `hash`, unless its key was evicted since
     /// [`KeyCache::evictions`] answered `evictions_before`.
     fn remember(&self, hash: String, identity: &Identity, evictions_before: Option<u64>) {
+        let Some(evictions_before) = evictions_before else {
+            return;
+        };
         if let Ok(mut entries) = self.entries.lock() {
-            if Some(entries.evictions) != evictions_before {
+            if entries.evicted_since(identity.key_id, evictions_before) {
                 return;
             }
             if entries.by_hash.len() >= MAX_ENTRIES {
@@ -117,7 +142,14 @@ impl KeyCache {
     /// and keeps a lookup already under way from caching what it read.
     pub fn evict(&self, revoked: &[Uuid]) {
         if let Ok(mut entries) = self.entries.lock() {
-            entries.evictions += 1;
+            for key_id in revoked {
+                entries.evictions += 1;
+                let number = entries.evictions;
+                entries.recent.push_back((number, *key_id));
+                if entries.recent.len() > REMEMBERED_EVICTIONS {
+                    entries.recent.pop_front();
+                }
+            }
             entries
                 .by_hash
                 .retain(|_, (identity, _)| !revoked.contains(&identity.key_id));
@@ -172,5 +204,25 @@ mod tests {
             "what a lookup read before an eviction is not cached after it"
         );
         assert!(cache.fresh("a").is_some(), "other keys stay cached");
+
+        // Another key's eviction does not keep a lookup from being cached.
+        let looked_up = identity();
+        let before = cache.evictions();
+        cache.evict(&[identity().key_id]);
+        cache.remember("c".to_owned(), &looked_up, before);
+        assert!(
+            cache.fresh("c").is_some(),
+            "overtaken by another key's eviction"
+        );
+
+        // Past what is remembered, a lookup is not cached.
+        let before = cache.evictions();
+        let many: Vec<Uuid> = (0..=REMEMBERED_EVICTIONS).map(|_| Uuid::now_v7()).collect();
+        cache.evict(&many);
+        cache.remember("d".to_owned(), &identity(), before);
+        assert!(
+            cache.fresh("d").is_none(),
+            "overtaken by more than is remembered"
+        );
     }
 }

@@ -43,6 +43,15 @@ struct Inner {
 struct InUse {
     revoked: CancellationToken,
     users: usize,
+    /// Cancelled once the last user has gone (the entry dropped), so that the wait for an
+    /// expiry ends with it.
+    released: CancellationToken,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        self.released.cancel();
+    }
 }
 
 impl Revocations {
@@ -53,11 +62,15 @@ impl Revocations {
     pub fn register(&self, key_id: Uuid, expires_at: Option<DateTime<Utc>>) -> KeyInUse {
         let mut in_use = self.lock();
         let entry = in_use.entry(key_id).or_insert_with(|| {
-            let revoked = CancellationToken::new();
+            let (revoked, released) = (CancellationToken::new(), CancellationToken::new());
             if let Some(expires_at) = expires_at {
-                revoke_at(revoked.clone(), expires_at);
+                revoke_at(revoked.clone(), released.clone(), expires_at);
             }
-            InUse { revoked, users: 0 }
+            InUse {
+                revoked,
+                users: 0,
+                released,
+            }
         });
         entry.users += 1;
         KeyInUse {
@@ -113,8 +126,10 @@ impl Revocations {
     }
 }
 
-/// Cancels `revoked` at `expires_at` by the database's clock (as this process measured it).
-fn revoke_at(revoked: CancellationToken, expires_at: DateTime<Utc>) {
+/// Cancels `revoked` at `expires_at` by the database's clock (as this process measured it,
+/// within its measurement's error; the watcher's check asks the database itself), unless
+/// `released` is cancelled first.
+fn revoke_at(revoked: CancellationToken, released: CancellationToken, expires_at: DateTime<Utc>) {
     let left = (expires_at - crate::db::now()).to_std().unwrap_or_default();
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         // No runtime to wait on: the watcher finds the expiry on its next check.
@@ -124,6 +139,7 @@ fn revoke_at(revoked: CancellationToken, expires_at: DateTime<Utc>) {
         tokio::select! {
             () = tokio::time::sleep(left) => revoked.cancel(),
             () = revoked.cancelled() => {}
+            () = released.cancelled() => {}
         }
     });
 }
@@ -255,5 +271,25 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), past.revoked())
             .await
             .expect("an expired key at once");
+    }
+
+    #[tokio::test]
+    async fn the_wait_for_an_expiry_ends_with_the_last_user() {
+        let revocations = Revocations::default();
+        let key = Uuid::now_v7();
+        let far = crate::db::now() + chrono::Duration::hours(24);
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        for _ in 0..100 {
+            drop(revocations.register(key, Some(far)));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tasks() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(tasks(), 0, "no wait outlives the key's last user");
     }
 }

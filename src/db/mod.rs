@@ -348,6 +348,12 @@ impl Db {
         }
     }
 
+    /// Whether this process's probe last found the database out of reach (its work is then
+    /// turned away at once; see [`availability`]).
+    pub fn out_of_reach(&self) -> bool {
+        self.availability.unreachable()
+    }
+
     /// `SELECT 1`, for readiness checks.
     pub async fn ping(&self) -> Result<(), DbErr> {
         self.conn.ping().await

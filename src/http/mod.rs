@@ -4,6 +4,7 @@
 pub mod connections;
 mod console;
 pub mod cors;
+mod date;
 mod exposition;
 mod graphql;
 mod negotiate;
@@ -12,6 +13,7 @@ mod websocket;
 mod ws_auth;
 mod ws_close;
 mod ws_gate;
+mod ws_protocol;
 
 use std::time::{Duration, Instant};
 
@@ -84,6 +86,7 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
             ),
         )
         .layer(CatchPanicLayer::new())
+        .layer(middleware::map_response(date::stamp))
         .layer(cors)
         .with_state(state)
 }
@@ -131,17 +134,35 @@ async fn readyz(State(state): State<HttpState>) -> Response {
     match db.within(PROBE_TIMEOUT, db.ping()).await {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(err) => {
-            tracing::warn!(error = %err, "readiness check failed");
+            if let Some(also) = READINESS_LOG.tell() {
+                let error = if db.out_of_reach() {
+                    "the database is out of reach (this process's probe finds it so)".to_owned()
+                } else {
+                    crate::error::error_chain(&err)
+                };
+                tracing::warn!(
+                    error,
+                    also_failed = also,
+                    "readiness check failed (told at most once a second, with how many more)"
+                );
+            }
             (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
         }
     }
 }
+
+/// How often a failed readiness check is logged: probes polling every instance during an
+/// outage would otherwise write a line each.
+static READINESS_LOG: crate::telemetry::throttle::Throttle =
+    crate::telemetry::throttle::Throttle::new(Duration::from_secs(1));
 
 /// Prometheus scrape endpoint: OpenMetrics when the scraper asks for it, the Prometheus text
 /// format otherwise (see [`exposition`]). The due-queue depth is measured for this scrape, or
 /// taken from a count that began within the last second (see
 /// [`crate::service::deliveries::Deliveries::measure_due`]).
 async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response {
+    let reachable = i64::from(!state.app.db.out_of_reach());
+    state.app.metrics.database_reachable.set(reachable);
     let due = state.app.deliveries.measure_due();
     match state.app.db.within(PROBE_TIMEOUT, due).await {
         Ok(()) => {}

@@ -12,8 +12,8 @@ use async_graphql::Data;
 use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
-use axum::extract::{FromRequestParts as _, State, WebSocketUpgrade};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{State, WebSocketUpgrade};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::sync::{mpsc, oneshot};
@@ -23,6 +23,7 @@ use tokio_util::sync::{CancellationToken, PollSender};
 use super::ws_auth::PayloadKey;
 use super::ws_close::{fitted, refusal, ClientEnd};
 use super::ws_gate::Gate;
+use super::ws_protocol;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
 use crate::error::Error;
@@ -58,7 +59,7 @@ pub async fn upgrade(
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
-    let Some((chosen, protocol)) = chosen_protocol(&headers).await else {
+    let Some((chosen, protocol)) = ws_protocol::chosen(&headers).await else {
         return (
             StatusCode::BAD_REQUEST,
             "a GraphQL WebSocket needs a subprotocol Courier speaks: send \
@@ -69,7 +70,7 @@ pub async fn upgrade(
     // Clients that can set headers on the upgrade request may authenticate there;
     // `connection_init` takes precedence.
     let upgrade_authorization = super::authorization(&headers).map(str::to_owned);
-    let legacy = chosen == LEGACY;
+    let legacy = chosen == ws_protocol::LEGACY;
     // A message may be as large as a request body over HTTP, and no larger.
     let largest = state.app.config.max_body_bytes;
     upgrade
@@ -80,6 +81,7 @@ pub async fn upgrade(
             Session {
                 state,
                 protocol,
+                protocol_name: chosen,
                 legacy,
                 upgrade_authorization,
             }
@@ -146,7 +148,9 @@ enum Ending {
 struct Session {
     state: HttpState,
     protocol: GraphQLProtocol,
-    /// Whether it speaks the legacy `graphql-ws` protocol.
+    /// The subprotocol it speaks, by name.
+    protocol_name: &'static str,
+    /// Whether that is the legacy `graphql-ws`.
     legacy: bool,
     /// The `Authorization` header of the upgrade request, if any.
     upgrade_authorization: Option<String>,
@@ -157,11 +161,7 @@ impl Session {
     /// that can rewrite its close frame (a refused `connection_init` closes with 4403, not
     /// async-graphql's 1002) and close the socket itself when the key is revoked.
     async fn serve(self, socket: WebSocket) {
-        let protocol = if self.legacy {
-            "graphql-ws"
-        } else {
-            "graphql-transport-ws"
-        };
+        let protocol = self.protocol_name;
         let opened = Instant::now();
         tracing::info!(protocol, "WebSocket opened");
         let ping_every = Duration::from_millis(self.state.app.config.ws_ping_ms);
@@ -437,41 +437,6 @@ async fn connection_init(
     }
 }
 
-/// The legacy protocol's name (subscriptions-transport-ws).
-const LEGACY: &str = "graphql-ws";
-
-/// The protocol the session speaks, as the handshake names it and as the GraphQL session
-/// takes it: the first the client lists, over every `Sec-WebSocket-Protocol` header, that
-/// Courier speaks, spelt exactly as Courier does (the handshake echoes the name as
-/// Courier spells it, and a client checks the echo against what it sent).
-async fn chosen_protocol(headers: &HeaderMap) -> Option<(&'static str, GraphQLProtocol)> {
-    let chosen = offered_protocol(headers)?;
-    // async-graphql's type for it is made only from a request's headers.
-    let (mut parts, ()) = axum::http::Request::builder()
-        .header(header::SEC_WEBSOCKET_PROTOCOL, chosen)
-        .body(())
-        .ok()?
-        .into_parts();
-    let protocol = GraphQLProtocol::from_request_parts(&mut parts, &())
-        .await
-        .ok()?;
-    Some((chosen, protocol))
-}
-
-/// The first protocol of [`chosen_protocol`], by name.
-fn offered_protocol(headers: &HeaderMap) -> Option<&'static str> {
-    headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|protocols| protocols.split(','))
-        .find_map(|protocol| match protocol.trim() {
-            "graphql-transport-ws" => Some("graphql-transport-ws"),
-            LEGACY => Some(LEGACY),
-            _ => None,
-        })
-}
-
 /// What the session reads once the client's messages stop: nothing more, ever, when they
 /// stopped because the key was revoked (the session only finishes sending); the end, when
 /// the client closed its side, so the session and its subscriptions end with it (a peer
@@ -487,43 +452,4 @@ fn after_input(
             std::task::Poll::Ready(None)
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_protocol_is_the_first_known_one_the_client_lists() {
-        let offered = |values: &[&'static str]| {
-            let mut headers = HeaderMap::new();
-            for value in values {
-                headers.append(
-                    header::SEC_WEBSOCKET_PROTOCOL,
-                    header::HeaderValue::from_static(value),
-                );
-            }
-            offered_protocol(&headers)
-        };
-        assert_eq!(offered(&["graphql-ws"]), Some(LEGACY));
-        assert_eq!(
-            offered(&["chat, graphql-ws, graphql-transport-ws"]),
-            Some(LEGACY)
-        );
-        assert_eq!(
-            offered(&["graphql-transport-ws, graphql-ws"]),
-            Some("graphql-transport-ws")
-        );
-        assert_eq!(
-            offered(&["chat", "graphql-transport-ws"]),
-            Some("graphql-transport-ws"),
-            "every header counts, in order"
-        );
-        assert_eq!(
-            offered(&["GraphQL-WS"]),
-            None,
-            "a name spelt otherwise could not be echoed as sent"
-        );
-        assert_eq!(offered(&[]), None);
-    }
 }

@@ -2,9 +2,9 @@
 //! otherwise than the spec: `__typename` held to the rules ([`super::typename`]), objects
 //! whose every selection is left out answered `{}` ([`super::empty_selections`]), the
 //! schema's description answered `null` ([`super::introspection`]), and one wrong argument
-//! refused once ([`one_refusal_per_argument`]). One extension, not four: async-graphql calls every extension's hooks for every field of every request
-//! (measured alternately with and without it, a submit's CPU differed within this
-//! machine's noise).
+//! refused once ([`one_refusal_per_argument`]). One extension, not four: async-graphql
+//! calls every extension's hooks for every field of every request (measured alternately
+//! with and without it, a submit's CPU differed within this machine's noise).
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -176,11 +176,28 @@ impl Endpoints {
         patch: EndpointPatch,
     ) -> Result<EndpointWithSecret> {
         self.access.require_manage(caller, id).await?;
-        let name = patch
+        let name = match patch
             .name
             .as_deref()
             .map(crate::labels::validate)
-            .transpose()?;
+            .transpose()
+        {
+            Ok(name) => name,
+            // A name stored before the rules it breaks, sent back unchanged (the console
+            // sends every field of its form), is kept as it is.
+            Err(refused) => {
+                let stored = endpoint::Entity::find_by_id(id)
+                    .select_only()
+                    .column(endpoint::Column::Name)
+                    .into_tuple::<String>()
+                    .one(self.db.conn())
+                    .await?;
+                if stored.as_deref() != patch.name.as_deref().map(str::trim) {
+                    return Err(refused);
+                }
+                None
+            }
+        };
         let url = patch
             .url
             .as_deref()

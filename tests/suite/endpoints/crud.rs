@@ -250,6 +250,59 @@ async fn bad_urls_are_refused_and_nothing_is_written(backend: Backend) {
     );
 }
 
+/// Names stored before the rules they break (here, a right-to-left override) still work:
+/// an endpoint's name sent back unchanged with another change is kept (the console sends
+/// every field), another such name is refused, and the tenant still gets portal links.
+#[tokio::test]
+async fn names_stored_before_the_rules_still_work() {
+    use sea_orm::ConnectionTrait as _;
+
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (id, _) = app.create_endpoint(&admin, "https://example.com/old").await;
+    let tenant = crate::support::tenants::create_tenant(&app, &admin, "Acme").await;
+    let older = "evil\u{202E}txt";
+    let direct = db.connect(1).await;
+    for table in ["endpoints", "tenants"] {
+        direct
+            .conn()
+            .execute_unprepared(&format!("UPDATE {table} SET name = '{older}'"))
+            .await
+            .expect("a name from before the rules");
+    }
+
+    let update = "mutation($id: ID!, $name: String!) { updateEndpoint(id: $id, input: {name: $name, maxInFlight: 4}) { endpoint { name maxInFlight } } }";
+    let kept = app
+        .graphql(&admin, update, json!({ "id": id, "name": older }))
+        .await;
+    assert_eq!(
+        kept["data"]["updateEndpoint"]["endpoint"],
+        json!({ "name": older, "maxInFlight": 4 }),
+        "{kept}"
+    );
+    let other = app
+        .graphql(
+            &admin,
+            update,
+            json!({ "id": id, "name": "new\u{202E}name" }),
+        )
+        .await;
+    assert_eq!(gql_error_code(&other), Some("BAD_USER_INPUT"), "{other}");
+
+    let link = app
+        .graphql(
+            &admin,
+            "mutation($t: ID!) { createPortalLink(tenantId: $t, ttlSeconds: 60) { token } }",
+            json!({ "t": tenant }),
+        )
+        .await;
+    assert!(
+        link["data"]["createPortalLink"]["token"].is_string(),
+        "{link}"
+    );
+}
+
 on_both_backends!(
     create_returns_the_endpoint_and_a_secret_once,
     update_rotates_the_secret_only_when_the_url_changes,

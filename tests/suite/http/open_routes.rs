@@ -189,17 +189,7 @@ async fn readiness_fails_when_the_database_is_gone() {
 
 /// The `courier_deliveries_due` value in a `/metrics` answer.
 async fn scraped_due(app: &TestApp) -> Option<i64> {
-    let text = app
-        .request(Method::GET, "/metrics")
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix("courier_deliveries_due "))
-        .and_then(|value| value.trim().parse().ok())
+    app.scraped("courier_deliveries_due").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

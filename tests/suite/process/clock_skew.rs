@@ -269,8 +269,8 @@ fn seconds_off(at: &Value) -> i64 {
 }
 
 /// What a process ten minutes ahead stamps carries the database's time, as it measured
-/// it: the rows it creates (endpoint, tenant, key) and changes (a revocation), its
-/// attempts, and its webhooks' `webhook-timestamp`, which the official verifier takes only
+/// it: the rows it creates (endpoint, tenant, key) and changes (a revocation), its answers'
+/// `Date`, its attempts, and its webhooks' `webhook-timestamp`, which the official verifier takes only
 /// within five minutes of the receiver's clock. (Each was ten minutes off before, and every
 /// webhook of the process failed verification.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,6 +320,21 @@ async fn what_a_skewed_process_stamps_carries_the_database_time() {
     ] {
         assert!(seconds_off(at) < 30, "{what}: {at} ({made} {revoked})");
     }
+
+    // So is every answer's `Date` (what the console judges an expiry by).
+    let answer = reqwest::get(format!("http://{}/healthz", ahead.addr))
+        .await
+        .expect("answered");
+    let date = answer
+        .headers()
+        .get("date")
+        .and_then(|date| date.to_str().ok())
+        .and_then(|date| chrono::DateTime::parse_from_rfc2822(date).ok())
+        .unwrap_or_else(|| panic!("a Date: {:?}", answer.headers()));
+    assert!(
+        (date.timestamp() - chrono::Utc::now().timestamp()).abs() < 30,
+        "Date {date} is the database's time, not the process's"
+    );
 
     submit(&ahead, &token, &endpoint, 1).await;
     let received = receiver.wait_for(1, Duration::from_secs(20)).await;

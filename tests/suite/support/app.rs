@@ -138,6 +138,22 @@ impl TestApp {
         self.client.request(method, self.url(path))
     }
 
+    /// The value of the unlabelled metric `name` (e.g. `courier_deliveries_due`) in a
+    /// `/metrics` answer, if it answered with one.
+    pub async fn scraped(&self, name: &str) -> Option<i64> {
+        let text = self
+            .request(reqwest::Method::GET, "/metrics")
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.trim().parse().ok())
+    }
+
     /// `base_url` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
