@@ -36,10 +36,7 @@ pub fn validate(name: &str) -> Result<String> {
 /// whose name may predate a rule): without control characters and bidirectional overrides
 /// and isolates, cut to [`MAX_LABEL_CHARS`] characters, ending in "…" where it was cut.
 pub fn fitted(text: &str) -> String {
-    let text: String = text
-        .chars()
-        .filter(|&c| !c.is_control() && !is_bidi_control(c))
-        .collect();
+    let text = printable(text).trim().to_owned();
     if text.chars().count() <= MAX_LABEL_CHARS {
         return text;
     }
@@ -47,6 +44,17 @@ pub fn fitted(text: &str) -> String {
     cut.truncate(cut.trim_end().len());
     cut.push('…');
     cut
+}
+
+/// `label` safe to print on one line of a terminal, or to make another label from (a name
+/// may have been stored before the rules above refused what it holds): control characters
+/// as spaces, bidirectional overrides and isolates left out.
+pub fn printable(label: &str) -> String {
+    label
+        .chars()
+        .filter(|&c| !is_bidi_control(c))
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// The explicit bidirectional embeddings, overrides and isolates.
@@ -106,5 +114,6 @@ mod tests {
             older, "portal link for eviltxt",
             "a name from before the rules"
         );
+        assert_eq!(printable("a\tb\u{2066}c\u{2069}"), "a bc");
     }
 }

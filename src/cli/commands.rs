@@ -136,7 +136,7 @@ async fn list_tenants(database: &DatabaseArgs) -> Result<(), CommandError> {
             lines.push(format!(
                 "{}\t{}\t{}",
                 tenant.id,
-                one_line(&tenant.name),
+                crate::labels::printable(&tenant.name),
                 tenant.created_at.to_rfc3339()
             ));
         }
@@ -365,7 +365,7 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
             let time = |at: Option<chrono::DateTime<chrono::Utc>>| {
                 at.map_or_else(|| "-".to_owned(), |at| at.to_rfc3339())
             };
-            let name = one_line(&key.name);
+            let name = crate::labels::printable(&key.name);
             lines.push(
                 [
                     key.id.to_string(),
@@ -408,12 +408,6 @@ async fn revoke_api_key(database: &DatabaseArgs, id: Uuid) -> Result<(), Command
 
 /// Prints a line on stdout, reporting a closed pipe as an error rather than panicking.
 /// A free-text name on one line of a listing: control characters become spaces.
-fn one_line(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
-}
-
 fn print_stdout(text: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", text.trim_end())?;

@@ -3,6 +3,8 @@
 
 use std::process::{Command, Stdio};
 
+use sea_orm::ConnectionTrait as _;
+
 use crate::support::process::{courier_command, COURIER};
 use crate::support::{Backend, TestDb};
 
@@ -263,6 +265,15 @@ async fn tenant_commands_create_list_and_key_a_tenant() {
     assert_eq!(identity.tenant, Some(tenant));
     let keys = String::from_utf8(run(&["api-key", "list"]).stdout).expect("utf-8");
     assert!(keys.contains(&format!("tenant:{tenant}")), "{keys}");
+
+    // A name stored before the rules refused what it holds is listed without its
+    // direction overrides or control characters (a terminal would show it reordered).
+    pool.conn()
+        .execute_unprepared("UPDATE tenants SET name = 'evil\u{202E}txt.exe'")
+        .await
+        .expect("a name from before the rules");
+    let listed = String::from_utf8(run(&["tenant", "list"]).stdout).expect("utf-8");
+    assert!(listed.contains("\teviltxt.exe\t"), "{listed}");
 
     for refused in [
         vec!["tenant", "create", "--name", " "],
