@@ -23,12 +23,13 @@ pub async fn run(
     revocations: Hint,
     shutdown: CancellationToken,
 ) {
-    let Some(pool) = db.pg_listen_pool().cloned() else {
+    if db.new_listen_pool().is_none() {
         return;
-    };
+    }
     let deadline = db.timeouts().work;
     let listen = async {
-        loop {
+        // A pool of its own for each session (see `Db::new_listen_pool`).
+        while let Some(pool) = db.new_listen_pool() {
             // Connecting is bounded by the pool's acquire timeout; `LISTEN` by the work deadline.
             match sqlx::postgres::PgListener::connect_with(&pool).await {
                 Ok(mut listener) => {

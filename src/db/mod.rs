@@ -56,8 +56,6 @@ pub use self::transaction::{Txn, MAX_TRIES};
 pub struct Db {
     conn: DatabaseConnection,
     queries: Counter,
-    /// One connection of its own for `LISTEN`, so listening never starves queries.
-    pg_listen_pool: Option<sqlx::PgPool>,
     timeouts: Timeouts,
     missed: Arc<MissedDeadlines>,
     /// Whether the database was last found out of reach (see [`availability`]).
@@ -143,16 +141,8 @@ impl Db {
                 .connect_with(options.clone())
                 .await
                 .map_err(sqlx_err)?;
-            // Two slots, though `LISTEN` uses one: a listener dropped on a silent network
-            // says `UNLISTEN` on its way out and may hold its slot until TCP gives up, which
-            // must not keep the replacement from connecting.
-            let listen_pool = PgPoolOptions::new()
-                .max_connections(2)
-                .acquire_timeout(timeouts.acquire)
-                .connect_lazy_with(options);
             let db = Db::counted(
                 SqlxPostgresConnector::from_sqlx_postgres_pool(pool),
-                Some(listen_pool),
                 timeouts,
                 missed,
             );
@@ -182,7 +172,6 @@ impl Db {
             let pool = open_sqlite(pool_options, options).await.map_err(sqlx_err)?;
             Ok(Db::counted(
                 SqlxSqliteConnector::from_sqlx_sqlite_pool(pool),
-                None,
                 timeouts,
                 missed,
             ))
@@ -215,7 +204,6 @@ impl Db {
         Ok(Some(Db {
             conn,
             queries: self.queries.clone(),
-            pg_listen_pool: None,
             timeouts: self.timeouts,
             missed: self.missed.clone(),
             availability: self.availability.clone(),
@@ -224,7 +212,6 @@ impl Db {
 
     fn counted(
         mut conn: DatabaseConnection,
-        pg_listen_pool: Option<sqlx::PgPool>,
         timeouts: Timeouts,
         missed: Arc<MissedDeadlines>,
     ) -> Self {
@@ -236,7 +223,6 @@ impl Db {
         Db {
             conn,
             queries,
-            pg_listen_pool,
             timeouts,
             missed,
             availability: Arc::default(),
@@ -270,9 +256,23 @@ impl Db {
         &self.conn
     }
 
-    /// A one-connection PostgreSQL pool reserved for `LISTEN`, when on PostgreSQL.
-    pub fn pg_listen_pool(&self) -> Option<&sqlx::PgPool> {
-        self.pg_listen_pool.as_ref()
+    /// A new one-connection pool for one `LISTEN` session, so listening never starves
+    /// queries; `None` on SQLite. Each session gets a pool of its own: a session dropped on
+    /// a silent network says `UNLISTEN` on its way out and holds its connection until the
+    /// network answers or TCP gives up, which must not keep the next session from
+    /// connecting (with one pool of two, two such losses left a process's listener unable
+    /// to connect again, and its subscriptions ended at once as lagged).
+    pub fn new_listen_pool(&self) -> Option<sqlx::PgPool> {
+        if self.backend() != DbBackend::Postgres {
+            return None;
+        }
+        let options = self.conn.get_postgres_connection_pool().connect_options();
+        Some(
+            PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(self.timeouts.acquire)
+                .connect_lazy_with((*options).clone()),
+        )
     }
 
     /// Which backend this is.
@@ -361,9 +361,6 @@ impl Db {
 
     /// Closes the pools.
     pub async fn close(self) -> Result<(), DbErr> {
-        if let Some(listen_pool) = &self.pg_listen_pool {
-            listen_pool.close().await;
-        }
         self.conn.close().await
     }
 }

@@ -454,3 +454,33 @@ async fn a_database_refusing_connections_is_unavailable_until_it_accepts_them() 
     assert_eq!(body["data"]["submit"]["created"], true, "{body}");
     app.stop().await;
 }
+
+/// A `LISTEN` session lost to a silent network holds its connection on its way out (its
+/// `UNLISTEN` waits for an answer that never comes), and however many are lost so, the
+/// next session connects: each has a pool of its own. (With one pool of two shared by
+/// every session, a process's listener could not connect again after two such losses, and
+/// every subscription on it ended at once as lagged.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_sessions_lost_to_a_silent_network_do_not_block_the_next() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let proxy = PartitionProxy::start(&db.url).await;
+    let timeouts = Timeouts {
+        acquire: Duration::from_secs(2),
+        work: Duration::from_secs(5),
+    };
+    let app_db = Db::connect_with(&proxy.url_for(&db.url), 2, timeouts)
+        .await
+        .unwrap();
+    for lost in 0..3 {
+        let pool = app_db.new_listen_pool().expect("a pool on PostgreSQL");
+        let connecting = sqlx::postgres::PgListener::connect_with(&pool);
+        let mut listener = tokio::time::timeout(Duration::from_secs(10), connecting)
+            .await
+            .unwrap_or_else(|_| panic!("connected in time after {lost} sessions were lost"))
+            .unwrap_or_else(|err| panic!("connected after {lost} sessions were lost: {err}"));
+        listener.listen("courier_test").await.expect("LISTEN");
+        // This session's connection never answers again; dropped, it says `UNLISTEN`.
+        proxy.fail_over();
+        drop(listener);
+    }
+}
