@@ -18,7 +18,10 @@ pub fn validate(name: &str) -> Result<String> {
             "name must be 1 to {MAX_LABEL_CHARS} characters"
         )));
     }
-    if name.chars().any(char::is_control) {
+    if name
+        .chars()
+        .any(|c| c.is_control() || is_line_break_or_noncharacter(c))
+    {
         return Err(Error::bad_input("name must not contain control characters"));
     }
     if name.chars().any(is_bidi_control) {
@@ -57,6 +60,13 @@ pub fn printable(label: &str) -> String {
         .collect()
 }
 
+/// The line and paragraph separators (which break a line as a control character does)
+/// and Unicode's noncharacters.
+fn is_line_break_or_noncharacter(c: char) -> bool {
+    matches!(c, '\u{2028}' | '\u{2029}' | '\u{FDD0}'..='\u{FDEF}')
+        || (u32::from(c) & 0xFFFE) == 0xFFFE
+}
+
 /// The explicit bidirectional embeddings, overrides and isolates.
 fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
@@ -68,7 +78,7 @@ fn is_invisible(c: char) -> bool {
     matches!(c,
         '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
         | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{206F}'
-        | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
+        | '\u{2800}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
         | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
 }
 
@@ -94,6 +104,15 @@ mod tests {
         assert!(validate("\u{FEFF} \u{200B}").is_err());
         assert!(validate("evil\u{202E}txt.exe").is_err());
         assert!(validate("a\u{2066}b\u{2069}").is_err());
+        assert!(
+            validate("\u{2800}").is_err(),
+            "a blank braille pattern shows nothing"
+        );
+        assert!(
+            validate("a\u{2028}b").is_err(),
+            "a line separator breaks the line"
+        );
+        assert!(validate("a\u{FFFE}").is_err(), "a noncharacter");
         assert_eq!(validate("שלום").ok().as_deref(), Some("שלום"));
         assert!(
             validate("👩\u{200D}💻 team").is_ok(),

@@ -86,8 +86,9 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
             ),
         )
         .layer(CatchPanicLayer::new())
-        .layer(middleware::map_response(date::stamp))
         .layer(cors)
+        // Outermost, so that what the CORS layer answers itself (a preflight) has it too.
+        .layer(middleware::map_response(date::stamp))
         .with_state(state)
 }
 
@@ -156,6 +157,10 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 static READINESS_LOG: crate::telemetry::throttle::Throttle =
     crate::telemetry::throttle::Throttle::new(Duration::from_secs(1));
 
+/// How often a scrape that could not count the due queue is logged (as for readiness).
+static DUE_COUNT_LOG: crate::telemetry::throttle::Throttle =
+    crate::telemetry::throttle::Throttle::new(Duration::from_secs(1));
+
 /// Prometheus scrape endpoint: OpenMetrics when the scraper asks for it, the Prometheus text
 /// format otherwise (see [`exposition`]). The due-queue depth is measured for this scrape, or
 /// taken from a count that began within the last second (see
@@ -167,7 +172,10 @@ async fn metrics(State(state): State<HttpState>, headers: HeaderMap) -> Response
     match state.app.db.within(PROBE_TIMEOUT, due).await {
         Ok(()) => {}
         Err(err) => {
-            tracing::warn!(error = %crate::error::error_chain(&err), "measuring the due queue failed")
+            if let Some(also) = DUE_COUNT_LOG.tell() {
+                tracing::warn!(error = %crate::error::error_chain(&err), also_failed = also,
+                    "measuring the due queue failed (told at most once a second, with how many more)");
+            }
         }
     }
     match state.app.metrics.render() {

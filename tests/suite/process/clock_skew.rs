@@ -321,20 +321,32 @@ async fn what_a_skewed_process_stamps_carries_the_database_time() {
         assert!(seconds_off(at) < 30, "{what}: {at} ({made} {revoked})");
     }
 
-    // So is every answer's `Date` (what the console judges an expiry by).
-    let answer = reqwest::get(format!("http://{}/healthz", ahead.addr))
-        .await
-        .expect("answered");
-    let date = answer
-        .headers()
-        .get("date")
-        .and_then(|date| date.to_str().ok())
-        .and_then(|date| chrono::DateTime::parse_from_rfc2822(date).ok())
-        .unwrap_or_else(|| panic!("a Date: {:?}", answer.headers()));
-    assert!(
-        (date.timestamp() - chrono::Utc::now().timestamp()).abs() < 30,
-        "Date {date} is the database's time, not the process's"
-    );
+    // So is every answer's `Date` (what the console judges an expiry by), a CORS
+    // preflight's included.
+    let client = reqwest::Client::new();
+    let answers = [
+        client.get(format!("http://{}/healthz", ahead.addr)),
+        client
+            .request(
+                reqwest::Method::OPTIONS,
+                format!("http://{}/graphql", ahead.addr),
+            )
+            .header("origin", "https://dashboard.example.com")
+            .header("access-control-request-method", "POST"),
+    ];
+    for answer in answers {
+        let answer = answer.send().await.expect("answered");
+        let date = answer
+            .headers()
+            .get("date")
+            .and_then(|date| date.to_str().ok())
+            .and_then(|date| chrono::DateTime::parse_from_rfc2822(date).ok())
+            .unwrap_or_else(|| panic!("a Date: {:?}", answer.headers()));
+        assert!(
+            (date.timestamp() - chrono::Utc::now().timestamp()).abs() < 30,
+            "Date {date} is the database's time, not the process's ({answer:?})"
+        );
+    }
 
     submit(&ahead, &token, &endpoint, 1).await;
     let received = receiver.wait_for(1, Duration::from_secs(20)).await;
