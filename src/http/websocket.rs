@@ -70,7 +70,6 @@ pub async fn upgrade(
     // Clients that can set headers on the upgrade request may authenticate there;
     // `connection_init` takes precedence.
     let upgrade_authorization = super::authorization(&headers).map(str::to_owned);
-    let legacy = chosen == ws_protocol::LEGACY;
     // A message may be as large as a request body over HTTP, and no larger.
     let largest = state.app.config.max_body_bytes;
     upgrade
@@ -82,7 +81,6 @@ pub async fn upgrade(
                 state,
                 protocol,
                 protocol_name: chosen,
-                legacy,
                 upgrade_authorization,
             }
             .serve(socket)
@@ -150,13 +148,16 @@ struct Session {
     protocol: GraphQLProtocol,
     /// The subprotocol it speaks, by name.
     protocol_name: &'static str,
-    /// Whether that is the legacy `graphql-ws`.
-    legacy: bool,
     /// The `Authorization` header of the upgrade request, if any.
     upgrade_authorization: Option<String>,
 }
 
 impl Session {
+    /// Whether the session speaks the legacy `graphql-ws`.
+    fn legacy(&self) -> bool {
+        self.protocol_name == ws_protocol::LEGACY
+    }
+
     /// Runs the GraphQL session over `socket`. Everything it sends passes through a pump
     /// that can rewrite its close frame (a refused `connection_init` closes with 4403, not
     /// async-graphql's 1002) and close the socket itself when the key is revoked.
@@ -175,7 +176,7 @@ impl Session {
         // After a revocation the client is heard no more; the session only finishes sending.
         let deaf = CancellationToken::new();
         // The rules the session does not enforce (see `ws_gate`).
-        let (gate, mut violation) = Gate::new(self.legacy);
+        let (gate, mut violation) = Gate::new(self.legacy());
         let rules = gate.clone();
         let client_end = Arc::new(Mutex::new(ClientEnd::Open));
         let ended_by_client = client_end.clone();
@@ -352,7 +353,7 @@ impl Session {
     /// 4401 Unauthorized, as on `graphql-transport-ws`.
     fn spoken(&self, frame: Option<CloseFrame>) -> Option<CloseFrame> {
         frame.map(|frame| match frame.code {
-            close_code::PROTOCOL if !self.legacy => CloseFrame {
+            close_code::PROTOCOL if !self.legacy() => CloseFrame {
                 code: 4400,
                 reason: frame.reason,
             },
@@ -370,7 +371,7 @@ impl Session {
     /// `connection_error` saying why; both get 4403.
     fn revoked_ending(&self) -> Ending {
         let reason = Error::KeyRevoked.to_string();
-        let last = self.legacy.then(|| {
+        let last = self.legacy().then(|| {
             serde_json::json!({ "type": "connection_error", "payload": { "message": reason } })
                 .to_string()
         });
