@@ -20,32 +20,44 @@ use chrono::{DateTime, Utc};
 use super::limits::MAX_FRAGMENT_DEPTH;
 use super::single_root::selected_operation;
 
-/// Refuses `request` if an argument of the operation it runs, given literally or through
-/// a variable, holds an `Int` outside 32 bits or a `DateTime` that is not an RFC 3339
-/// date and time, or a literal holds a quoted string where an enum value goes. Arguments
-/// of fields the schema does not have are left to validation.
+/// Refuses `request` if an argument of an operation of its document, given literally or
+/// through a variable (the request's, for the operation it runs), is a variable of a type
+/// not allowed there, or holds an `Int` outside 32 bits or a `DateTime` that is not an RFC
+/// 3339 date and time, or a literal holds a quoted string where an enum value goes.
+/// Arguments of fields the schema does not have are left to validation.
 pub fn check_arguments(registry: &Registry, request: &mut Request) -> ServerResult<()> {
     let variables = std::mem::take(&mut request.variables);
     let operation_name = request.operation_name.clone();
+    let unused = Variables::default();
     let checked = request.parsed_query().map(|document| {
-        let Some((_, operation)) = selected_operation(document, operation_name.as_deref()) else {
+        let Some((_, selected)) = selected_operation(document, operation_name.as_deref()) else {
             return Ok(());
         };
-        let root = match operation.node.ty {
-            OperationType::Query => Some(registry.query_type.as_str()),
-            OperationType::Mutation => registry.mutation_type.as_deref(),
-            OperationType::Subscription => registry.subscription_type.as_deref(),
-        };
-        let Some(root) = root else {
-            return Ok(());
-        };
-        let walk = Walk {
-            registry,
-            document,
-            variables: &variables,
-            definitions: &operation.node.variable_definitions,
-        };
-        walk.selection_set(root, &operation.node.selection_set.node, 0)
+        // Every operation of the document, as validation covers them all: the one that
+        // runs with the request's variables, the others' variables' types against where
+        // they are used (and their literals).
+        for (_, operation) in document.operations.iter() {
+            let root = match operation.node.ty {
+                OperationType::Query => Some(registry.query_type.as_str()),
+                OperationType::Mutation => registry.mutation_type.as_deref(),
+                OperationType::Subscription => registry.subscription_type.as_deref(),
+            };
+            let Some(root) = root else {
+                continue;
+            };
+            let walk = Walk {
+                registry,
+                document,
+                variables: if std::ptr::eq(operation, selected) {
+                    &variables
+                } else {
+                    &unused
+                },
+                definitions: &operation.node.variable_definitions,
+            };
+            walk.selection_set(root, &operation.node.selection_set.node, 0)?;
+        }
+        Ok(())
     });
     request.variables = variables;
     checked?

@@ -235,6 +235,17 @@ async fn a_variable_of_the_wrong_type_is_refused_before_anything_runs() {
         let (status, body) = run(&app, &admin, query, variables).await;
         refused_before_running(status, &body, message);
     }
+    // In an operation the request does not run too, as validation covers every one.
+    let other = json!({
+        "query": "query Q($v: String) { endpoints { edges @include(if: $v) { cursor } } } query R { __typename }",
+        "operationName": "R",
+    });
+    let (status, body) = post(&app, &admin, GRAPHQL_RESPONSE, other).await;
+    refused_before_running(
+        status,
+        &body,
+        "if: variable $v of type String cannot be used where Boolean! is expected",
+    );
     let allowed = [
         ("query($id: ID!) { delivery(id: $id) { id } }", id.clone()),
         ("query($id: ID = \"0190c3c5-7c5e-7cc0-8000-000000000000\") { delivery(id: $id) { id } }", json!({})),
