@@ -18,3 +18,4 @@ mod websocket;
 mod websocket_framing;
 mod websocket_legacy;
 mod websocket_operations;
+mod websocket_protocols;
