@@ -22,6 +22,7 @@ pub mod health;
 pub mod hold;
 pub mod record;
 mod recorder;
+mod recovery;
 pub mod retention;
 pub mod retired_secrets;
 pub mod retry_after;
@@ -46,6 +47,7 @@ use self::claimer::Claimer;
 use self::dispatch::{Dispatcher, DispatcherError};
 use self::ended::EndedRequests;
 use self::recorder::{Finished, Recorder};
+use self::recovery::Recovery;
 use self::running::Running;
 use self::schedule::RetryPolicy;
 use self::share::Shares;
@@ -86,6 +88,8 @@ pub struct Worker {
     claimer: Option<Claimer>,
     /// Endpoints whose secret this process could not open lately (see [`unopened`]).
     unopened: UnopenedEndpoints,
+    /// Whether claims wait after an outage (see [`recovery`]).
+    recovery: Arc<Recovery>,
 }
 
 impl Worker {
@@ -122,6 +126,7 @@ impl Worker {
             shares: Arc::new(Shares::new(concurrency, state.wakeup.clone())),
             claimer,
             unopened: UnopenedEndpoints::default(),
+            recovery: Arc::default(),
             state,
         })
     }
@@ -134,7 +139,8 @@ impl Worker {
         let poll = Duration::from_millis(this.state.config.poll_interval_ms);
         // Bounded by the recording permits its items carry, each freed once recorded.
         let (results, inbox) = mpsc::channel(this.concurrency.max(1));
-        let recorder = tokio::spawn(Recorder::new(this.state.clone()).run(inbox));
+        let recorder =
+            tokio::spawn(Recorder::new(this.state.clone(), this.recovery.clone()).run(inbox));
         let running = Arc::new(Running {
             worker: Arc::clone(&this),
             results: Mutex::new(Some(results)),
@@ -219,9 +225,12 @@ impl Worker {
                 }
                 // A database out of reach is an outage, a warning like every other failure
                 // it causes; anything else is a fault.
+                // Claims then wait for outcomes held through the outage (see [`recovery`]).
                 Err(err) if crate::db::is_unavailable(&err) => {
                     tracing::warn!(error = %error_chain(&err),
-                        "claiming deliveries failed: the database is unavailable")
+                        "claiming deliveries failed: the database is unavailable");
+                    this.recovery.wait_for(&this.state.db, &shutdown).await;
+                    continue;
                 }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")

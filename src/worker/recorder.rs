@@ -3,6 +3,7 @@
 //! it cannot hold up the others, then frees their recording permits.
 
 use sea_orm::ActiveEnum as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{DbBackend, DbErr};
@@ -12,6 +13,7 @@ use tokio::task::JoinSet;
 use super::ended::EndedGuard;
 use super::health::HealthPolicy;
 use super::record::{record, FinishedAttempt, Recorded};
+use super::recovery::Recovery;
 use super::schedule::NextStep;
 use crate::db::{is_transient, is_unavailable};
 use crate::error::error_chain;
@@ -28,8 +30,10 @@ const MAX_BATCH: usize = 128;
 /// SQLite has one writer anyway.
 const MAX_WRITERS: usize = 2;
 
+/// First pause between tries at writing a batch.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest pause between tries at writing a batch.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How long a batch is retried through an unreachable database before its outcomes are
 /// left to be reclaimed.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
@@ -77,12 +81,14 @@ pub struct Finished {
 #[derive(Clone)]
 pub struct Recorder {
     state: AppState,
+    /// Tells when the database answers again after an outage (see [`super::recovery`]).
+    recovery: Arc<Recovery>,
 }
 
 impl Recorder {
-    /// A recorder for `state`'s database.
-    pub fn new(state: AppState) -> Self {
-        Recorder { state }
+    /// A recorder for `state`'s database, told by `recovery` when it answers again.
+    pub(super) fn new(state: AppState, recovery: Arc<Recovery>) -> Self {
+        Recorder { state, recovery }
     }
 
     /// Records until every sender is gone, the inbox is empty and every batch is written.
@@ -190,7 +196,8 @@ impl Recorder {
         attempts: &[FinishedAttempt],
     ) -> Result<Vec<Recorded>, Unwritten> {
         let started = std::time::Instant::now();
-        let mut backoff = Duration::from_millis(50);
+        let mut back = self.recovery.watch_back();
+        let mut backoff = FIRST_BACKOFF;
         let (mut tries, mut refusals) = (0, 0);
         let policy = HealthPolicy {
             disable_after_failures: self.state.config.disable_after_failures,
@@ -218,8 +225,12 @@ impl Recorder {
             }
             self.state.metrics.recording_retries.inc();
             tracing::warn!(error = %error_chain(&err), outcomes = attempts.len(), "recording failed; retrying");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            // A database that answers again after an outage is written to at once: claims
+            // wait meanwhile, so what was held through it is recorded before they resume.
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => backoff = (backoff * 2).min(MAX_BACKOFF),
+                Ok(()) = back.changed() => backoff = FIRST_BACKOFF,
+            }
         }
     }
 

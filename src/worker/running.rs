@@ -146,6 +146,7 @@ impl Starter for Running {
             || worker.state.shutdown.is_cancelled()
             || self.backlogged.load(Ordering::Relaxed)
             || worker.unopened.contains(endpoint_id)
+            || worker.recovery.pausing()
         {
             return None;
         }

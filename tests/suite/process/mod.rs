@@ -7,6 +7,7 @@ mod clock_skew;
 mod clock_step;
 mod database_outage;
 mod first_run;
+mod held_outcomes;
 mod logs;
 mod migration_locks;
 mod orphaned_transaction;

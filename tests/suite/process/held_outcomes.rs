@@ -1,0 +1,86 @@
+//! An outage longer than a delivery's lease, with the webhook's answer in hand: the
+//! process that sent it writes that answer once the database is back, before any process
+//! (itself or another beside it) retakes the expired lease and sends the webhook again.
+
+use std::time::{Duration, Instant};
+
+use courier::config::ServeArgs;
+use serde_json::json;
+
+use crate::support::fixtures::{endpoint_on, quick_worker, submit, wait_for_state};
+use crate::support::receiver::answering_after;
+use crate::support::{Backend, PartitionProxy, Receiver, TestApp, TestDb};
+
+/// A lease the outage outlasts, and requests well within it.
+fn short_leases(config: &mut ServeArgs) {
+    quick_worker(config);
+    config.lease_secs = 2;
+    config.request_timeout_ms = 1_500;
+}
+
+/// Polls `done` every 20 ms until it holds, failing after `within`.
+async fn until(what: &str, within: Duration, done: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_held_through_an_outage_is_recorded_before_its_lease_is_retaken() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let proxy = PartitionProxy::start(&db.url).await;
+    // The answer comes while the database is cut off, so it can only be held.
+    let receiver = Receiver::start(answering_after(Duration::from_millis(500))).await;
+    let apps = [
+        TestApp::spawn_through(&db, &proxy, short_leases).await,
+        TestApp::spawn_through(&db, &proxy, short_leases).await,
+    ];
+    let admin = apps[0].admin_token().await;
+    let endpoint = endpoint_on(&apps[0], &admin, &receiver, "held").await;
+
+    let submitted = submit(&apps[0], &admin, &endpoint, json!({ "n": 1 }), None).await;
+    let delivery = submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{submitted}"))
+        .to_owned();
+    until(
+        "the webhook reaches the receiver",
+        Duration::from_secs(10),
+        || receiver.in_flight("held") == 1,
+    )
+    .await;
+    proxy.partition();
+    let cut = Instant::now();
+    until("the receiver answers", Duration::from_secs(5), || {
+        receiver.in_flight("held") == 0
+    })
+    .await;
+    // Both processes find the database out of reach (which takes their probes a few
+    // seconds of silence), and the work they had sent before the cut reaches its 5 s
+    // deadline: a long outage, in which the delivery's lease has long run out.
+    until(
+        "both processes see the outage",
+        Duration::from_secs(30),
+        || apps.iter().all(|app| app.state.db.out_of_reach()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(7).saturating_sub(cut.elapsed())).await;
+    proxy.heal();
+
+    let delivered = wait_for_state(
+        &apps[0],
+        &admin,
+        &delivery,
+        "DELIVERED",
+        Duration::from_secs(30),
+    )
+    .await;
+    // Anything that retook the lease would have sent it again by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 1, "sent again: {received:?}");
+    let attempts = delivered["attempts"].as_array().map_or(0, Vec::len);
+    assert_eq!(attempts, 1, "{delivered}");
+}
