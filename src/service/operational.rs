@@ -179,9 +179,12 @@ pub fn is_operational(event_type: &str) -> bool {
     OPERATIONAL_TYPES.contains(&event_type)
 }
 
-/// The ordering key of the events about `endpoint_id`: they line up per listener.
+/// The ordering key of the events about `endpoint_id`: they line up per listener. It
+/// begins with [`RESERVED_PREFIX`], which callers' keys may not (see
+/// [`crate::service::lines::validate`]), so no caller's delivery can join the line and
+/// hold these events back.
 pub fn about_key(endpoint_id: Uuid) -> String {
-    format!("endpoint:{endpoint_id}")
+    format!("{RESERVED_PREFIX}endpoint.{endpoint_id}")
 }
 
 /// Publishes each of `changes` inside `txn` to the endpoints that hear about it, and

@@ -91,6 +91,8 @@ const page = {
   filter: { endpointId: "", state: "", tenantId: "" },
   /** The endpoint the editor is changing; null while it creates one. */
   editing: null,
+  /** What each of the editor's fields showed when it opened (see `openEditor`). */
+  editorShown: {},
   /** While the feed is read: the last change events gave meanwhile, by delivery id (they win over the read). */
   touched: null,
   readGeneration: 0,
@@ -1016,6 +1018,10 @@ function openEditor(endpoint) {
   $("editor-types").value = endpoint && endpoint.eventTypes ? endpoint.eventTypes.join(", ") : "";
   $("editor-in-flight").value = endpoint && endpoint.maxInFlight != null ? String(endpoint.maxInFlight) : "";
   $("editor-rate").value = endpoint && endpoint.rateLimit != null ? String(endpoint.rateLimit) : "";
+  // What each field showed: an edit sends only the fields changed from it, so saving a new
+  // name leaves the event types as they are, and a cap that follows the process-wide
+  // default (shown as its value) is not pinned to it.
+  page.editorShown = Object.fromEntries(EDITOR_FIELDS.map((id) => [id, $(id).value]));
   // An admin creating an endpoint chooses its tenant (it never changes, and the tenant's
   // portal sees the endpoint); the tenant filter only suggests one.
   const tenantChoice = !endpoint && page.identity.role === "ADMIN" && page.tenants.size > 0;
@@ -1037,15 +1043,33 @@ function numberField(id) {
   return text === "" ? null : Number.parseInt(text, 10);
 }
 
+/** The editor's fields, each with the input field it is read into. */
+const EDITOR_FIELDS = ["editor-name", "editor-url", "editor-types", "editor-in-flight", "editor-rate"];
+
+/**
+ * The event types written in the editor: separated by whitespace, with or without a comma
+ * before it. An event type holds no whitespace but may hold a comma (`invoice.created,v2`),
+ * so a list shown as `a, b` reads back exactly as it was.
+ */
+function eventTypesField() {
+  return $("editor-types").value.trim().split(/,?\s+/).filter(Boolean);
+}
+
 async function saveEditor() {
-  const eventTypes = $("editor-types").value.split(",").map((t) => t.trim()).filter(Boolean);
-  const fields = {
-    name: $("editor-name").value.trim(),
-    url: $("editor-url").value.trim(),
-    eventTypes,
-    maxInFlight: numberField("editor-in-flight"),
-    rateLimit: numberField("editor-rate"),
+  const read = {
+    "editor-name": () => ["name", $("editor-name").value.trim()],
+    "editor-url": () => ["url", $("editor-url").value.trim()],
+    "editor-types": () => ["eventTypes", eventTypesField()],
+    "editor-in-flight": () => ["maxInFlight", numberField("editor-in-flight")],
+    "editor-rate": () => ["rateLimit", numberField("editor-rate")],
   };
+  const fields = Object.fromEntries(EDITOR_FIELDS
+    .filter((id) => !page.editing || $(id).value !== page.editorShown[id])
+    .map((id) => read[id]()));
+  if (page.editing && Object.keys(fields).length === 0) {
+    $("endpoint-editor").close();
+    return;
+  }
   const save = $("editor-save");
   save.disabled = true;
   try {

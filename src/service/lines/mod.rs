@@ -25,6 +25,7 @@ use crate::db::parking::with_parking;
 use crate::db::sql::fill;
 use crate::db::Clock;
 use crate::error::{Error, Result};
+use crate::service::operational;
 
 mod rejoin;
 
@@ -219,7 +220,9 @@ pub struct Place {
 }
 
 /// `key` checked as an ordering key: 1 to [`MAX_ORDERING_KEY_CHARS`] characters, none of
-/// them a control character (`BAD_USER_INPUT` otherwise).
+/// them a control character, and not beginning with `courier.`, the prefix of the lines
+/// Courier's own events take (see [`operational::about_key`]): a caller's delivery in one
+/// of those lines would hold Courier's events behind it (`BAD_USER_INPUT` otherwise).
 pub fn validate(key: &str) -> Result<String> {
     let chars = key.chars().count();
     if chars == 0 || chars > MAX_ORDERING_KEY_CHARS {
@@ -231,6 +234,12 @@ pub fn validate(key: &str) -> Result<String> {
         return Err(Error::bad_input(
             "orderingKey must not contain control characters",
         ));
+    }
+    if key.starts_with(operational::RESERVED_PREFIX) {
+        return Err(Error::bad_input(format!(
+            "orderingKey must not begin with `{}`: that prefix is reserved for Courier's own events",
+            operational::RESERVED_PREFIX
+        )));
     }
     Ok(key.to_owned())
 }

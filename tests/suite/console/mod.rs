@@ -4,6 +4,7 @@
 
 mod behind_a_prefix;
 mod connection;
+mod editor;
 mod flow_column;
 mod lines;
 mod live_views;

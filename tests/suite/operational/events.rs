@@ -69,7 +69,7 @@ async fn each_event_reaches_the_operations_endpoint(backend: Backend) {
     assert!(bodies[0]["at"].as_str().is_some_and(|at| at.ends_with('Z')));
     assert_eq!(bodies[1]["type"], "courier.endpoint.enabled");
     assert_eq!(bodies[1]["endpointId"], watched.as_str());
-    let key = format!("endpoint:{watched}");
+    let key = format!("courier.endpoint.{watched}");
     assert!(arrived
         .iter()
         .all(|r| r.ordering_key.as_deref() == Some(key.as_str())));

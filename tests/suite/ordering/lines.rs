@@ -385,7 +385,8 @@ async fn a_published_event_lines_up_at_each_endpoint(backend: Backend) {
     }
 }
 
-/// An ordering key of no characters, of more than 255, or with a control character is
+/// An ordering key of no characters, of more than 255, with a control character or
+/// beginning with `courier.` (the prefix of Courier's own events' lines) is
 /// `BAD_USER_INPUT` for `submit` and `publish`, and nothing is written; a repeat of an
 /// idempotent submit with another ordering key is a conflict, with the same key a repeat.
 async fn bad_ordering_keys_change_nothing(backend: Backend) {
@@ -396,7 +397,8 @@ async fn bad_ordering_keys_change_nothing(backend: Backend) {
         .create_endpoint(&admin, "https://example.com/hook")
         .await;
     let long = "k".repeat(256);
-    for key in ["", long.as_str(), "line\u{7}break"] {
+    let theirs = format!("courier.endpoint.{endpoint}");
+    for key in ["", long.as_str(), "line\u{7}break", theirs.as_str()] {
         let input = json!({ "endpointId": endpoint, "payload": {}, "orderingKey": key });
         let body = app
             .graphql(
