@@ -92,7 +92,7 @@ pub async fn post(
             media,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "BAD_USER_INPUT",
-            "content-type must be application/json",
+            "content-type must be application/json, in UTF-8",
         );
     }
     if !negotiate::is_unencoded(&headers) {

@@ -84,13 +84,26 @@ pub fn accepted(headers: &HeaderMap) -> impl Iterator<Item = (String, f32)> + '_
         })
 }
 
-/// Whether a request body is declared as JSON (`application/json`, any parameters).
+/// Whether a request body is declared as JSON (`application/json`) in UTF-8: a `charset`
+/// parameter, if there is one, must say so (JSON exchanged between systems is UTF-8, RFC
+/// 8259; a body declared in another one would be read wrongly, so it is refused).
 pub fn is_json_request(headers: &HeaderMap) -> bool {
-    headers
+    let Some(value) = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split(';').next())
-        .is_some_and(|media| media.trim().eq_ignore_ascii_case(APPLICATION_JSON))
+    else {
+        return false;
+    };
+    let mut parts = value.split(';');
+    let media = parts.next().unwrap_or_default();
+    media.trim().eq_ignore_ascii_case(APPLICATION_JSON)
+        && parts.all(|parameter| match parameter.split_once('=') {
+            Some((name, charset)) if name.trim().eq_ignore_ascii_case("charset") => {
+                let charset = charset.trim().trim_matches('"');
+                charset.eq_ignore_ascii_case("utf-8") || charset.eq_ignore_ascii_case("utf8")
+            }
+            _ => true,
+        })
 }
 
 /// Whether a request body is sent as it is: no `Content-Encoding`, or only `identity`.
@@ -138,6 +151,33 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn a_json_request_is_declared_json_in_utf8() {
+        let declared = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(value).unwrap());
+            is_json_request(&headers)
+        };
+        for json in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+            "application/json;charset=\"UTF-8\"",
+            "application/json; charset=utf8; foo=bar",
+        ] {
+            assert!(declared(json), "{json}");
+        }
+        for other in [
+            "text/plain",
+            "application/json; charset=utf-16",
+            "application/json; charset=iso-8859-1",
+            "application/jsonx",
+        ] {
+            assert!(!declared(other), "{other}");
+        }
+        assert!(!is_json_request(&HeaderMap::new()));
+    }
 
     fn accept(value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -259,6 +259,13 @@ async fn media_types_and_methods_follow_graphql_over_http() {
 
     let (status, _) = post_raw(&app, &admin, "text/plain", query.clone()).await;
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // JSON declared in another charset would be read wrongly: refused, not read as UTF-8.
+    let utf16 = "application/json; charset=utf-16";
+    let (status, _) = post_raw(&app, &admin, utf16, query.clone()).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let utf8 = "application/json; charset=UTF-8";
+    let (status, _) = post_raw(&app, &admin, utf8, query.clone()).await;
+    assert_eq!(status, StatusCode::OK);
 
     // A body declared compressed is refused, not read as if it were plain: nothing runs.
     let create = json!({ "query": "mutation { createEndpoint(input: {name: \"z\", \
