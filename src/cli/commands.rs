@@ -51,9 +51,9 @@ pub enum CommandError {
         /// Why it could not be had.
         reason: String,
     },
-    /// Another process serves the same SQLite file.
+    /// Another process serves the same SQLite file, or its serving lock cannot be taken.
     #[error(transparent)]
-    AlreadyServed(#[from] serve_lock::AlreadyServed),
+    ServeLock(#[from] serve_lock::ServeLockError),
     /// Serving or printing failed.
     #[error("I/O error")]
     Io(#[from] std::io::Error),
@@ -186,6 +186,7 @@ async fn serve(database: &DatabaseArgs, mut config: ServeArgs) -> Result<(), Com
         shutdown.clone(),
         signals::terminate_signal(),
     ));
+    db::check_url(&database.database_url).map_err(CommandError::DatabaseUrl)?;
     tracing::info!(database = %db::location(&database.database_url), "starting");
     // Held until the process exits.
     let _serving = serve_lock::hold(&database.database_url)?;
@@ -243,6 +244,16 @@ async fn start(
         u64::from(config.worker_concurrency).saturating_add(u64::from(database.db_pool_size)),
     );
     let db = connect(database).await?;
+    // Refuse to start rather than serve a database that refuses every write.
+    if let Err(err) = db.check_writable().await {
+        let reason = db::sqlx_cause(&err).map_or_else(|| db::describe(&err), db::sqlx_message);
+        return Err(CommandError::Connect(format!(
+            "cannot write the database {}: {reason}; a serving process writes every submission: \
+             make the file (and its directory) writable by this user, and leave ?mode=ro out of \
+             DATABASE_URL",
+            db::location(&database.database_url)
+        )));
+    }
     // Refuse to start rather than ever sign with a secret this process cannot open.
     let keys = config.secret_keys();
     let resealed = sealing::seal_at_rest(&db, &keys).await?;

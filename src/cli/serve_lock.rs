@@ -17,44 +17,78 @@ pub struct ServeLock {
 
 /// Why a process may not serve this SQLite file.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "another `courier serve` is using the SQLite database {}: run one process per SQLite file \
-     (several processes on one database need PostgreSQL)",
-    database.display()
-)]
-pub struct AlreadyServed {
-    /// The database file.
-    pub database: PathBuf,
+pub enum ServeLockError {
+    /// Another process holds the file's serving lock.
+    #[error(
+        "another `courier serve` is using the SQLite database {}: run one process per SQLite \
+         file (several processes on one database need PostgreSQL)",
+        database.display()
+    )]
+    AlreadyServed {
+        /// The database file.
+        database: PathBuf,
+    },
+    /// The serving lock cannot be taken at all: serving without it could let a second
+    /// process serve the file unnoticed.
+    #[error(
+        "cannot take the serving lock {}: {reason}; it must be a file this user may open \
+         (left by a `courier serve` run as another user, change its owner, or remove it \
+         while no `courier serve` runs on the database)",
+        path.display()
+    )]
+    Unusable {
+        /// The lock file.
+        path: PathBuf,
+        /// Why it cannot be opened or locked.
+        reason: std::io::Error,
+    },
+    /// There is no serving lock, and it cannot be made.
+    #[error(
+        "cannot create the serving lock {}: {reason}; the database's directory must be \
+         writable by this user (SQLite writes its journal there too)",
+        path.display()
+    )]
+    Uncreatable {
+        /// The lock file.
+        path: PathBuf,
+        /// Why it cannot be created.
+        reason: std::io::Error,
+    },
 }
 
-/// Takes the serving lock of the SQLite file `database_url` names (`None` for PostgreSQL,
-/// an in-memory database, or a lock file that cannot be made, in which case opening the
-/// database tells what is wrong).
-pub fn hold(database_url: &str) -> Result<Option<ServeLock>, AlreadyServed> {
+/// Takes the serving lock of the SQLite file `database_url` names (`None` for PostgreSQL
+/// or an in-memory database). A lock file this user may read but not write (left by a
+/// process run as another user) still locks: the lock needs no write access.
+pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
     let Some(database) = db::sqlite_path(database_url) else {
         return Ok(None);
     };
     let database = resolved(&database);
     let path = lock_path(&database);
-    let file = match OpenOptions::new()
+    let opened = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-    {
-        Ok(file) => file,
-        Err(err) => {
-            tracing::debug!(path = %path.display(), error = %err, "no serving lock file");
-            return Ok(None);
+        .or_else(|err| match err.kind() {
+            std::io::ErrorKind::PermissionDenied => File::open(&path).map_err(|_| err),
+            _ => Err(err),
+        });
+    let file = match opened {
+        Ok(file) if file.metadata().is_ok_and(|meta| meta.is_file()) => file,
+        Ok(_) => {
+            let reason = std::io::Error::other("it is not a regular file");
+            return Err(ServeLockError::Unusable { path, reason });
         }
+        Err(reason) if !path.exists() => {
+            return Err(ServeLockError::Uncreatable { path, reason });
+        }
+        Err(reason) => return Err(ServeLockError::Unusable { path, reason }),
     };
     match file.try_lock() {
         Ok(()) => Ok(Some(ServeLock { _file: file })),
-        Err(TryLockError::WouldBlock) => Err(AlreadyServed { database }),
-        Err(TryLockError::Error(err)) => {
-            tracing::debug!(path = %path.display(), error = %err, "no serving lock");
-            Ok(None)
-        }
+        Err(TryLockError::WouldBlock) => Err(ServeLockError::AlreadyServed { database }),
+        Err(TryLockError::Error(reason)) => Err(ServeLockError::Unusable { path, reason }),
     }
 }
 
@@ -107,6 +141,13 @@ mod tests {
         assert!(hold(&link).is_err(), "a symbolic link names the same file");
         drop(first);
         assert!(hold(&url).unwrap().is_some());
+        // A lock file that cannot be opened refuses to serve rather than serving unlocked.
+        std::fs::create_dir(dir.join("dir.db.serve-lock")).unwrap();
+        let unusable = format!("sqlite://{}?mode=rwc", dir.join("dir.db").display());
+        assert!(
+            matches!(hold(&unusable), Err(ServeLockError::Unusable { .. })),
+            "a directory in the lock's place"
+        );
         assert!(hold("sqlite::memory:").unwrap().is_none());
         assert!(hold("postgres://localhost/courier").unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -265,6 +265,11 @@ pub struct ServeArgs {
     #[arg(long, env = "COURIER_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub header_timeout_ms: u64,
 
+    /// Longest a request's body may take to arrive whole, from when it is first read, in
+    /// milliseconds (past it: 408).
+    #[arg(long, env = "COURIER_BODY_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub body_timeout_ms: u64,
+
     /// Longest a kept-alive connection may sit with no request before it is closed, in
     /// milliseconds.
     #[arg(long, env = "COURIER_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]

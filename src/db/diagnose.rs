@@ -52,7 +52,21 @@ pub fn check_url(url: &str) -> Result<(), String> {
     let parsed = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         PgConnectOptions::from_str(url).map(drop)
     } else if url.starts_with("sqlite:") {
-        SqliteConnectOptions::from_str(url).map(drop)
+        match SqliteConnectOptions::from_str(url) {
+            // SQLite would read such a name as a URI of its own, naming another file than
+            // the one Courier locks and reports.
+            Ok(options)
+                if options
+                    .get_filename()
+                    .to_string_lossy()
+                    .starts_with("file:") =>
+            {
+                return Err("DATABASE_URL names the SQLite file as a file: URI; give its path \
+                     instead (e.g. sqlite://courier.db?mode=rwc or sqlite:///var/lib/courier/courier.db)"
+                    .to_owned());
+            }
+            parsed => parsed.map(drop),
+        }
     } else {
         return Err(
             "DATABASE_URL must start with postgres://, postgresql:// or sqlite: \
@@ -135,6 +149,8 @@ fn explain_sqlite(url: &str, err: &DbErr, cause: Option<&sqlx::Error>) -> String
     let directory = parent.map_or_else(|| ".".to_owned(), |dir| dir.display().to_string());
     let hint = if !cannot_open {
         "check DATABASE_URL".to_owned()
+    } else if std::path::Path::new(&path).is_dir() {
+        "that is a directory: DATABASE_URL must name the database file".to_owned()
     } else if parent.is_some_and(|dir| !dir.is_dir()) {
         format!("the directory {directory} does not exist: create it (Courier creates the database file, not its directory)")
     } else if !query.split('&').any(|pair| pair.starts_with("mode=")) {
@@ -193,6 +209,19 @@ mod tests {
             location("postgres://u:secret@h/db"),
             "postgres://u:***@h/db"
         );
+        // A SQLite name SQLite itself would read as a URI naming another file is refused.
+        for uri in [
+            "sqlite://file:courier.db?mode=rwc",
+            "sqlite:file:courier.db",
+            "sqlite://file:/tmp/courier.db?mode=rw",
+        ] {
+            assert!(
+                check_url(uri).is_err_and(|why| why.contains("file: URI")),
+                "{uri}"
+            );
+        }
+        assert_eq!(check_url("sqlite://courier.db?mode=rwc"), Ok(()));
+        assert_eq!(check_url("sqlite://files/courier.db"), Ok(()));
         // A URL that does not parse still hides its password.
         assert_eq!(
             location("postgres://u:se:cr@et@127.0.0.1:notaport/db"),

@@ -19,6 +19,7 @@ pub(crate) mod shard;
 pub(crate) mod sql;
 mod transaction;
 mod warmup;
+mod writable;
 pub use self::redact::redact;
 pub use self::session_lock::SessionLock;
 pub use self::warmup::{warm_statements, warm_up};

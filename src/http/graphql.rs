@@ -3,8 +3,6 @@
 
 use async_graphql::parser::types::OperationType;
 use async_graphql::{ServerError, Value, Variables};
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -73,16 +71,13 @@ impl WireRequest {
 pub async fn post(
     State(state): State<HttpState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: axum::body::Body,
 ) -> Response {
     let Some(media) = negotiate::response_media_type(&headers) else {
         return not_acceptable();
     };
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable_body(media, &rejection),
-    };
-    // A missing or wrong key is 401 whatever else is wrong with the request.
+    // A missing or wrong key is 401 whatever else is wrong with the request, before its
+    // body is read: a caller without a key holds no connection while a body arrives.
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,
         Err(err) => return auth_error(media, err),
@@ -109,6 +104,15 @@ pub async fn post(
         );
         return refused;
     }
+    let config = &state.app.config;
+    let within = std::time::Duration::from_millis(config.body_timeout_ms);
+    let body = match super::body::read(body, config.max_body_bytes, within).await {
+        Ok(body) => body,
+        Err(unreadable) => {
+            let (status, message) = unreadable.refusal();
+            return request_error(media, status, "BAD_USER_INPUT", message);
+        }
+    };
     // JSON is UTF-8 throughout, members the request does not use included.
     let Ok(body) = std::str::from_utf8(&body) else {
         return request_error(
@@ -339,41 +343,6 @@ fn retry_later(http: &mut Response, secs: u64) {
     *http.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     http.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-}
-
-/// The answer to a body that could not be read, as a GraphQL error: `413` past the body
-/// limit, `408` when it stopped arriving for the header timeout (see
-/// [`super::connections`]), `400` otherwise.
-fn unreadable_body(media: MediaType, rejection: &BytesRejection) -> Response {
-    let BytesRejection::FailedToBufferBody(failed) = rejection else {
-        return request_error(
-            media,
-            rejection.status(),
-            "BAD_USER_INPUT",
-            &rejection.body_text(),
-        );
-    };
-    let (status, message) = match failed {
-        FailedToBufferBody::LengthLimitError(_) => (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "the request body is over the size limit",
-        ),
-        FailedToBufferBody::UnknownBodyError(err) if timed_out(err) => (
-            StatusCode::REQUEST_TIMEOUT,
-            "the request body stopped arriving",
-        ),
-        _ => (
-            StatusCode::BAD_REQUEST,
-            "the request body could not be read",
-        ),
-    };
-    request_error(media, status, "BAD_USER_INPUT", message)
-}
-
-/// Whether `err`, or what caused it, is the body timing out.
-fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(err), |err| err.source())
-        .any(|err| err.is::<tower_http::timeout::TimeoutError>())
 }
 
 /// The refusal of a request whose JSON `json` names a member twice in one object (see

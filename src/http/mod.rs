@@ -1,6 +1,7 @@
 //! The HTTP surface: routes for the console, GraphQL (HTTP and WebSocket), health, readiness
 //! and metrics.
 
+mod body;
 pub mod connections;
 mod console;
 pub mod cors;

@@ -1,7 +1,8 @@
 //! Connection hygiene, over raw TCP as a careless or hostile client would behave: a header
 //! sent halfway is cut off after the header timeout, a kept-alive connection is closed
-//! once idle, a WebSocket that never sends `connection_init` is closed with 4408, and the
-//! connection cap answers one connection too many with 503 (WebSockets count), and a
+//! once idle, a WebSocket that never sends `connection_init` is closed with 4408, the
+//! connection cap answers one connection too many with 503 (WebSockets count), a body
+//! sent a byte at a time is cut off at the body timeout (or at once without a key), and a
 //! WebSocket whose peer is gone without closing is dropped after two unanswered pings.
 
 use std::time::Duration;
@@ -96,14 +97,13 @@ async fn the_header_is_timed_from_its_first_byte_and_a_stalled_body_ends_its_req
 
     // A whole header announcing a body that never comes: the request ends, answered
     // `408`, and the connection closes, instead of holding its place.
+    let admin = app.admin_token().await;
     let mut stalled = TcpStream::connect(app.addr).await.expect("connect");
     stalled
-        .write_all(
-            b"POST /graphql HTTP/1.1\r\nhost: courier\r\ncontent-type: application/json\r\n\
-              content-length: 1048576\r\n\r\n{\"query\":",
-        )
+        .write_all(posting(&admin, 1_048_576).as_bytes())
         .await
         .expect("send");
+    stalled.write_all(b"{\"query\":").await.expect("send");
     let answer = read_to_close(&mut stalled).await;
     assert!(
         answer.starts_with("HTTP/1.1 408"),
@@ -113,6 +113,57 @@ async fn the_header_is_timed_from_its_first_byte_and_a_stalled_body_ends_its_req
         answer.contains("\"BAD_USER_INPUT\""),
         "as a GraphQL error: {answer:?}"
     );
+}
+
+/// The header of a GraphQL POST as `token` (none if empty) announcing `length` bytes.
+fn posting(token: &str, length: usize) -> String {
+    let authorization = if token.is_empty() {
+        String::new()
+    } else {
+        format!("authorization: Bearer {token}\r\n")
+    };
+    format!(
+        "POST /graphql HTTP/1.1\r\nhost: courier\r\ncontent-type: application/json\r\n\
+         {authorization}content-length: {length}\r\n\r\n"
+    )
+}
+
+/// A body sent a byte at a time, each soon enough not to stall: with a key, the request
+/// ends once the body timeout passes, answered `408`; without one, it is answered `401`
+/// before any of the body is read. Either way the connection closes rather than being held
+/// for as long as the body would take (a megabyte at a byte a second: twelve days).
+#[tokio::test]
+async fn a_body_sent_a_byte_at_a_time_is_cut_off() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(&db, |config| {
+        config.header_timeout_ms = 1_000;
+        config.body_timeout_ms = 600;
+        config.idle_timeout_ms = 60_000;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    for (token, status) in [(admin.as_str(), "408"), ("", "401")] {
+        let drip = TcpStream::connect(app.addr).await.expect("connect");
+        let (mut reader, mut writer) = drip.into_split();
+        writer
+            .write_all(posting(token, 1_048_576).as_bytes())
+            .await
+            .expect("send");
+        let dripping = tokio::spawn(async move {
+            while writer.write_all(b" ").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(WITHIN, reader.read_to_end(&mut answer)).await;
+        dripping.abort();
+        assert!(read.is_ok(), "{status}: the connection was held");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{status}: {answer:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -261,6 +261,33 @@ fn a_second_server_on_one_sqlite_file_is_refused() {
     drop(again);
 }
 
+/// A SQLite database that opens but cannot be written (here `?mode=ro`; a file this user
+/// may only read is the same) is refused at start, saying why, rather than served looking
+/// ready while every submission fails; a SQLite name given as a `file:` URI (which SQLite
+/// would read as another file than the one locked) is refused as a setting.
+#[test]
+fn a_sqlite_database_that_cannot_be_written_is_not_served() {
+    let dir = TempDir::new();
+    let path = dir.0.join("readonly.db");
+    let mut migrate = plain_courier(&format!("sqlite://{}?mode=rwc", path.display()));
+    migrate.arg("migrate");
+    assert!(run_to_end(migrate).status.success());
+
+    let mut serve = plain_courier(&format!("sqlite://{}?mode=ro", path.display()));
+    serve.arg("serve").env("COURIER_BIND", "127.0.0.1:0");
+    let output = run_to_end(serve);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let line = fatal_line(&output);
+    assert!(line.contains("cannot write the database"), "{line}");
+    assert!(line.contains("readonly.db"), "{line}");
+
+    let mut serve = plain_courier(&format!("sqlite://file:{}?mode=rwc", path.display()));
+    serve.arg("serve").env("COURIER_BIND", "127.0.0.1:0");
+    let output = run_to_end(serve);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(fatal_line(&output).contains("file: URI"), "{output:?}");
+}
+
 /// Two commands started together on a new SQLite file both run: the connection that found
 /// the file locked by the other's set-up (its switch to WAL) was refused at once with
 /// "database is locked", 1 run in 8, where statements wait out the busy timeout.

@@ -1,0 +1,123 @@
+//! Reading a request's body: within the body limit, and whole within
+//! `COURIER_BODY_TIMEOUT_MS` of when reading began, so that a client sending a large body a
+//! byte at a time (each byte soon enough after the last to pass the stall timeout of
+//! [`super::connections`]) cannot hold a connection, and the cap on connections, for days.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes, HttpBody as _};
+use axum::http::StatusCode;
+use futures_util::StreamExt as _;
+
+/// Why a body could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unreadable {
+    /// It is (or declares itself) over the limit.
+    TooLarge,
+    /// It stopped arriving for the stall timeout.
+    Stalled,
+    /// It was not whole within the body timeout.
+    TooSlow,
+    /// The connection failed while it was read.
+    Broken,
+}
+
+impl Unreadable {
+    /// The HTTP status and the message of its refusal.
+    pub fn refusal(&self) -> (StatusCode, &'static str) {
+        match self {
+            Unreadable::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is over the size limit",
+            ),
+            Unreadable::Stalled => (
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body stopped arriving",
+            ),
+            Unreadable::TooSlow => (
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time (COURIER_BODY_TIMEOUT_MS)",
+            ),
+            Unreadable::Broken => (
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read",
+            ),
+        }
+    }
+}
+
+/// Reads `body` whole: at most `limit` bytes (one that declares more is refused before
+/// anything is read), all of it `within` the deadline.
+pub async fn read(body: Body, limit: usize, within: Duration) -> Result<Bytes, Unreadable> {
+    let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+    if body.size_hint().lower() > limit {
+        return Err(Unreadable::TooLarge);
+    }
+    let reading = async {
+        let mut chunks = body.into_data_stream();
+        let mut whole = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|err| {
+                if stalled(&err) {
+                    Unreadable::Stalled
+                } else {
+                    Unreadable::Broken
+                }
+            })?;
+            let length = u64::try_from(whole.len() + chunk.len()).unwrap_or(u64::MAX);
+            if length > limit {
+                return Err(Unreadable::TooLarge);
+            }
+            whole.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(whole))
+    };
+    tokio::time::timeout(within, reading)
+        .await
+        .unwrap_or(Err(Unreadable::TooSlow))
+}
+
+/// Whether `err`, or what caused it, is the body's stall timeout (see
+/// [`super::connections`]).
+fn stalled(err: &axum::Error) -> bool {
+    let err: &(dyn std::error::Error + 'static) = err;
+    std::iter::successors(Some(err), |err| err.source())
+        .any(|err| err.is::<tower_http::timeout::TimeoutError>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: usize = 8;
+    const WITHIN: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_body_within_the_limit_is_read_whole() {
+        let read = read(Body::from("12345678"), LIMIT, WITHIN).await;
+        assert_eq!(read, Ok(Bytes::from_static(b"12345678")));
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_refused() {
+        let read = read(Body::from("123456789"), LIMIT, WITHIN).await;
+        assert_eq!(read, Err(Unreadable::TooLarge));
+        // Streamed, without a declared length, it is refused once it passes the limit.
+        let chunks = futures_util::stream::iter(["1234", "5678", "9"].map(Ok::<_, std::io::Error>));
+        let read = super::read(Body::from_stream(chunks), LIMIT, WITHIN).await;
+        assert_eq!(read, Err(Unreadable::TooLarge));
+    }
+
+    #[tokio::test]
+    async fn a_body_still_arriving_at_the_deadline_is_refused() {
+        // A byte every 20 ms: never stalled, but 2 s for the whole.
+        let drip = futures_util::stream::unfold(0, |sent| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            (sent < 100).then_some((Ok::<_, std::io::Error>("x"), sent + 1))
+        });
+        let started = std::time::Instant::now();
+        let read = read(Body::from_stream(drip), 1_000, Duration::from_millis(200)).await;
+        assert_eq!(read, Err(Unreadable::TooSlow));
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}
