@@ -13,10 +13,12 @@ pub enum Failure {
     /// (`40001`) or deadlock (`40P01`), or a busy or locked SQLite database. Worth retrying
     /// at once.
     Transient,
-    /// The database could not be reached, so nothing was done: no connection within the
-    /// acquire timeout, a closed pool, or the server reporting a connection failure
-    /// (`08xxx`), refusing our credentials (`28xxx`, as after a password rotation), or
-    /// refusing connections for now (see [`refuses_connections`]).
+    /// The database could not be reached, or could not do the work for now, so nothing was
+    /// done: no connection within the acquire timeout, a closed pool, or the server
+    /// reporting a connection failure (`08xxx`), refusing our credentials (`28xxx`, as after
+    /// a password rotation), refusing connections for now (see [`refuses_connections`]), or
+    /// lacking disk space, memory or working storage (see [`lacks_resources`]; on SQLite, a
+    /// full disk or an I/O error).
     Unavailable,
     /// The work was sent but its answer never came or could not be read: a connection
     /// lost or silent past its deadline (`unreachable`: the database is worth retrying
@@ -54,24 +56,40 @@ pub fn classify(err: &DbErr) -> Failure {
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => Failure::MaybeCommitted { unreachable: true },
-        sqlx::Error::Database(db_err) => {
-            let code = db_err.code().unwrap_or_default();
-            let code = code.as_ref();
-            // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) and their extended codes.
-            let sqlite_busy = code
-                .parse::<i32>()
-                .is_ok_and(|code| matches!(code & 0xff, 5 | 6));
-            if matches!(code, "40001" | "40P01") || sqlite_busy {
-                Failure::Transient
-            } else if code.starts_with("08") || code.starts_with("28") || refuses_connections(code)
-            {
-                Failure::Unavailable
-            } else {
-                Failure::Refused
-            }
-        }
+        sqlx::Error::Database(db_err) => by_code(db_err.code().unwrap_or_default().as_ref()),
         _ => Failure::MaybeCommitted { unreachable: false },
     }
+}
+
+/// What an error the database answered with means, by its code (PostgreSQL's SQLSTATE,
+/// or SQLite's result code as a number).
+fn by_code(code: &str) -> Failure {
+    // SQLite's primary result code, from an extended one.
+    let sqlite = code.parse::<i32>().ok().map(|code| code & 0xff);
+    // SQLITE_BUSY (5) and SQLITE_LOCKED (6).
+    let sqlite_busy = matches!(sqlite, Some(5 | 6));
+    // SQLITE_IOERR (10) and SQLITE_FULL (13): the disk failed or is full.
+    let sqlite_disk = matches!(sqlite, Some(10 | 13));
+    if matches!(code, "40001" | "40P01") || sqlite_busy {
+        Failure::Transient
+    } else if code.starts_with("08")
+        || code.starts_with("28")
+        || refuses_connections(code)
+        || lacks_resources(code)
+        || sqlite_disk
+    {
+        Failure::Unavailable
+    } else {
+        Failure::Refused
+    }
+}
+
+/// Whether PostgreSQL's `code` says the server lacks what the work needs, rolling it back:
+/// disk space, memory or another resource (class `53`), or the operating system failed it
+/// (class `58`, an I/O error). Doing it again as it is may well succeed once that is
+/// mended, so it is answered like a database out of reach (`503` with `Retry-After`).
+fn lacks_resources(code: &str) -> bool {
+    code.starts_with("53") || code.starts_with("58")
 }
 
 /// Whether PostgreSQL's `code` says the server cannot take a connection now, or ended
@@ -137,6 +155,22 @@ mod tests {
             "an unreadable answer may follow a commit"
         );
         assert!(!is_transient(&decode));
+    }
+
+    #[test]
+    fn errors_the_database_answers_are_told_by_their_code() {
+        for transient in ["40001", "40P01", "5", "517", "6", "262"] {
+            assert_eq!(by_code(transient), Failure::Transient, "{transient}");
+        }
+        // A full disk, out of memory, an I/O error: nothing done, worth retrying later.
+        for unavailable in [
+            "53100", "53200", "53300", "58030", "08006", "28P01", "57P01", "13", "10", "778",
+        ] {
+            assert_eq!(by_code(unavailable), Failure::Unavailable, "{unavailable}");
+        }
+        for refused in ["23505", "22P02", "42P01", "19", "2067", ""] {
+            assert_eq!(by_code(refused), Failure::Refused, "{refused}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod cli;
 mod clock_skew;
 mod clock_step;
 mod database_outage;
+mod disk_full;
 mod first_run;
 mod held_outcomes;
 mod logs;
