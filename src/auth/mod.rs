@@ -70,6 +70,44 @@ pub struct KeyLimits<'a> {
     pub expires_in: Option<Duration>,
 }
 
+impl KeyLimits<'_> {
+    /// The endpoints of a key of `role` with these limits, each once (an endpoint named
+    /// twice is one endpoint of its scope, stored and listed once), if the limits suit the
+    /// role: a partner key is limited to a tenant or to at most [`MAX_KEY_ENDPOINTS`]
+    /// endpoints, not both; an admin key to neither (`BAD_USER_INPUT` otherwise). Checks
+    /// nothing in the database (that the endpoints and the tenant exist).
+    pub fn scope(&self, role: Role) -> Result<Vec<Uuid>> {
+        let mut named = std::collections::HashSet::new();
+        let scope: Vec<Uuid> = self
+            .endpoints
+            .iter()
+            .copied()
+            .filter(|id| named.insert(*id))
+            .collect();
+        match (role, self.tenant) {
+            (Role::Partner, Some(_)) if !scope.is_empty() => {
+                return Err(Error::bad_input(
+                    "a partner key is limited to a tenant or to endpoints, not both",
+                ));
+            }
+            (Role::Admin, _) if !scope.is_empty() || self.tenant.is_some() => {
+                return Err(Error::bad_input(
+                    "an admin key is not limited to endpoints or a tenant",
+                ));
+            }
+            _ => {}
+        }
+        if scope.len() > MAX_KEY_ENDPOINTS {
+            return Err(Error::bad_input(format!(
+                "the key's list names {} endpoints; it holds at most {MAX_KEY_ENDPOINTS} \
+                 (a tenant's key reaches any number)",
+                scope.len()
+            )));
+        }
+        Ok(scope)
+    }
+}
+
 /// Sets a new key's expiry from the database's clock (`$2` bound by [`db::Clock::after`]).
 const SET_EXPIRY: &str = "UPDATE api_keys SET expires_at = {after($2)} WHERE id = $1";
 
@@ -95,34 +133,7 @@ pub async fn create_api_key(
 ) -> Result<NewApiKey> {
     let name = crate::labels::validate(name)?;
     let name = name.as_str();
-    // An endpoint named twice is one endpoint of the key's scope, stored (and listed) once.
-    let mut named = std::collections::HashSet::new();
-    let scope: Vec<Uuid> = limits
-        .endpoints
-        .iter()
-        .copied()
-        .filter(|id| named.insert(*id))
-        .collect();
-    match (role, limits.tenant) {
-        (Role::Partner, Some(_)) if !scope.is_empty() => {
-            return Err(Error::bad_input(
-                "a partner key is limited to a tenant or to endpoints, not both",
-            ));
-        }
-        (Role::Admin, _) if !scope.is_empty() || limits.tenant.is_some() => {
-            return Err(Error::bad_input(
-                "an admin key is not limited to endpoints or a tenant",
-            ));
-        }
-        _ => {}
-    }
-    if scope.len() > MAX_KEY_ENDPOINTS {
-        return Err(Error::bad_input(format!(
-            "endpointIds names {} endpoints; a key's list holds at most {MAX_KEY_ENDPOINTS} \
-             (a tenant's key reaches any number)",
-            scope.len()
-        )));
-    }
+    let scope = limits.scope(role)?;
     if let Some(tenant) = limits.tenant {
         if entity::tenant::Entity::find_by_id(tenant)
             .one(db.conn())

@@ -81,7 +81,7 @@ pub async fn run(cli: Cli) -> Result<(), CommandError> {
             Ok(())
         }
         Some(Command::Schema) => {
-            print_stdout(&schema::sdl())?;
+            print_listing(&schema::sdl())?;
             Ok(())
         }
         Some(Command::ApiKey(ApiKeyCommand::Create(args))) => {
@@ -146,7 +146,7 @@ async fn list_tenants(database: &DatabaseArgs) -> Result<(), CommandError> {
         }
     }
     db.close().await?;
-    print_stdout(&lines.join("\n"))?;
+    print_listing(&lines.join("\n"))?;
     Ok(())
 }
 
@@ -288,13 +288,17 @@ async fn create_api_key(
              lost; no key was created",
         )));
     }
-    let db = connect(database).await?;
     let role = args.role;
     let limits = auth::KeyLimits {
         endpoints: &args.endpoints,
         tenant: args.tenant,
         expires_in: None,
     };
+    // Flags that contradict each other are a usage error, told before the database is opened.
+    if let Err(refused) = limits.scope(role) {
+        return Err(CommandError::Settings(refused.to_string()));
+    }
+    let db = connect(database).await?;
     let key = auth::create_api_key(&db, &args.name, role, limits).await?;
     if let Err(err) = print_stdout(&key.token) {
         // Nobody will ever hold this token: the key must not stay usable.
@@ -397,7 +401,7 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
         }
     }
     db.close().await?;
-    print_stdout(&lines.join("\n"))?;
+    print_listing(&lines.join("\n"))?;
     Ok(())
 }
 
@@ -417,10 +421,19 @@ async fn revoke_api_key(database: &DatabaseArgs, id: Uuid) -> Result<(), Command
     Ok(())
 }
 
-/// Prints a line on stdout, reporting a closed pipe as an error rather than panicking.
-/// A free-text name on one line of a listing: control characters become spaces.
+/// Prints a line on stdout, reporting a closed pipe as an error rather than panicking:
+/// for output that must reach its reader (a new key's token, a new id).
 fn print_stdout(text: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", text.trim_end())?;
     stdout.flush()
+}
+
+/// Prints a listing on stdout. A reader that closes the pipe once it has read enough
+/// (`courier tenant list | head -1`) has what it wanted: that is no error.
+fn print_listing(text: &str) -> std::io::Result<()> {
+    match print_stdout(text) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        printed => printed,
+    }
 }

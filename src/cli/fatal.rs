@@ -13,7 +13,11 @@ use crate::error::error_chain;
 
 /// Prints why the process stops, as one line in the log format.
 pub fn report(format: LogFormat, err: &(dyn std::error::Error + 'static)) {
-    let message = one_line(&error_chain(err));
+    write_line(format, &one_line(&error_chain(err)));
+}
+
+/// Writes `message` to stderr as one line in `format`.
+fn write_line(format: LogFormat, message: &str) {
     let line = match format {
         LogFormat::Text => format!("error: {message}"),
         LogFormat::Json => serde_json::json!({
@@ -66,7 +70,7 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
         // The standard library's word for a number that is none, said plainly.
         if let Some(ContextValue::String(value)) = err.get(ContextKind::InvalidValue) {
             let plain = if value.trim_start().starts_with('-') {
-                "it must be 0 or more"
+                "it must not be negative"
             } else {
                 "it is not a whole number"
             };
@@ -79,6 +83,12 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
             }
         }
     }
+    if err.kind() == ErrorKind::InvalidUtf8 {
+        let named = not_utf8_variables(command);
+        if !named.is_empty() {
+            message = format!("{} must be valid UTF-8", named.join(", "));
+        }
+    }
     if !parts.is_empty() {
         parts.remove(0);
     }
@@ -87,9 +97,44 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
         message.push_str(if message.ends_with(':') { " " } else { "; " });
         message.push_str(part);
     }
-    let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(stderr, "error: {}; see courier --help", one_line(&message));
+    let message = format!("{}; see courier --help", one_line(&message));
+    write_line(requested_format(), &message);
     std::process::ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2))
+}
+
+/// The log format asked for, read directly (the command line that says it may be the one
+/// that could not be parsed): `COURIER_LOG_FORMAT`, or `--log-format`.
+fn requested_format() -> LogFormat {
+    let json = |value: &str| value.trim().eq_ignore_ascii_case("json");
+    let args: Vec<String> = std::env::args_os()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    let flag = args.iter().enumerate().find_map(|(at, arg)| {
+        arg.strip_prefix("--log-format=")
+            .or_else(|| (arg == "--log-format").then(|| args.get(at + 1).map(String::as_str))?)
+    });
+    let chosen = flag
+        .map(str::to_owned)
+        .or_else(|| std::env::var("COURIER_LOG_FORMAT").ok());
+    match chosen {
+        Some(value) if json(&value) => LogFormat::Json,
+        _ => LogFormat::Text,
+    }
+}
+
+/// The settings' variables whose values are not UTF-8 (clap says only that some argument
+/// is not).
+fn not_utf8_variables(command: &clap::Command) -> Vec<String> {
+    let mut named: Vec<String> = std::iter::once(command)
+        .chain(command.get_subcommands())
+        .flat_map(clap::Command::get_arguments)
+        .filter_map(clap::Arg::get_env)
+        .filter(|name| std::env::var_os(name).is_some_and(|value| value.to_str().is_none()))
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect();
+    named.sort();
+    named.dedup();
+    named
 }
 
 /// The argument a value or usage error is about, with its long name and the way the error

@@ -1,4 +1,4 @@
-//! The built binary, run as users run it: `schema`, `--help`, `api-key create`,
+//! The built binary, run as users run it: `schema` (read whole or in part), `--help`, `api-key create`,
 //! `tenant create|list` and `migrate`, and settings given that no command reads.
 
 use std::process::{Command, Stdio};
@@ -20,6 +20,56 @@ fn schema_command_prints_the_checked_in_sdl() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/schema.graphql"))
             .expect("schema.graphql");
     assert_eq!(printed.trim_end(), checked_in.trim_end());
+}
+
+/// A reader that stops reading a listing (`courier schema | head -1`) leaves the command
+/// successful and silent: the pipe it closed is no error of the command's.
+#[test]
+fn a_listing_whose_reader_stops_early_is_no_error() {
+    let mut child = Command::new(COURIER)
+        .arg("schema")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run courier schema");
+    // Closed before the command writes: its first write finds no reader.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("courier schema ends");
+    assert!(output.status.success(), "{output:?}");
+    assert!(output.stderr.is_empty(), "{output:?}");
+}
+
+/// A setting that cannot be read is named, in the log format asked for (a JSON line when
+/// `COURIER_LOG_FORMAT=json`), even when its value is not UTF-8 (clap says only that some
+/// argument is not) or is negative.
+#[test]
+fn unreadable_settings_are_named_in_the_log_format() {
+    use std::os::unix::ffi::OsStrExt as _;
+
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"127.0.0.1:\xff");
+    for (name, value, said) in [
+        ("COURIER_BIND", not_utf8, "COURIER_BIND must be valid UTF-8"),
+        (
+            "COURIER_LEASE_SECS",
+            std::ffi::OsStr::new("-5"),
+            "COURIER_LEASE_SECS (--lease-secs): it must not be negative",
+        ),
+    ] {
+        let output = Command::new(COURIER)
+            .arg("serve")
+            .env(name, value)
+            .env("COURIER_LOG_FORMAT", "json")
+            .output()
+            .expect("run courier serve");
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        let line: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON line");
+        assert_eq!(line["level"], "ERROR", "{line}");
+        let message = line["message"].as_str().unwrap_or_default();
+        assert!(message.contains(said), "{message}");
+    }
 }
 
 #[test]

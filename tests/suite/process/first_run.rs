@@ -204,6 +204,18 @@ fn unreadable_urls_and_incomplete_commands_exit_2() {
     assert_eq!(output.status.code(), Some(2));
     let line = fatal_line(&output);
     assert!(line.contains("not provided: --name"), "{line}");
+    // Flags that contradict each other are a usage error too, told before the database is
+    // opened (none is made).
+    let mut command = plain_courier(&url);
+    let tenant = uuid::Uuid::new_v4().to_string();
+    command.args([
+        "api-key", "create", "--name", "x", "--role", "admin", "--tenant", &tenant,
+    ]);
+    let output = run_to_end(command);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let line = fatal_line(&output);
+    assert!(line.contains("an admin key is not limited"), "{line}");
+    assert!(!dir.0.join("c.db").exists(), "the database was opened");
 
     // A negative number where none may be says so; a flag the command does not take is
     // named as typed, not as a variable.
@@ -213,7 +225,7 @@ fn unreadable_urls_and_incomplete_commands_exit_2() {
     assert_eq!(output.status.code(), Some(2));
     let line = fatal_line(&output);
     assert!(line.contains("COURIER_DB_TIMEOUT_MS"), "{line}");
-    assert!(line.contains("it must be 0 or more"), "{line}");
+    assert!(line.contains("it must not be negative"), "{line}");
     let mut command = plain_courier(&url);
     command.args(["migrate", "--bind", "127.0.0.1:1"]);
     let output = run_to_end(command);
