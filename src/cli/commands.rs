@@ -247,10 +247,20 @@ async fn start(
     // Refuse to start rather than serve a database that refuses every write.
     if let Err(err) = db.check_writable().await {
         let reason = db::sqlx_cause(&err).map_or_else(|| db::describe(&err), db::sqlx_message);
+        let hint = match db::classify(&err) {
+            db::Failure::Transient => {
+                "another process holds its write lock: try again once it is done"
+            }
+            db::Failure::Unavailable | db::Failure::MaybeCommitted { .. } => {
+                "its disk is full or failing: free space, or check the disk"
+            }
+            db::Failure::Refused => {
+                "a serving process writes every submission: make the file (and its directory) \
+                 writable by this user, and leave ?mode=ro out of DATABASE_URL"
+            }
+        };
         return Err(CommandError::Connect(format!(
-            "cannot write the database {}: {reason}; a serving process writes every submission: \
-             make the file (and its directory) writable by this user, and leave ?mode=ro out of \
-             DATABASE_URL",
+            "cannot write the database {}: {reason}; {hint}",
             db::location(&database.database_url)
         )));
     }

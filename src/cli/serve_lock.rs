@@ -56,8 +56,8 @@ pub enum ServeLockError {
     },
 }
 
-/// Takes the serving lock of the SQLite file `database_url` names (`None` for PostgreSQL
-/// or an in-memory database). A lock file this user may read but not write (left by a
+/// Takes the serving lock of the SQLite file `database_url` names (`None` for PostgreSQL,
+/// an in-memory database, or a file system that takes no such locks, which is warned of). A lock file this user may read but not write (left by a
 /// process run as another user) still locks: the lock needs no write access.
 pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
     let Some(database) = db::sqlite_path(database_url) else {
@@ -88,8 +88,21 @@ pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
     match file.try_lock() {
         Ok(()) => Ok(Some(ServeLock { _file: file })),
         Err(TryLockError::WouldBlock) => Err(ServeLockError::AlreadyServed { database }),
+        // A file system without such locks (some network mounts): SQLite's own locking still
+        // keeps the file whole; only a second server would go unnoticed.
+        Err(TryLockError::Error(reason)) if locks_unsupported(&reason) => {
+            tracing::warn!(path = %path.display(), error = %reason,
+                "this file system takes no serving lock: make sure no other `courier serve` uses the database");
+            Ok(None)
+        }
         Err(TryLockError::Error(reason)) => Err(ServeLockError::Unusable { path, reason }),
     }
+}
+
+/// Whether a lock failed because the file system takes none (`ENOLCK`, `EOPNOTSUPP`).
+fn locks_unsupported(err: &std::io::Error) -> bool {
+    err.kind() == std::io::ErrorKind::Unsupported
+        || matches!(err.raw_os_error(), Some(code) if code == nix::libc::ENOLCK || code == nix::libc::EOPNOTSUPP)
 }
 
 /// `database` with every symbolic link resolved (in its directories and, once it exists,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use sea_orm::{ConnAcquireErr, DbErr};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection as _;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Timeouts;
@@ -27,17 +28,35 @@ use super::Timeouts;
 /// How often the probe looks.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 
-/// Whether the database was last found out of reach. Shared by a pool and every clone of
-/// its `Db`.
-#[derive(Debug, Default)]
+/// Whether the database was last found out of reach, and when it was last found back.
+/// Shared by a pool and every clone of its `Db`.
+#[derive(Debug)]
 pub(super) struct Availability {
     unreachable: AtomicBool,
+    /// Counts the times the database was found back after being out of reach, and tells
+    /// each (see [`Availability::returns`]).
+    returned: watch::Sender<Option<Instant>>,
+}
+
+impl Default for Availability {
+    fn default() -> Self {
+        Availability {
+            unreachable: AtomicBool::new(false),
+            returned: watch::Sender::new(None),
+        }
+    }
 }
 
 impl Availability {
     /// Whether database work should be turned away now.
     pub(super) fn unreachable(&self) -> bool {
         self.unreachable.load(Ordering::Relaxed)
+    }
+
+    /// When the database was last found back after being out of reach, and a receiver
+    /// told each time it is.
+    pub(super) fn returns(&self) -> watch::Receiver<Option<Instant>> {
+        self.returned.subscribe()
     }
 
     /// Notes what the probe found, logging a change.
@@ -49,7 +68,10 @@ impl Availability {
                 "the database is out of reach: database work is answered unavailable at once \
                  until it is back"
             ),
-            (true, true) => tracing::info!("the database is reachable again"),
+            (true, true) => {
+                tracing::info!("the database is reachable again");
+                self.returned.send_replace(Some(Instant::now()));
+            }
             _ => {}
         }
     }

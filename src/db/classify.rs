@@ -18,13 +18,15 @@ pub enum Failure {
     /// reporting a connection failure (`08xxx`), refusing our credentials (`28xxx`, as after
     /// a password rotation), refusing connections for now (see [`refuses_connections`]), or
     /// lacking disk space, memory or working storage (see [`lacks_resources`]; on SQLite, a
-    /// full disk or an I/O error).
+    /// full disk).
     Unavailable,
-    /// The work was sent but its answer never came or could not be read: a connection
-    /// lost or silent past its deadline (`unreachable`: the database is worth retrying
-    /// shortly), or an answer that failed to decode. It may have committed.
+    /// The work was sent but its answer never came or could not be read, or the disk failed
+    /// it: a connection lost or silent past its deadline, or an I/O error on the server
+    /// (`unreachable`: the database is worth retrying shortly), or an answer that failed to
+    /// decode. It may have committed.
     MaybeCommitted {
-        /// Whether the database stopped answering (rather than answering unreadably).
+        /// Whether the database stopped answering, or its disk failed (rather than it
+        /// answering unreadably).
         unreachable: bool,
     },
 }
@@ -56,40 +58,54 @@ pub fn classify(err: &DbErr) -> Failure {
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => Failure::MaybeCommitted { unreachable: true },
-        sqlx::Error::Database(db_err) => by_code(db_err.code().unwrap_or_default().as_ref()),
+        sqlx::Error::Database(db_err) => {
+            let code = db_err.code().unwrap_or_default();
+            match db_err.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+                Some(_) => by_sqlite_code(code.as_ref()),
+                None => by_sqlstate(code.as_ref()),
+            }
+        }
         _ => Failure::MaybeCommitted { unreachable: false },
     }
 }
 
-/// What an error the database answered with means, by its code (PostgreSQL's SQLSTATE,
-/// or SQLite's result code as a number).
-fn by_code(code: &str) -> Failure {
-    // SQLite's primary result code, from an extended one.
-    let sqlite = code.parse::<i32>().ok().map(|code| code & 0xff);
-    // SQLITE_BUSY (5) and SQLITE_LOCKED (6).
-    let sqlite_busy = matches!(sqlite, Some(5 | 6));
-    // SQLITE_IOERR (10) and SQLITE_FULL (13): the disk failed or is full.
-    let sqlite_disk = matches!(sqlite, Some(10 | 13));
-    if matches!(code, "40001" | "40P01") || sqlite_busy {
+/// What an error PostgreSQL answered with means, by its SQLSTATE.
+fn by_sqlstate(code: &str) -> Failure {
+    if matches!(code, "40001" | "40P01") {
         Failure::Transient
     } else if code.starts_with("08")
         || code.starts_with("28")
         || refuses_connections(code)
         || lacks_resources(code)
-        || sqlite_disk
     {
         Failure::Unavailable
+    } else if code.starts_with("58") {
+        // The operating system failed the server's I/O: even a commit may have happened.
+        Failure::MaybeCommitted { unreachable: true }
     } else {
         Failure::Refused
     }
 }
 
+/// What an error SQLite answered with means, by its (extended) result code.
+fn by_sqlite_code(code: &str) -> Failure {
+    match code.parse::<i32>().map(|code| code & 0xff) {
+        // SQLITE_BUSY and SQLITE_LOCKED.
+        Ok(5 | 6) => Failure::Transient,
+        // SQLITE_FULL: the disk is full, and the work was rolled back.
+        Ok(13) => Failure::Unavailable,
+        // SQLITE_IOERR: the disk failed the work, a commit's included.
+        Ok(10) => Failure::MaybeCommitted { unreachable: true },
+        _ => Failure::Refused,
+    }
+}
+
 /// Whether PostgreSQL's `code` says the server lacks what the work needs, rolling it back:
-/// disk space, memory or another resource (class `53`), or the operating system failed it
-/// (class `58`, an I/O error). Doing it again as it is may well succeed once that is
-/// mended, so it is answered like a database out of reach (`503` with `Retry-After`).
+/// disk space, memory or another resource (class `53`). Doing it again as it is may well
+/// succeed once that is mended, so it is answered like a database out of reach (`503`
+/// with `Retry-After`).
 fn lacks_resources(code: &str) -> bool {
-    code.starts_with("53") || code.starts_with("58")
+    code.starts_with("53")
 }
 
 /// Whether PostgreSQL's `code` says the server cannot take a connection now, or ended
@@ -158,18 +174,40 @@ mod tests {
     }
 
     #[test]
-    fn errors_the_database_answers_are_told_by_their_code() {
-        for transient in ["40001", "40P01", "5", "517", "6", "262"] {
-            assert_eq!(by_code(transient), Failure::Transient, "{transient}");
+    fn errors_postgresql_answers_are_told_by_their_sqlstate() {
+        for transient in ["40001", "40P01"] {
+            assert_eq!(by_sqlstate(transient), Failure::Transient, "{transient}");
         }
-        // A full disk, out of memory, an I/O error: nothing done, worth retrying later.
+        // A full disk, out of memory, a connection refused: nothing done, worth retrying.
         for unavailable in [
-            "53100", "53200", "53300", "58030", "08006", "28P01", "57P01", "13", "10", "778",
+            "53100", "53200", "53300", "08006", "28P01", "57P01", "3D000",
         ] {
-            assert_eq!(by_code(unavailable), Failure::Unavailable, "{unavailable}");
+            assert_eq!(
+                by_sqlstate(unavailable),
+                Failure::Unavailable,
+                "{unavailable}"
+            );
         }
-        for refused in ["23505", "22P02", "42P01", "19", "2067", ""] {
-            assert_eq!(by_code(refused), Failure::Refused, "{refused}");
+        let io = Failure::MaybeCommitted { unreachable: true };
+        assert_eq!(by_sqlstate("58030"), io, "an I/O error may follow a commit");
+        // All digits, but no SQLite code: 42501 and 22021 were once read as SQLite's busy
+        // and locked, 22026 as its I/O error.
+        for refused in ["23505", "22P02", "42P01", "42501", "22021", "22026", ""] {
+            assert_eq!(by_sqlstate(refused), Failure::Refused, "{refused}");
+        }
+    }
+
+    #[test]
+    fn errors_sqlite_answers_are_told_by_their_result_code() {
+        for transient in ["5", "517", "6", "262"] {
+            assert_eq!(by_sqlite_code(transient), Failure::Transient, "{transient}");
+        }
+        assert_eq!(by_sqlite_code("13"), Failure::Unavailable, "a full disk");
+        let io = Failure::MaybeCommitted { unreachable: true };
+        assert_eq!(by_sqlite_code("10"), io);
+        assert_eq!(by_sqlite_code("778"), io, "SQLITE_IOERR_WRITE");
+        for refused in ["19", "2067", "1", "8", ""] {
+            assert_eq!(by_sqlite_code(refused), Failure::Refused, "{refused}");
         }
     }
 

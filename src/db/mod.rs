@@ -355,6 +355,12 @@ impl Db {
         self.availability.unreachable()
     }
 
+    /// When this process's probe last found the database back after finding it out of
+    /// reach (`None`: never), as a receiver whose `changed()` resolves each time it does.
+    pub fn returns(&self) -> tokio::sync::watch::Receiver<Option<std::time::Instant>> {
+        self.availability.returns()
+    }
+
     /// `SELECT 1`, for readiness checks.
     pub async fn ping(&self) -> Result<(), DbErr> {
         self.conn.ping().await

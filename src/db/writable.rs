@@ -28,7 +28,13 @@ impl Db {
         let written = txn
             .execute_unprepared(&format!("PRAGMA user_version = {version}"))
             .await;
-        txn.rollback().await?;
-        written.map(drop)
+        match written {
+            // SQLite may have ended the transaction itself: the write's error is the news.
+            Err(err) => {
+                let _ = txn.rollback().await;
+                Err(err)
+            }
+            Ok(_) => txn.rollback().await,
+        }
     }
 }

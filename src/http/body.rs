@@ -1,11 +1,12 @@
 //! Reading a request's body: within the body limit, and whole within
 //! `COURIER_BODY_TIMEOUT_MS` of when reading began, so that a client sending a large body a
 //! byte at a time (each byte soon enough after the last to pass the stall timeout of
-//! [`super::connections`]) cannot hold a connection, and the cap on connections, for days.
+//! [`super::connections`]) cannot hold a connection, and the cap on connections, for days;
+//! and a body refused unread is read and thrown away for a moment first.
 
 use std::time::Duration;
 
-use axum::body::{Body, Bytes, HttpBody as _};
+use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use futures_util::StreamExt as _;
 
@@ -46,13 +47,11 @@ impl Unreadable {
     }
 }
 
-/// Reads `body` whole: at most `limit` bytes (one that declares more is refused before
-/// anything is read), all of it `within` the deadline.
+/// Reads `body` whole: at most `limit` bytes, all of it `within` the deadline. (A request
+/// whose `Content-Length` is over the limit never gets here: it is answered `413` before
+/// anything else, see [`super::router`].)
 pub async fn read(body: Body, limit: usize, within: Duration) -> Result<Bytes, Unreadable> {
     let limit = u64::try_from(limit).unwrap_or(u64::MAX);
-    if body.size_hint().lower() > limit {
-        return Err(Unreadable::TooLarge);
-    }
     let reading = async {
         let mut chunks = body.into_data_stream();
         let mut whole = Vec::new();
@@ -75,6 +74,27 @@ pub async fn read(body: Body, limit: usize, within: Duration) -> Result<Bytes, U
     tokio::time::timeout(within, reading)
         .await
         .unwrap_or(Err(Unreadable::TooSlow))
+}
+
+/// How long a body is read and thrown away before a request refused unread is answered.
+const DISCARD_WITHIN: Duration = Duration::from_secs(1);
+
+/// Reads and throws away what arrives of `body` (at most `limit` bytes, for at most a
+/// second), before answering a request refused without reading it: a connection closed
+/// with unread bytes is reset, and a client still sending a large body would see the reset
+/// instead of the answer.
+pub async fn discard(body: Body, limit: usize) {
+    let mut chunks = body.into_data_stream();
+    let draining = async {
+        let mut read = 0;
+        while let Some(Ok(chunk)) = chunks.next().await {
+            read += chunk.len();
+            if read > limit {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DISCARD_WITHIN, draining).await;
 }
 
 /// Whether `err`, or what caused it, is the body's stall timeout (see

@@ -76,13 +76,19 @@ pub async fn post(
     let Some(media) = negotiate::response_media_type(&headers) else {
         return not_acceptable();
     };
-    // A missing or wrong key is 401 whatever else is wrong with the request, before its
-    // body is read: a caller without a key holds no connection while a body arrives.
+    // A missing or wrong key is 401 whatever else is wrong with the request (but for a
+    // declared length over the limit, 413 at once), before its body is read: a caller
+    // without a key holds no connection while a body arrives.
+    let limit = state.app.config.max_body_bytes;
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,
-        Err(err) => return auth_error(media, err),
+        Err(err) => {
+            super::body::discard(body, limit).await;
+            return auth_error(media, err);
+        }
     };
     if !negotiate::is_json_request(&headers) {
+        super::body::discard(body, limit).await;
         return request_error(
             media,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -91,6 +97,7 @@ pub async fn post(
         );
     }
     if !negotiate::is_unencoded(&headers) {
+        super::body::discard(body, limit).await;
         let mut refused = request_error(
             media,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -104,9 +111,8 @@ pub async fn post(
         );
         return refused;
     }
-    let config = &state.app.config;
-    let within = std::time::Duration::from_millis(config.body_timeout_ms);
-    let body = match super::body::read(body, config.max_body_bytes, within).await {
+    let within = std::time::Duration::from_millis(state.app.config.body_timeout_ms);
+    let body = match super::body::read(body, limit, within).await {
         Ok(body) => body,
         Err(unreadable) => {
             let (status, message) = unreadable.refusal();

@@ -126,7 +126,7 @@ impl Worker {
             shares: Arc::new(Shares::new(concurrency, state.wakeup.clone())),
             claimer,
             unopened: UnopenedEndpoints::default(),
-            recovery: Arc::default(),
+            recovery: Arc::new(Recovery::new(state.db.returns())),
             state,
         })
     }
@@ -166,6 +166,16 @@ impl Worker {
             }
             if shutdown.is_cancelled() {
                 break;
+            }
+            // After an outage, outcomes held through it are written first (see [`recovery`]).
+            if let Some(wait) = this
+                .recovery
+                .wait_before_claiming(this.state.config.lease())
+            {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => continue,
+                    () = shutdown.cancelled() => break,
+                }
             }
             let free = this.slots.available_permits().min(MAX_CLAIM_BATCH);
             // With a backlog, slots are gathered into one claim rather than claimed as
@@ -225,12 +235,9 @@ impl Worker {
                 }
                 // A database out of reach is an outage, a warning like every other failure
                 // it causes; anything else is a fault.
-                // Claims then wait for outcomes held through the outage (see [`recovery`]).
                 Err(err) if crate::db::is_unavailable(&err) => {
                     tracing::warn!(error = %error_chain(&err),
-                        "claiming deliveries failed: the database is unavailable");
-                    this.recovery.wait_for(&this.state.db, &shutdown).await;
-                    continue;
+                        "claiming deliveries failed: the database is unavailable")
                 }
                 Err(err) => {
                     tracing::error!(error = %error_chain(&err), "claiming deliveries failed")

@@ -33,7 +33,7 @@ const MAX_WRITERS: usize = 2;
 /// First pause between tries at writing a batch.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest pause between tries at writing a batch.
-pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How long a batch is retried through an unreachable database before its outcomes are
 /// left to be reclaimed.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
@@ -196,7 +196,10 @@ impl Recorder {
         attempts: &[FinishedAttempt],
     ) -> Result<Vec<Recorded>, Unwritten> {
         let started = std::time::Instant::now();
-        let mut back = self.recovery.watch_back();
+        let mut returns = self.state.db.returns();
+        // Claims wait while outcomes the database could not take are held (see
+        // [`super::recovery`]).
+        let mut holding = None;
         let mut backoff = FIRST_BACKOFF;
         let (mut tries, mut refusals) = (0, 0);
         let policy = HealthPolicy {
@@ -213,6 +216,9 @@ impl Recorder {
                 Err(err) => err,
             };
             let stopping = self.state.shutdown.is_cancelled() && tries >= 3;
+            if is_unavailable(&err) && holding.is_none() {
+                holding = Some(self.recovery.hold(attempts.len()));
+            }
             if is_unavailable(&err) || is_transient(&err) {
                 if started.elapsed() >= GIVE_UP_AFTER || stopping {
                     return Err(Unwritten::Unreachable(err));
@@ -225,11 +231,11 @@ impl Recorder {
             }
             self.state.metrics.recording_retries.inc();
             tracing::warn!(error = %error_chain(&err), outcomes = attempts.len(), "recording failed; retrying");
-            // A database that answers again after an outage is written to at once: claims
-            // wait meanwhile, so what was held through it is recorded before they resume.
+            // A database found back after an outage is written to at once: claims wait
+            // meanwhile, so what was held through it is recorded before they resume.
             tokio::select! {
                 () = tokio::time::sleep(backoff) => backoff = (backoff * 2).min(MAX_BACKOFF),
-                Ok(()) = back.changed() => backoff = FIRST_BACKOFF,
+                Ok(()) = returns.changed() => backoff = FIRST_BACKOFF,
             }
         }
     }

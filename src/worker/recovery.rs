@@ -1,96 +1,133 @@
-//! Claims after an outage: once a claim finds the database out of reach, this process
-//! claims nothing more (neither its claiming loop nor a submission) until the database
-//! answers again and [`SETTLE`] more has passed, and its recorder is told the moment it
-//! answers.
+//! Claims after an outage: this process claims nothing (neither its claiming loop nor a
+//! submission claiming at submit) while its recorder holds outcomes the database could not
+//! take, nor for [`SETTLE`] after its probe finds the database back from out of reach; and
+//! the recorder writes what it holds the moment the probe finds the database back.
 //!
 //! Why: a webhook answered while the database was out of reach leaves its outcome held by
-//! the recorder, and after an outage longer than the lease every such delivery is due again.
-//! Were claims to start as soon as the database answers, a claim (in this process or in
-//! another that saw the same outage) would retake those leases and send the webhooks a
-//! second time while the answers waited to be written. Pausing every process that saw the
-//! outage, and writing held outcomes at once, lets them be recorded first. A process that
-//! saw no outage (only another one lost the database) claims as usual: the other process
-//! may be gone for good, and its deliveries are retaken after their lease as always.
+//! the recorder, and after an outage longer than the lease its delivery is due again. Were
+//! claims to start as soon as the database answers, a claim (in this process, or in
+//! another that saw the same outage) would retake that lease and send the webhook a second
+//! time while its answer waited to be written. This process waits for exactly what it
+//! holds; another process cannot know what this one holds, and waits [`SETTLE`], time
+//! enough for the holder to be told and write it (a write that takes longer, on a database
+//! slow to recover, can still lose that race: delivery stays at least once). A process
+//! whose probe saw no outage (only another process lost the database) claims as usual: the
+//! other process may be gone for good, and its deliveries are retaken after their lease as
+//! always.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
-use crate::db::Db;
-
-/// How long claims stay paused once the database answers again: at least the recorder's
-/// longest pause between tries (see [`super::recorder`]), so that outcomes a process holds
-/// are written even if it missed being told.
+/// How long claims wait once the probe finds the database back after finding it out of
+/// reach: time for every process that holds outcomes to be told at once and write them.
 pub(super) const SETTLE: Duration = Duration::from_secs(2);
-const _: () = assert!(super::recorder::MAX_BACKOFF.as_nanos() <= SETTLE.as_nanos());
 
-/// How often the database is looked at while it is out of reach.
-const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// How often claims look again while they wait.
+const LOOK_AGAIN: Duration = Duration::from_millis(50);
 
-/// The longest one look may wait for an answer.
-const LOOK_WITHIN: Duration = Duration::from_secs(1);
-
-/// Whether claims are paused after an outage, and a signal each time the database answers
-/// again. Shared by the claiming loop, the claims at submit and the recorder.
+/// What claims wait for after an outage. Shared by the claiming loop, the claims at submit
+/// and the recorder.
 pub(super) struct Recovery {
-    pausing: AtomicBool,
-    back: watch::Sender<u64>,
-}
-
-impl Default for Recovery {
-    fn default() -> Self {
-        Recovery {
-            pausing: AtomicBool::new(false),
-            back: watch::Sender::new(0),
-        }
-    }
+    /// How many outcomes the recorder is retrying because the database could not take
+    /// them, and since when there have been any.
+    held: Mutex<(usize, Option<Instant>)>,
+    /// When the probe last found the database back (see [`crate::db::Db::returns`]).
+    returns: watch::Receiver<Option<Instant>>,
 }
 
 impl Recovery {
-    /// Whether claims are paused now.
-    pub(super) fn pausing(&self) -> bool {
-        self.pausing.load(Ordering::Acquire)
-    }
-
-    /// A receiver whose `changed()` resolves the next time the database answers again
-    /// after an outage.
-    pub(super) fn watch_back(&self) -> watch::Receiver<u64> {
-        self.back.subscribe()
-    }
-
-    /// After a claim found the database out of reach: pauses claims, waits until `db`
-    /// answers (looking every [`LOOK_EVERY`]), tells the recorder, then waits [`SETTLE`]
-    /// before claims resume. Returns early, unpaused, on `shutdown`.
-    pub(super) async fn wait_for(&self, db: &Db, shutdown: &CancellationToken) {
-        self.pausing.store(true, Ordering::Release);
-        self.until_back(db, shutdown).await;
-        self.pausing.store(false, Ordering::Release);
-    }
-
-    async fn until_back(&self, db: &Db, shutdown: &CancellationToken) {
-        loop {
-            let look = tokio::select! {
-                looked = db.within(LOOK_WITHIN, db.ping()) => looked,
-                () = shutdown.cancelled() => return,
-            };
-            if look.is_ok() {
-                break;
-            }
-            tokio::select! {
-                () = tokio::time::sleep(LOOK_EVERY) => {}
-                () = shutdown.cancelled() => return,
-            }
+    /// Waiting on what `returns` says of the database's returns.
+    pub(super) fn new(returns: watch::Receiver<Option<Instant>>) -> Self {
+        Recovery {
+            held: Mutex::new((0, None)),
+            returns,
         }
-        self.back.send_modify(|times| *times += 1);
-        tracing::info!(
-            settle_ms = SETTLE.as_millis() as u64,
-            "the database answers again: outcomes held through the outage are written before claims resume"
+    }
+
+    /// How long claims should wait before looking again, if they must wait now: while the
+    /// recorder holds outcomes the database could not take (for at most `cap`, a lease,
+    /// after which their deliveries would be retaken anyway), and for [`SETTLE`] after the
+    /// database came back.
+    pub(super) fn wait_before_claiming(&self, cap: Duration) -> Option<Duration> {
+        let held_since = self.held.lock().unwrap_or_else(PoisonError::into_inner).1;
+        if held_since.is_some_and(|since| since.elapsed() < cap) {
+            return Some(LOOK_AGAIN);
+        }
+        let returned = (*self.returns.borrow())?;
+        SETTLE
+            .checked_sub(returned.elapsed())
+            .filter(|left| !left.is_zero())
+            .map(|left| left.min(LOOK_AGAIN))
+    }
+
+    /// Counts `outcomes` as held until the returned guard is dropped (written, or given up).
+    pub(super) fn hold(&self, outcomes: usize) -> Holding<'_> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.0 += outcomes;
+        held.1.get_or_insert_with(Instant::now);
+        Holding {
+            recovery: self,
+            outcomes,
+        }
+    }
+}
+
+/// Outcomes counted as held (see [`Recovery::hold`]) while this lives.
+pub(super) struct Holding<'a> {
+    recovery: &'a Recovery,
+    outcomes: usize,
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        let mut held = self
+            .recovery
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.0 = held.0.saturating_sub(self.outcomes);
+        if held.0 == 0 {
+            held.1 = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn claims_wait_while_outcomes_are_held() {
+        let (_returned, returns) = watch::channel(None);
+        let recovery = Recovery::new(returns);
+        assert_eq!(recovery.wait_before_claiming(LEASE), None);
+        let first = recovery.hold(3);
+        let second = recovery.hold(1);
+        assert!(recovery.wait_before_claiming(LEASE).is_some());
+        drop(first);
+        assert!(
+            recovery.wait_before_claiming(LEASE).is_some(),
+            "one is still held"
         );
-        tokio::select! {
-            () = tokio::time::sleep(SETTLE) => {}
-            () = shutdown.cancelled() => {}
-        }
+        drop(second);
+        assert_eq!(recovery.wait_before_claiming(LEASE), None);
+        // Held for longer than the cap, claims go on: the deliveries are due again anyway.
+        let _held = recovery.hold(1);
+        assert_eq!(recovery.wait_before_claiming(Duration::ZERO), None);
+    }
+
+    #[test]
+    fn claims_wait_a_moment_after_the_database_is_back() {
+        let (returned, returns) = watch::channel(None);
+        let recovery = Recovery::new(returns);
+        returned.send_replace(Some(Instant::now()));
+        let wait = recovery.wait_before_claiming(LEASE);
+        assert!(wait.is_some_and(|wait| wait <= LOOK_AGAIN), "{wait:?}");
+        returned.send_replace(Instant::now().checked_sub(SETTLE));
+        assert_eq!(recovery.wait_before_claiming(LEASE), None);
     }
 }

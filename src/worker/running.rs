@@ -146,7 +146,10 @@ impl Starter for Running {
             || worker.state.shutdown.is_cancelled()
             || self.backlogged.load(Ordering::Relaxed)
             || worker.unopened.contains(endpoint_id)
-            || worker.recovery.pausing()
+            || worker
+                .recovery
+                .wait_before_claiming(worker.state.config.lease())
+                .is_some()
         {
             return None;
         }

@@ -1047,12 +1047,15 @@ function numberField(id) {
 const EDITOR_FIELDS = ["editor-name", "editor-url", "editor-types", "editor-in-flight", "editor-rate"];
 
 /**
- * The event types written in the editor: separated by whitespace, with or without a comma
- * before it. An event type holds no whitespace but may hold a comma (`invoice.created,v2`),
- * so a list shown as `a, b` reads back exactly as it was.
+ * The event types written in the editor, separated by commas or whitespace. An event type
+ * holds no whitespace but may hold a comma (`invoice.created,v2`), so a type the endpoint
+ * already had, shown as it is, reads back whole; a new one is split at its commas.
  */
 function eventTypesField() {
-  return $("editor-types").value.trim().split(/,?\s+/).filter(Boolean);
+  const had = new Set(page.editing && page.editing.eventTypes ? page.editing.eventTypes : []);
+  return $("editor-types").value.trim().split(/,?\s+/)
+    .flatMap((typed) => (had.has(typed) ? [typed] : typed.split(",")))
+    .filter(Boolean);
 }
 
 async function saveEditor() {

@@ -220,9 +220,8 @@ pub struct Place {
 }
 
 /// `key` checked as an ordering key: 1 to [`MAX_ORDERING_KEY_CHARS`] characters, none of
-/// them a control character, and not beginning with `courier.`, the prefix of the lines
-/// Courier's own events take (see [`operational::about_key`]): a caller's delivery in one
-/// of those lines would hold Courier's events behind it (`BAD_USER_INPUT` otherwise).
+/// them a control character (`BAD_USER_INPUT` otherwise). A new submission's key is also
+/// checked with [`refuse_reserved`].
 pub fn validate(key: &str) -> Result<String> {
     let chars = key.chars().count();
     if chars == 0 || chars > MAX_ORDERING_KEY_CHARS {
@@ -235,13 +234,24 @@ pub fn validate(key: &str) -> Result<String> {
             "orderingKey must not contain control characters",
         ));
     }
-    if key.starts_with(operational::RESERVED_PREFIX) {
-        return Err(Error::bad_input(format!(
-            "orderingKey must not begin with `{}`: that prefix is reserved for Courier's own events",
-            operational::RESERVED_PREFIX
-        )));
-    }
     Ok(key.to_owned())
+}
+
+/// Refuses (`BAD_USER_INPUT`) a new submission's ordering key that begins with `courier.`,
+/// the prefix of the lines Courier's own events take (see [`operational::about_key`]): a
+/// caller's delivery in one of those lines would hold Courier's events behind it. Checked
+/// after an idempotent repeat is answered, so a repeat of a submission stored before the
+/// prefix was reserved still gets it back.
+pub fn refuse_reserved(key: Option<&str>) -> Result<()> {
+    match key {
+        Some(key) if key.starts_with(operational::RESERVED_PREFIX) => {
+            Err(Error::bad_input(format!(
+                "orderingKey must not begin with `{}`: that prefix is reserved for Courier's own events",
+                operational::RESERVED_PREFIX
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The `{source}`-entering CTEs for a statement of `backend` (PostgreSQL only: SQLite has no

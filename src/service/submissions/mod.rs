@@ -126,6 +126,7 @@ impl Submissions {
                     .await;
             }
         }
+        lines::refuse_reserved(ordering_key.as_deref())?;
 
         let rows = NewRows {
             submission: submission::Model {

@@ -144,6 +144,7 @@ impl Fanout {
                 return self.answer_existing(existing, &event_type, &hash, &ordering_key);
             }
         }
+        lines::refuse_reserved(ordering_key.as_deref())?;
 
         let event = event::Model {
             id: crate::db::ids::new_id(),

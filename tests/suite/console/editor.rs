@@ -1,6 +1,7 @@
 //! The console's endpoint editor changes what was edited and nothing else: a new name
 //! leaves event types (even ones holding a comma) and a cap that follows the process-wide
-//! default as they were, and event types written in it read back exactly.
+//! default as they were, and event types are read as written (commas in a type the
+//! endpoint had kept, new ones split at their commas).
 
 use serde_json::{json, Value};
 
@@ -124,8 +125,8 @@ async fn the_editor_changes_only_what_was_edited() {
         (json!("orders, renamed"), types, None)
     );
 
-    // Types written in the editor, separated by spaces with or without a comma before
-    // them; a comma inside a type stays part of it.
+    // Types written in the editor, separated by commas or spaces; a comma inside a type
+    // the endpoint already had stays part of it.
     edit(
         &page,
         &app,
@@ -133,7 +134,7 @@ async fn the_editor_changes_only_what_was_edited() {
         &endpoint,
         "document.getElementById('editor-name').value = 'orders'; \
          document.getElementById('editor-types').value = \
-           document.getElementById('editor-types').value + ', order.shipped  refund.made'",
+           document.getElementById('editor-types').value + ', order.shipped  refund.made,refund.failed'",
         "orders",
     )
     .await;
@@ -145,6 +146,7 @@ async fn the_editor_changes_only_what_was_edited() {
                 "invoice.created,v2",
                 "order.paid",
                 "order.shipped",
+                "refund.failed",
                 "refund.made"
             ]),
             None

@@ -166,6 +166,56 @@ async fn a_body_sent_a_byte_at_a_time_is_cut_off() {
     }
 }
 
+/// A large body sent whole, as many clients send it before reading, with a key that is no
+/// longer valid gets its `401` (its body refused unread is read and thrown away first, so
+/// that a connection closed with bytes unread, which the system resets, cannot cost a
+/// client on a slower network its answer).
+#[tokio::test]
+async fn a_large_body_with_a_bad_key_gets_its_answer() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let body = format!(
+        "{{\"query\":\"{{ endpoints {{ edges {{ cursor }} }} }}\",\"pad\":\"{}\"}}",
+        "x".repeat(900_000)
+    );
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(app.addr).await.expect("connect");
+        let head = posting("not-a-key", body.len());
+        // As many clients do: the whole request is sent before the answer is read.
+        let sent = tokio::time::timeout(WITHIN, async {
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(body.as_bytes()).await
+        })
+        .await
+        .expect("sent in time");
+        assert!(
+            sent.is_ok(),
+            "the connection was reset while sending: {sent:?}"
+        );
+        // The status line is all this needs (the connection may stay open for more).
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(WITHIN, async {
+            let mut chunk = [0u8; 4096];
+            while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk).await {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => answer.extend_from_slice(&chunk[..n]),
+                    Err(err) => return Err(err),
+                }
+            }
+            Ok(())
+        })
+        .await
+        .expect("answered in time");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            read.is_ok(),
+            "the connection was reset: {read:?} after {answer:?}"
+        );
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer:?}");
+    }
+}
+
 #[tokio::test]
 async fn an_idle_kept_alive_connection_is_closed() {
     let db = TestDb::new(Backend::Sqlite).await;

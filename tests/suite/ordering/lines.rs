@@ -443,6 +443,21 @@ async fn bad_ordering_keys_change_nothing(backend: Backend) {
         "{other}"
     );
     assert_eq!(row_counts(&app).await, (1, 1));
+
+    // A submission stored with a `courier.` key before that prefix was reserved: a repeat
+    // still gets it back, rather than a refusal its sender would take for a failure.
+    let reserved = "courier.stored-before";
+    for table in ["submissions", "webhook_deliveries"] {
+        crate::support::fixtures::rows(
+            &app.state.db,
+            &format!("UPDATE {table} SET ordering_key = $1"),
+            vec![reserved.into()],
+        )
+        .await;
+    }
+    let repeated = submit(reserved.into()).await;
+    assert_eq!(repeated["data"]["submit"]["created"], false, "{repeated}");
+    assert_eq!(row_counts(&app).await, (1, 1));
 }
 
 on_both_backends!(
