@@ -110,6 +110,11 @@ const page = {
   olderTouched: null,
   /** Endpoints heard of in events but not yet read, already asked for. */
   unknownEndpoints: new Set(),
+  /**
+   * The tenants of endpoints the page has not read (past the endpoints it reads), learned
+   * from deliveries the API listed under a tenant filter: by endpoint id.
+   */
+  tenantOf: new Map(),
   /** Endpoint reads: the newest one started (an older answer is dropped). */
   endpointGeneration: 0,
   quietTimer: 0,
@@ -311,6 +316,7 @@ function signOut(message = "") {
   page.order = [];
   page.queued = [];
   page.unknownEndpoints = new Set();
+  page.tenantOf = new Map();
   $("feed").replaceChildren();
   $("endpoints").tBodies[0].replaceChildren();
   // The next key starts afresh: no filter, chart or half-typed form of this one's.
@@ -632,9 +638,23 @@ function matchesFilter(row) {
   const { endpointId, state, tenantId } = page.filter;
   if (tenantId) {
     const endpoint = page.endpoints.get(row.endpointId);
-    if (!endpoint || !inChosenTenant(endpoint)) return false;
+    const inTenant = endpoint ? inChosenTenant(endpoint) : page.tenantOf.get(row.endpointId) === tenantId;
+    if (!inTenant) return false;
   }
   return (!endpointId || row.endpointId === endpointId) && (!state || row.state === state);
+}
+
+/**
+ * A feed row for a delivery the API listed under the feed's filter: under a tenant filter,
+ * its endpoint is that tenant's, though the page may not have read the endpoint (it reads
+ * the first ENDPOINT_PAGES pages of them).
+ */
+function listedRow(edge) {
+  const row = readRow(edge);
+  if (page.filter.tenantId && !page.endpoints.has(row.endpointId)) {
+    page.tenantOf.set(row.endpointId, page.filter.tenantId);
+  }
+  return row;
 }
 
 /** Whether the endpoint belongs to the tenant an admin chose (any, when none is chosen). */
@@ -693,7 +713,7 @@ async function reread() {
     const rows = new Map();
     const edges = data.deliveries.edges;
     for (const edge of edges) {
-      const row = readRow(edge);
+      const row = listedRow(edge);
       const change = touched.get(row.id);
       if (change) row.state = change.state;
       if (matchesFilter(row)) rows.set(row.id, row);
@@ -904,7 +924,7 @@ async function showOlder(button) {
         // Only what is older than the feed's bottom goes below it (newer rows are shown).
         const bottom = page.rows.get(page.order[page.order.length - 1]);
         if (bottom && !newer(bottom, edge.node)) continue;
-        const row = readRow(edge);
+        const row = listedRow(edge);
         const state = page.olderTouched.get(row.id);
         if (state) row.state = state;
         if (!matchesFilter(row)) continue;

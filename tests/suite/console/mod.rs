@@ -8,6 +8,7 @@ mod editor;
 mod flow_column;
 mod lines;
 mod live_views;
+mod many_endpoints;
 mod portal;
 mod reads;
 mod recovery;
