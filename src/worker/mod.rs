@@ -2,7 +2,7 @@
 //! endpoints within each endpoint's flow control (see [`claim`] and [`turns`]), sends each (at
 //! most `COURIER_WORKER_CONCURRENCY` in flight), hands the outcomes to a recorder that writes
 //! them in batches under each claim's fence, and on shutdown stops claiming and lets
-//! in-flight requests finish within a grace period.
+//! in-flight requests finish within a grace period (see [`drain`]).
 //!
 //! A slot is held from the claim to the end of the request. The outcome then waits to be
 //! recorded under a recording permit (twice as many permits as slots), so batches being
@@ -14,6 +14,7 @@ mod attempt;
 pub mod claim;
 pub mod claimer;
 pub mod dispatch;
+mod drain;
 pub mod ended;
 mod endpoint_clients;
 pub mod endpoints_until;
@@ -34,7 +35,7 @@ pub mod turns;
 pub mod unopened;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sea_orm::DbErr;
@@ -68,10 +69,6 @@ const REVISIT_PAUSE: Duration = Duration::from_millis(2);
 /// How often each worker sweeps every endpoint for due work that nothing woke (a backstop:
 /// wake-ups are written with the work itself).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
-
-/// On shutdown, how long the outcomes of finished requests may take to be recorded, past
-/// the grace period if need be; a silent database gets no longer.
-const RECORD_LAST_OUTCOMES_WITHIN: Duration = Duration::from_secs(5);
 
 /// A delivery worker for one process.
 pub struct Worker {
@@ -456,48 +453,5 @@ impl Worker {
     /// Wakes the claiming loop for a freed slot.
     fn slot_freed(&self) {
         self.state.wakeup.free_slot();
-    }
-
-    /// Lets in-flight deliveries finish, and their outcomes be recorded, within the grace period.
-    async fn drain(&self, running: &Running, recorder: tokio::task::JoinHandle<()>) {
-        let grace = self.state.config.shutdown_grace();
-        let deadline = tokio::time::Instant::now() + grace;
-        running.reservations_settled(deadline).await;
-        running.tasks.close();
-        let remaining = running.tasks.len();
-        if remaining > 0 {
-            tracing::info!(
-                remaining,
-                ?grace,
-                "delivery worker stopping: letting in-flight deliveries finish"
-            );
-        }
-        if tokio::time::timeout_at(deadline, running.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                unfinished = running.tasks.len(),
-                "grace period over; unfinished deliveries will be reclaimed after their lease"
-            );
-            running.abandon.cancel();
-            running.tasks.wait().await;
-        }
-        // Every sender is gone now: the recorder writes what it holds and stops.
-        running
-            .results
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let flush = deadline.max(tokio::time::Instant::now() + RECORD_LAST_OUTCOMES_WITHIN);
-        let mut recorder = recorder;
-        if tokio::time::timeout_at(flush, &mut recorder).await.is_err() {
-            // Stopped, so the connections it holds go back and the process can exit.
-            recorder.abort();
-            tracing::warn!(
-                "recording the last outcomes took too long; they will be retried after their lease"
-            );
-        }
-        tracing::info!("delivery worker stopped");
     }
 }
