@@ -304,7 +304,8 @@ async fn create_api_key(
         tenant: args.tenant,
         expires_in: None,
     };
-    // Flags that contradict each other are a usage error, told before the database is opened.
+    // Flags that contradict each other are a usage error, told before the database is
+    // opened.
     if let Err(refused) = limits.scope(role) {
         return Err(CommandError::Settings(refused.to_string()));
     }

@@ -57,8 +57,9 @@ pub enum ServeLockError {
 }
 
 /// Takes the serving lock of the SQLite file `database_url` names (`None` for PostgreSQL,
-/// an in-memory database, or a file system that takes no such locks, which is warned of). A lock file this user may read but not write (left by a
-/// process run as another user) still locks: the lock needs no write access.
+/// an in-memory database, or a file system that takes no such locks, which is warned of).
+/// A lock file this user may read but not write (left by a process run as another user)
+/// still locks: the lock needs no write access.
 pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
     let Some(database) = db::sqlite_path(database_url) else {
         return Ok(None);

@@ -1063,7 +1063,7 @@ function numberField(id) {
   return text === "" ? null : Number.parseInt(text, 10);
 }
 
-/** The editor's fields, each with the input field it is read into. */
+/** The ids of the editor's input fields, in the order they are read. */
 const EDITOR_FIELDS = ["editor-name", "editor-url", "editor-types", "editor-in-flight", "editor-rate"];
 
 /**

@@ -1,5 +1,6 @@
-//! The built binary, run as users run it: `schema` (read whole or in part), `--help`, `api-key create`,
-//! `tenant create|list` and `migrate`, and settings given that no command reads.
+//! The built binary, run as users run it: `schema` (read whole or in part), `--help`,
+//! `api-key create`, `tenant create|list` and `migrate`, settings given that no command
+//! reads, and settings it cannot read.
 
 use std::process::{Command, Stdio};
 
