@@ -15,6 +15,7 @@
 //! other process may be gone for good, and its deliveries are retaken after their lease as
 //! always.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -31,8 +32,10 @@ const LOOK_AGAIN: Duration = Duration::from_millis(50);
 /// and the recorder.
 pub(super) struct Recovery {
     /// How many outcomes the recorder is retrying because the database could not take
-    /// them, and since when there have been any.
-    held: Mutex<(usize, Option<Instant>)>,
+    /// them: read on every claim, so an atomic; changed only under `held_since`'s lock.
+    held: AtomicUsize,
+    /// Since when there have been any.
+    held_since: Mutex<Option<Instant>>,
     /// When the probe last found the database back (see [`crate::db::Db::returns`]).
     returns: watch::Receiver<Option<Instant>>,
 }
@@ -41,7 +44,8 @@ impl Recovery {
     /// Waiting on what `returns` says of the database's returns.
     pub(super) fn new(returns: watch::Receiver<Option<Instant>>) -> Self {
         Recovery {
-            held: Mutex::new((0, None)),
+            held: AtomicUsize::new(0),
+            held_since: Mutex::new(None),
             returns,
         }
     }
@@ -51,9 +55,14 @@ impl Recovery {
     /// after which their deliveries would be retaken anyway), and for [`SETTLE`] after the
     /// database came back.
     pub(super) fn wait_before_claiming(&self, cap: Duration) -> Option<Duration> {
-        let held_since = self.held.lock().unwrap_or_else(PoisonError::into_inner).1;
-        if held_since.is_some_and(|since| since.elapsed() < cap) {
-            return Some(LOOK_AGAIN);
+        if self.held.load(Ordering::Acquire) > 0 {
+            let since = *self
+                .held_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if since.is_some_and(|since| since.elapsed() < cap) {
+                return Some(LOOK_AGAIN);
+            }
         }
         let returned = (*self.returns.borrow())?;
         SETTLE
@@ -64,9 +73,12 @@ impl Recovery {
 
     /// Counts `outcomes` as held until the returned guard is dropped (written, or given up).
     pub(super) fn hold(&self, outcomes: usize) -> Holding<'_> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.0 += outcomes;
-        held.1.get_or_insert_with(Instant::now);
+        let mut since = self
+            .held_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.held.fetch_add(outcomes, Ordering::AcqRel);
+        since.get_or_insert_with(Instant::now);
         Holding {
             recovery: self,
             outcomes,
@@ -82,14 +94,13 @@ pub(super) struct Holding<'a> {
 
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
-        let mut held = self
-            .recovery
-            .held
+        let recovery = self.recovery;
+        let mut since = recovery
+            .held_since
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        held.0 = held.0.saturating_sub(self.outcomes);
-        if held.0 == 0 {
-            held.1 = None;
+        if recovery.held.fetch_sub(self.outcomes, Ordering::AcqRel) == self.outcomes {
+            *since = None;
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use courier::config::ServeArgs;
 use serde_json::json;
 
-use crate::support::fixtures::{endpoint_on, quick_worker, submit, wait_for_state};
+use crate::support::fixtures::{endpoint_on, eventually, quick_worker, submit, wait_for_state};
 use crate::support::receiver::answering_after;
 use crate::support::{Backend, PartitionProxy, Receiver, TestApp, TestDb};
 
@@ -16,15 +16,6 @@ fn short_leases(config: &mut ServeArgs) {
     quick_worker(config);
     config.lease_secs = 2;
     config.request_timeout_ms = 1_500;
-}
-
-/// Polls `done` every 20 ms until it holds, failing after `within`.
-async fn until(what: &str, within: Duration, done: impl Fn() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,25 +36,25 @@ async fn an_answer_held_through_an_outage_is_recorded_before_its_lease_is_retake
         .as_str()
         .unwrap_or_else(|| panic!("{submitted}"))
         .to_owned();
-    until(
+    eventually(
         "the webhook reaches the receiver",
         Duration::from_secs(10),
-        || receiver.in_flight("held") == 1,
+        || async { receiver.in_flight("held") == 1 },
     )
     .await;
     proxy.partition();
     let cut = Instant::now();
-    until("the receiver answers", Duration::from_secs(5), || {
+    eventually("the receiver answers", Duration::from_secs(5), || async {
         receiver.in_flight("held") == 0
     })
     .await;
     // Both processes find the database out of reach (which takes their probes a few
     // seconds of silence), and the work they had sent before the cut reaches its 5 s
     // deadline: a long outage, in which the delivery's lease has long run out.
-    until(
+    eventually(
         "both processes see the outage",
         Duration::from_secs(30),
-        || apps.iter().all(|app| app.state.db.out_of_reach()),
+        || async { apps.iter().all(|app| app.state.db.out_of_reach()) },
     )
     .await;
     tokio::time::sleep(Duration::from_secs(7).saturating_sub(cut.elapsed())).await;
