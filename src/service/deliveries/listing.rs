@@ -1,19 +1,18 @@
 //! One page of a `deliveries` listing as a statement: every filter, in the listing's order,
 //! read from an index in that order. A set of endpoints (a tenant's, a partner key's list)
-//! is read endpoint by endpoint on PostgreSQL, a page from each, and the pages merged: a
-//! quiet tenant's page never walks everyone's history looking for its rows.
+//! is read endpoint by endpoint on PostgreSQL ([`super::set_page`]): a quiet tenant's page
+//! never walks everyone's history looking for its rows, and a tenant of thousands of
+//! endpoints is one statement planned once.
 
 use entity::webhook_delivery::DeliveryState;
 use entity::{endpoint, submission, webhook_delivery};
-use sea_orm::sea_query::{
-    Alias, Asterisk, Expr, ExprTrait as _, Query, SelectStatement, SimpleExpr, UnionType,
-};
+use sea_orm::sea_query::{Expr, ExprTrait as _, SimpleExpr};
 use sea_orm::{
-    ColumnTrait, Condition, DbBackend, EntityTrait, Order, QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, Condition, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
     QueryTrait, Statement,
 };
-use uuid::Uuid;
 
+use super::set_page::SetRead;
 use super::{state_filter, Deliveries, DeliveryFilter};
 use crate::auth::Identity;
 use crate::error::{Error, Result};
@@ -21,21 +20,25 @@ use crate::service::access::{self, Access};
 use crate::service::pagination::PageRequest;
 use crate::service::time_range;
 
-/// The first endpoint's page, in a set listing's statement.
-const FIRST: &str = "first_page";
-/// The endpoints' pages together, in a set listing's statement.
-const PAGE: &str = "page";
-
-/// One page of a listing, as it is to be run.
+/// One page of a listing, as it is to be read.
 pub(super) struct Listing {
-    /// The page's statement.
-    pub statement: Statement,
+    /// How the page is read.
+    pub read: Read,
     /// Whether an index serves the page in the listing's order, so that the planner is
     /// to read it so and never sort (see [`crate::db::Db::begin_listing`]). Not for an
     /// event's deliveries (a few, found by the event and sorted), nor for deliveries
     /// pending or processing (the backlog, read from its own small index and sorted,
     /// where the listing's order would walk all of history looking for them).
     pub in_order: bool,
+}
+
+/// How a page is read: in one statement, or, over a set of endpoints on PostgreSQL, in
+/// two ([`SetRead`]).
+pub(super) enum Read {
+    /// The page's statement.
+    Statement(Statement),
+    /// The page of a set, in two reads.
+    Set(Box<SetRead>),
 }
 
 impl Deliveries {
@@ -143,79 +146,24 @@ impl Deliveries {
         let limit = page.fetch_limit();
         let backend = self.db.backend();
         let listing = |statement| Listing {
-            statement,
+            read: Read::Statement(statement),
             in_order,
         };
         if set.is_empty() {
             return Ok(listing(query.limit(limit).build(backend)));
         }
-        let endpoints = endpoint::Entity::find()
-            .select_only()
-            .column(endpoint::Column::Id)
-            .filter(set.into_iter().fold(Condition::all(), Condition::add));
+        let condition = set.into_iter().fold(Condition::all(), Condition::add);
+        let endpoints = endpoint::Entity::find().filter(condition.clone());
         if backend != DbBackend::Postgres || of_an_event {
             // SQLite has no history at this scale, nor an event that many deliveries: the
             // set as a filter.
-            let in_set = webhook_delivery::Column::EndpointId.in_subquery(endpoints.into_query());
+            let ids = endpoints.select_only().column(endpoint::Column::Id);
+            let in_set = webhook_delivery::Column::EndpointId.in_subquery(ids.into_query());
             return Ok(listing(query.filter(in_set).limit(limit).build(backend)));
         }
-        // Each endpoint's page is planned for that endpoint (a quiet one read from its own
-        // index, not found by walking the newest rows of everyone), so the ids go in the
-        // statement; a lateral join would plan every endpoint as an average one.
-        let ids: Vec<Uuid> = endpoints
-            .order_by_asc(endpoint::Column::Id)
-            .into_tuple()
-            .all(self.db.conn())
-            .await?;
-        Ok(listing(
-            backend.build(&pages_merged(query, &ids, by_time, limit)),
-        ))
+        Ok(Listing {
+            read: Read::Set(Box::new(SetRead::new(query, condition, by_time, limit))),
+            in_order,
+        })
     }
-}
-
-/// `listing` (every filter but the endpoints) as one page for each of `endpoints`, each
-/// read from that endpoint's index in the listing's order, merged into the page. With no
-/// endpoint, a statement that finds nothing.
-fn pages_merged(
-    listing: sea_orm::Select<webhook_delivery::Entity>,
-    endpoints: &[Uuid],
-    by_time: bool,
-    limit: u64,
-) -> SelectStatement {
-    let page_of = |endpoint: Uuid| {
-        listing
-            .clone()
-            .filter(webhook_delivery::Column::EndpointId.eq(endpoint))
-            .limit(limit)
-            .into_query()
-    };
-    let mut pages = endpoints.iter().map(|endpoint| page_of(*endpoint));
-    let Some(first) = pages.next() else {
-        return listing
-            .filter(Expr::cust("false"))
-            .limit(limit)
-            .into_query();
-    };
-    // The first page as a subquery, so that its own order and limit stay its own; the
-    // others are parenthesised by the union itself.
-    let mut union = Query::select();
-    union
-        .column(Asterisk)
-        .from_subquery(first, Alias::new(FIRST))
-        .unions(pages.map(|page| (UnionType::All, page)));
-    let page = Alias::new(PAGE);
-    let mut merged = Query::select();
-    merged
-        .column((page.clone(), Asterisk))
-        .from_subquery(union, page.clone());
-    if by_time {
-        merged.order_by(
-            (page.clone(), webhook_delivery::Column::CreatedAt),
-            Order::Desc,
-        );
-    }
-    merged
-        .order_by((page, webhook_delivery::Column::Id), Order::Desc)
-        .limit(limit);
-    merged
 }

@@ -5,6 +5,7 @@ mod change_reads;
 mod due_gauge;
 mod listing;
 mod replay;
+mod set_page;
 mod state_filter;
 pub mod tally;
 
@@ -198,38 +199,45 @@ impl Deliveries {
     ) -> Result<Page<webhook_delivery::Model>> {
         let listing = self.listing(caller, filter, &page).await?;
         let txn = self.db.begin_listing(listing.in_order).await?;
+        let statement = match listing.read {
+            listing::Read::Statement(statement) => statement,
+            listing::Read::Set(set) => {
+                let heads = set.heads(&txn).await?;
+                set.page_statement(&heads, self.db.backend())
+            }
+        };
         let rows = webhook_delivery::Entity::find()
-            .from_raw_sql(listing.statement)
+            .from_raw_sql(statement)
             .all(&txn)
             .await?;
         txn.commit().await?;
         Ok(Page::from_overfetch(rows, &page))
     }
 
-    /// The plan and the work of one page of [`Deliveries::list`], run as it runs
+    /// The plans and the work of one page of [`Deliveries::list`], run as it runs
     /// (`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`, PostgreSQL only): for checking that a
-    /// listing reads a page, not the history.
+    /// listing reads a page, not the history. One plan for each statement the page runs,
+    /// in the order it runs them.
     pub async fn explain_listing(
         &self,
         caller: &Identity,
         filter: DeliveryFilter,
         page: &PageRequest,
-    ) -> Result<serde_json::Value> {
-        let listing::Listing {
-            statement,
-            in_order,
-        } = self.listing(caller, filter, page).await?;
-        let explained = sea_orm::Statement::from_sql_and_values(
-            statement.db_backend,
-            format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", statement.sql),
-            statement.values.map(|values| values.0).unwrap_or_default(),
-        );
-        let txn = self.db.begin_listing(in_order).await?;
-        let plan = txn.query_one_raw(explained).await?;
+    ) -> Result<Vec<serde_json::Value>> {
+        let listing = self.listing(caller, filter, page).await?;
+        let txn = self.db.begin_listing(listing.in_order).await?;
+        let plans = match listing.read {
+            listing::Read::Statement(statement) => vec![explain(&txn, statement).await?],
+            listing::Read::Set(set) => {
+                let heads = set.heads_statement(self.db.backend());
+                let heads_plan = explain(&txn, heads).await?;
+                let heads = set.heads(&txn).await?;
+                let page = set.page_statement(&heads, self.db.backend());
+                vec![heads_plan, explain(&txn, page).await?]
+            }
+        };
         txn.commit().await?;
-        let plan =
-            plan.ok_or_else(|| Error::Database(sea_orm::DbErr::RecordNotFound("a plan".into())))?;
-        Ok(plan.try_get("", "QUERY PLAN")?)
+        Ok(plans)
     }
 
     /// Sets the `courier_deliveries_due` gauge to [`Deliveries::due_count`], unless a count
@@ -271,4 +279,21 @@ impl Deliveries {
     pub async fn counts(&self, endpoint_ids: &[Uuid]) -> Result<HashMap<Uuid, StateCounts>> {
         Ok(tally::counts(&self.db, endpoint_ids).await?)
     }
+}
+
+/// `statement` run under `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` on `txn`: its plan.
+async fn explain(
+    txn: &sea_orm::DatabaseTransaction,
+    statement: sea_orm::Statement,
+) -> Result<serde_json::Value> {
+    let explained = sea_orm::Statement::from_sql_and_values(
+        statement.db_backend,
+        format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", statement.sql),
+        statement.values.map(|values| values.0).unwrap_or_default(),
+    );
+    let plan = txn
+        .query_one_raw(explained)
+        .await?
+        .ok_or_else(|| Error::Database(sea_orm::DbErr::RecordNotFound("a plan".into())))?;
+    Ok(plan.try_get("", "QUERY PLAN")?)
 }

@@ -10,3 +10,4 @@ mod recovery;
 mod replay;
 mod resend;
 mod scoped_replay;
+mod set_pages;

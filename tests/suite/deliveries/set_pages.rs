@@ -1,0 +1,469 @@
+//! Listings over a set of endpoints (a tenant's, a partner key's list) page exactly as the
+//! same listing read from the whole table and sorted: sets of one endpoint to a hundred and
+//! thirty, sets larger and smaller than a page, activity skewed so a few endpoints hold
+//! most of it, creation times tied across endpoints and ids out of creation order, every
+//! filter, paged to the end at several page sizes. And a page of a tenant of hundreds of
+//! endpoints, most of them quiet, in a busy installation's history, reads a few index
+//! pages per endpoint and a page, and is planned as one statement, not one per endpoint.
+
+use chrono::{Duration, Utc};
+use courier::auth::{self, Identity, Role};
+use courier::service::deliveries::DeliveryFilter;
+use courier::service::pagination::PageRequest;
+use entity::webhook_delivery::DeliveryState;
+use sea_orm::Value as SqlValue;
+use uuid::Uuid;
+
+use crate::support::fixtures::{rows, V7};
+use crate::support::history::{
+    assert_pages_read_little, cursor_at, seed_history, tenant_key, PlanCase, MOST_BUFFERS,
+};
+use crate::support::{Backend, TestApp, TestDb};
+
+/// Deliveries seeded over the endpoints.
+const HISTORY: i64 = 1_500;
+
+/// `count` endpoints, created through the API, in `tenant` when given.
+async fn endpoints(app: &TestApp, admin: &str, count: usize, tenant: Option<Uuid>) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    for _ in 0..count {
+        let (id, _) = app.create_endpoint(admin, "https://example.com/set").await;
+        ids.push(Uuid::parse_str(&id).expect("an endpoint id"));
+    }
+    if let Some(tenant) = tenant {
+        rows(
+            &app.state.db,
+            &format!(
+                "UPDATE endpoints SET tenant_id = $1 WHERE id IN ({})",
+                quoted(&ids)
+            ),
+            vec![tenant.into()],
+        )
+        .await;
+    }
+    ids
+}
+
+/// `ids` as a list of SQL literals.
+fn quoted(ids: &[Uuid]) -> String {
+    ids.iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// [`HISTORY`] deliveries over `endpoints`, the first few of which get most of them: a
+/// third of creation times shared by three deliveries (of different endpoints, mostly),
+/// ids minted up to a minute off their creation time (so the two orders differ), states
+/// mostly delivered, one in ten failed, one in twenty pending (not due for a day, so no
+/// worker takes them), and event types `a`, `b` or none.
+async fn seed(app: &TestApp, endpoints: &[Uuid]) {
+    let id = |at: &str| V7.replace("{at}", at);
+    let sql = format!(
+        "WITH e AS (SELECT id, ordinality - 1 AS n FROM unnest(ARRAY[{ids}]::uuid[]) WITH ORDINALITY AS e(id)),
+         h AS (SELECT i, now() - interval '1 hour' + (i / 3) * interval '1 second' AS at,
+                      floor({count} * power(random(), 3))::int AS n
+               FROM generate_series(1, {HISTORY}) AS i),
+         s AS (
+           INSERT INTO submissions (id, endpoint_id, payload, payload_hash, created_at, event_type)
+           SELECT {sid}, e.id, jsonb_build_object('i', h.i), md5(h.i::text), h.at,
+                  (ARRAY['a', 'b', NULL])[1 + h.i % 3]
+           FROM h JOIN e ON e.n = h.n
+           RETURNING id, endpoint_id, created_at, event_type, (payload->>'i')::int AS i),
+         st AS (SELECT s.*, CASE WHEN s.i % 20 < 2 THEN 'failed' WHEN s.i % 20 = 2 THEN 'pending'
+                                 ELSE 'delivered' END AS state FROM s)
+         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, state, cycle_attempts,
+                                         next_attempt_at, created_at, updated_at, event_type)
+         SELECT {did}, st.id, st.endpoint_id, st.state, 1,
+                CASE WHEN st.state = 'pending' THEN now() + interval '1 day' END,
+                st.created_at, st.created_at, st.event_type
+         FROM st",
+        count = endpoints.len(),
+        sid = id("h.at"),
+        did = id("(st.created_at + (random() - 0.5) * interval '2 minutes')"),
+        ids = quoted(endpoints),
+    );
+    rows(&app.state.db, &sql, vec![]).await;
+}
+
+/// The listing of `filter` over the endpoints `scope` (SQL on `e`, the endpoints
+/// table) read from the whole table and sorted, as the set listing must page it.
+async fn expected(app: &TestApp, scope: &str, filter: &DeliveryFilter) -> Vec<Uuid> {
+    let mut conditions = vec![scope.to_owned()];
+    let mut values: Vec<SqlValue> = Vec::new();
+    if let Some(state) = filter.state {
+        values.push(sea_orm::ActiveEnum::to_value(&state).into());
+        conditions.push(format!("d.state = ${}", values.len()));
+    }
+    if let Some(event_type) = &filter.event_type {
+        values.push(event_type.clone().into());
+        conditions.push(format!("d.event_type = ${}", values.len()));
+    }
+    if let Some(after) = filter.created_after {
+        values.push(after.into());
+        conditions.push(format!("d.created_at >= ${}", values.len()));
+    }
+    if let Some(before) = filter.created_before {
+        values.push(before.into());
+        conditions.push(format!("d.created_at < ${}", values.len()));
+    }
+    let by_time = filter.created_after.is_some() || filter.created_before.is_some();
+    let sql = format!(
+        "SELECT d.id FROM webhook_deliveries d JOIN endpoints e ON e.id = d.endpoint_id \
+         WHERE {} ORDER BY {}d.id DESC",
+        conditions.join(" AND "),
+        if by_time { "d.created_at DESC, " } else { "" },
+    );
+    rows(&app.state.db, &sql, values)
+        .await
+        .iter()
+        .map(|row| row.try_get::<Uuid>("", "id").expect("an id"))
+        .collect()
+}
+
+/// Every page of `filter` for `who`, `first` at a time, to the end.
+async fn walk(app: &TestApp, who: &Identity, filter: &DeliveryFilter, first: usize) -> Vec<Uuid> {
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = app
+            .state
+            .deliveries
+            .list(who, filter.clone(), PageRequest { first, after })
+            .await
+            .expect("a page");
+        assert!(page.items.len() <= first);
+        seen.extend(page.items.iter().map(|delivery| delivery.id));
+        if !page.has_next_page {
+            return seen;
+        }
+        assert_eq!(page.items.len(), first, "a full page before the last");
+        after = seen.last().copied();
+    }
+}
+
+async fn identity(app: &TestApp, token: String) -> Identity {
+    auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
+        .await
+        .expect("a caller")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_listings_page_exactly_as_the_whole_table_sorted() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let tenant = |name: &'static str| {
+        let db = app.state.db.clone();
+        async move {
+            courier::service::tenants::create(&db, name)
+                .await
+                .expect("a tenant")
+                .id
+        }
+    };
+    let (large, small, single, empty) = (
+        tenant("larger than a page").await,
+        tenant("smaller than a page").await,
+        tenant("one endpoint").await,
+        tenant("no endpoints").await,
+    );
+    // The large tenant's busiest endpoints come first: the skew falls on them.
+    let mut all = endpoints(&app, &admin, 130, Some(large)).await;
+    all.extend(endpoints(&app, &admin, 7, Some(small)).await);
+    all.extend(endpoints(&app, &admin, 1, Some(single)).await);
+    all.extend(endpoints(&app, &admin, 12, None).await);
+    seed(&app, &all).await;
+    rows(&app.state.db, "ANALYZE", vec![]).await;
+    // A partner's list across tenants: some busy endpoints, some quiet, some without one.
+    let listed: Vec<Uuid> = all.iter().step_by(2).copied().collect();
+    let listed_sql = quoted(&listed);
+    let admin_identity = identity(&app, admin.clone()).await;
+    let callers: Vec<(String, Identity, Option<Uuid>, String)> = vec![
+        (
+            "the large tenant's key".into(),
+            identity(&app, tenant_key(&app, large).await).await,
+            None,
+            format!("e.tenant_id = '{large}'"),
+        ),
+        (
+            "the small tenant's key".into(),
+            identity(&app, tenant_key(&app, small).await).await,
+            None,
+            format!("e.tenant_id = '{small}'"),
+        ),
+        (
+            "the one-endpoint tenant's key".into(),
+            identity(&app, tenant_key(&app, single).await).await,
+            None,
+            format!("e.tenant_id = '{single}'"),
+        ),
+        (
+            "the empty tenant's key".into(),
+            identity(&app, tenant_key(&app, empty).await).await,
+            None,
+            format!("e.tenant_id = '{empty}'"),
+        ),
+        (
+            "a partner's list".into(),
+            identity(&app, app.token(Role::Partner, &listed).await).await,
+            None,
+            format!("e.id IN ({listed_sql})"),
+        ),
+        (
+            "an admin's tenant filter".into(),
+            admin_identity.clone(),
+            Some(large),
+            format!("e.tenant_id = '{large}'"),
+        ),
+    ];
+    let now = Utc::now();
+    let filters: Vec<(&str, DeliveryFilter)> = vec![
+        ("everything", DeliveryFilter::default()),
+        (
+            "failed",
+            DeliveryFilter {
+                state: Some(DeliveryState::Failed),
+                ..Default::default()
+            },
+        ),
+        (
+            "pending",
+            DeliveryFilter {
+                state: Some(DeliveryState::Pending),
+                ..Default::default()
+            },
+        ),
+        (
+            "an event type",
+            DeliveryFilter {
+                event_type: Some("a".into()),
+                ..Default::default()
+            },
+        ),
+        (
+            "twenty minutes",
+            DeliveryFilter {
+                created_after: Some(now - Duration::minutes(50)),
+                created_before: Some(now - Duration::minutes(30)),
+                ..Default::default()
+            },
+        ),
+        (
+            "failed in twenty minutes",
+            DeliveryFilter {
+                state: Some(DeliveryState::Failed),
+                created_after: Some(now - Duration::minutes(50)),
+                created_before: Some(now - Duration::minutes(30)),
+                ..Default::default()
+            },
+        ),
+        (
+            "an event type since",
+            DeliveryFilter {
+                event_type: Some("b".into()),
+                created_after: Some(now - Duration::minutes(45)),
+                ..Default::default()
+            },
+        ),
+    ];
+    let mut checked = 0;
+    for (who, caller, tenant_filter, scope) in &callers {
+        for (what, filter) in &filters {
+            let filter = DeliveryFilter {
+                tenant_id: *tenant_filter,
+                ..filter.clone()
+            };
+            let want = expected(&app, scope, &filter).await;
+            for first in [13, 50, courier::service::pagination::MAX_PAGE_SIZE] {
+                let got = walk(&app, caller, &filter, first).await;
+                assert_eq!(
+                    got.len(),
+                    want.len(),
+                    "{who}, {what}, {first} a page: how many"
+                );
+                assert!(
+                    got == want,
+                    "{who}, {what}, {first} a page: the order differs"
+                );
+                checked += want.len();
+            }
+        }
+    }
+    // The set listings had rows to page, not only empty sets.
+    assert!(checked > 10 * HISTORY as usize, "{checked} rows checked");
+}
+
+/// Endpoints of the tenant of many.
+const MANY: usize = 400;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_of_many_endpoints_reads_a_descent_each_and_a_page() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    // The busy installation: 20 endpoints and a month of history (see `seed_history`).
+    let busy = endpoints(&app, &admin, crate::support::history::ENDPOINTS, None).await;
+    seed_history(&app, busy[19], busy[8]).await;
+    // The tenant: many endpoints, one in five with one delivery (three weeks old, some of
+    // them failed, of each event type), two of the busy ones, and the rest never sent to.
+    let many = courier::service::tenants::create(&app.state.db, "many")
+        .await
+        .expect("a tenant")
+        .id;
+    rows(
+        &app.state.db,
+        &format!(
+            "INSERT INTO endpoints (id, name, url, signing_secret, created_at, updated_at, tenant_id)
+             SELECT gen_random_uuid(), 'quiet', url, signing_secret, now(), now(), $1
+             FROM (SELECT url, signing_secret FROM endpoints LIMIT 1) e,
+                  generate_series(1, {MANY} - 2)"
+        ),
+        vec![many.into()],
+    )
+    .await;
+    rows(
+        &app.state.db,
+        &format!(
+            "UPDATE endpoints SET tenant_id = $1 WHERE id IN ('{}', '{}')",
+            busy[3], busy[19]
+        ),
+        vec![many.into()],
+    )
+    .await;
+    let id = |at: &str| V7.replace("{at}", at);
+    let sql = format!(
+        "WITH e AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM endpoints
+                    WHERE tenant_id = $1 AND name = 'quiet'),
+         s AS (
+           INSERT INTO submissions (id, endpoint_id, payload, payload_hash, created_at, event_type)
+           SELECT {sid}, e.id, '{{}}', md5(e.n::text),
+                  now() - interval '21 days' + e.n * interval '1 minute',
+                  (ARRAY['order.paid', 'order.shipped', NULL])[1 + e.n % 3]
+           FROM e WHERE e.n % 5 = 0
+           RETURNING id, endpoint_id, created_at, event_type)
+         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, state, cycle_attempts,
+                                         created_at, updated_at, event_type)
+         SELECT {did}, s.id, s.endpoint_id,
+                CASE WHEN s.event_type = 'order.shipped' THEN 'failed' ELSE 'delivered' END,
+                1, s.created_at, s.created_at, s.event_type
+         FROM s",
+        sid = id("(now() - interval '21 days' + e.n * interval '1 minute')"),
+        did = id("s.created_at"),
+    );
+    rows(&app.state.db, &sql, vec![many.into()]).await;
+    let key = identity(&app, tenant_key(&app, many).await).await;
+    let admin_identity = identity(&app, admin.clone()).await;
+    let deep = cursor_at(
+        &app,
+        &format!(
+            "SELECT d.id FROM webhook_deliveries d JOIN endpoints e ON e.id = d.endpoint_id
+             WHERE e.tenant_id = '{many}' ORDER BY d.id DESC OFFSET 20000 LIMIT 1"
+        ),
+    )
+    .await;
+    let now = Utc::now();
+    let cases: Vec<PlanCase> = vec![
+        ("everything", &key, DeliveryFilter::default(), None),
+        (
+            "everything, deep",
+            &key,
+            DeliveryFilter::default(),
+            Some(deep),
+        ),
+        (
+            "for an admin",
+            &admin_identity,
+            DeliveryFilter {
+                tenant_id: Some(many),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "failed",
+            &key,
+            DeliveryFilter {
+                state: Some(DeliveryState::Failed),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "pending",
+            &key,
+            DeliveryFilter {
+                state: Some(DeliveryState::Pending),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "an event type",
+            &key,
+            DeliveryFilter {
+                event_type: Some("order.paid".into()),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "an event type nobody has",
+            &key,
+            DeliveryFilter {
+                event_type: Some("nobody.has".into()),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "three weeks ago",
+            &key,
+            DeliveryFilter {
+                created_after: Some(now - Duration::days(22)),
+                created_before: Some(now - Duration::days(20)),
+                ..Default::default()
+            },
+            None,
+        ),
+        (
+            "failed in a month",
+            &key,
+            DeliveryFilter {
+                state: Some(DeliveryState::Failed),
+                created_after: Some(now - Duration::days(31)),
+                ..Default::default()
+            },
+            None,
+        ),
+    ];
+    // A descent into one index for each endpoint (a few pages), and a page.
+    let most = MOST_BUFFERS + 5 * MANY as i64;
+    assert_pages_read_little(&app, &cases, most).await;
+    // Planned once for the set, and once for each endpoint a page can come from: never
+    // once for each of the tenant's endpoints (planning hundreds of branches took longer
+    // than reading them).
+    for (name, who, filter, after) in &cases {
+        for first in [1, 50, courier::service::pagination::MAX_PAGE_SIZE] {
+            let page = PageRequest {
+                first,
+                after: *after,
+            };
+            let plans = app
+                .state
+                .deliveries
+                .explain_listing(who, filter.clone(), &page)
+                .await
+                .expect("explain");
+            let scans = serde_json::Value::from(plans)
+                .to_string()
+                .matches(r#""Relation Name":"webhook_deliveries""#)
+                .count();
+            assert!(scans >= 1, "{name}: no scan of deliveries");
+            assert!(
+                scans <= first + 2,
+                "{name}, first {first}: {scans} scans of deliveries planned"
+            );
+        }
+    }
+}
