@@ -1,6 +1,6 @@
 //! The `courier` binary: parse the command line, start logging, run the command.
 
-use clap::{CommandFactory as _, FromArgMatches as _};
+use clap::CommandFactory as _;
 use courier::cli::{commands, fatal};
 use courier::config::Cli;
 use courier::telemetry;
@@ -8,11 +8,7 @@ use courier::telemetry;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let command = Cli::command();
-    let cli = match command
-        .clone()
-        .try_get_matches()
-        .and_then(|matches| Cli::from_arg_matches(&matches))
-    {
+    let cli = match Cli::from_command_line(&command, std::env::args_os()) {
         Ok(cli) => cli,
         Err(err) => return fatal::usage(&err, &command),
     };

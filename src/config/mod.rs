@@ -13,6 +13,7 @@ use crate::worker::schedule::{
     parse_schedule, RetryPolicy, DEFAULT_DELAYS, DEFAULT_DOUBLING_ATTEMPTS, DEFAULT_DOUBLING_BASE,
 };
 
+mod command_line;
 mod commands;
 mod traces;
 mod unknown;
@@ -46,8 +47,7 @@ pub const MAX_WORKER_CONCURRENCY: i64 = 10_000;
     name = "courier",
     version,
     about,
-    long_about = None,
-    args_conflicts_with_subcommands = true
+    long_about = None
 )]
 pub struct Cli {
     /// Database settings shared by every command.
