@@ -84,6 +84,16 @@ const page = {
   /** An admin's tenants, id -> { id, name }. */
   tenants: new Map(),
   endpoints: new Map(),
+  /**
+   * The endpoint table's rows as drawn, id -> { key, tr }: a read redraws only the rows of
+   * endpoints that changed (their counts are updated in place), so a table of thousands
+   * stays cheap to refresh while deliveries flow.
+   */
+  endpointRows: new Map(),
+  /** The endpoint filter's options as drawn: their ids and names, joined. */
+  endpointOptions: "",
+  /** Whether a read of the endpoints has completed since signing in. */
+  endpointsRead: false,
   /** id -> { id, endpointId, state, since, el } */
   rows: new Map(),
   /** Ids of the rows, newest first. */
@@ -312,6 +322,9 @@ function signOut(message = "") {
   $("notice").hidden = true;
   for (const note of ["endpoints-note", "feed-count", "endpoint-health"]) $(note).textContent = "";
   page.endpoints = new Map();
+  page.endpointRows = new Map();
+  page.endpointOptions = "";
+  page.endpointsRead = false;
   page.rows = new Map();
   page.order = [];
   page.queued = [];
@@ -471,10 +484,21 @@ async function readEndpoints() {
     for (const { node } of data.endpoints.edges) endpoints.set(node.id, node);
     more = data.endpoints.pageInfo.hasNextPage;
     after = data.endpoints.pageInfo.endCursor;
+    // The first read after signing in shows each page as it comes.
+    if (!page.endpointsRead && more) {
+      page.endpoints = new Map(endpoints);
+      $("endpoints-note").textContent = `(${endpoints.size} so far)`;
+      renderEndpoints();
+    }
   }
   const tenants = await tenantsRead;
   if (generation !== page.endpointGeneration) return;
+  // Feed rows name their endpoint: only those of an endpoint renamed (or new) are redrawn.
+  const renamed = new Set([...endpoints.values()]
+    .filter((endpoint) => page.endpoints.get(endpoint.id)?.name !== endpoint.name)
+    .map((endpoint) => endpoint.id));
   page.endpoints = endpoints;
+  page.endpointsRead = true;
   for (const id of endpoints.keys()) page.unknownEndpoints.delete(id);
   $("endpoints-note").textContent = more ? `(the first ${endpoints.size})` : `(${endpoints.size})`;
   const tenantsChanged = tenants.size !== page.tenants.size
@@ -484,7 +508,9 @@ async function readEndpoints() {
     renderIdentity();
   }
   renderEndpoints();
-  for (const row of page.rows.values()) paintRow(row);
+  for (const row of page.rows.values()) {
+    if (renamed.has(row.endpointId)) paintRow(row);
+  }
   wakeWhenPauseEnds();
 }
 
@@ -521,73 +547,113 @@ function wakeWhenPauseEnds() {
   page.pauseTimer = setTimeout(refreshEndpoints, wait);
 }
 
+/**
+ * Draws the endpoint table and the endpoint filter's options. A row is rebuilt only when
+ * what it shows of its endpoint changed (counts are written into the cells it has), and
+ * the table is re-laid only when its rows or their order changed.
+ */
 function renderEndpoints() {
   const body = $("endpoints").tBodies[0];
-  const rows = [];
   const tenants = showsTenants();
+  const optional = [...page.optional].join(",");
+  const drawn = new Map();
+  const rows = [];
   for (const endpoint of page.endpoints.values()) {
     if (!inChosenTenant(endpoint)) continue;
-    const status = endpoint.disabled
-      ? "Disabled" + (endpoint.disabledReason ? ` (${endpoint.disabledReason})` : "")
-      : "Enabled";
-    const types = endpoint.eventTypes && endpoint.eventTypes.length
-      ? endpoint.eventTypes.join(", ") : "every type";
-    const flow = [];
-    if (endpoint.maxInFlight != null) flow.push(String(endpoint.maxInFlight));
-    if (endpoint.rateLimit != null) flow.push(`${endpoint.rateLimit}/s`);
-    const flowTitle = [
-      endpoint.maxInFlight != null ? `at most ${endpoint.maxInFlight} requests in flight` : null,
-      endpoint.rateLimit != null ? `at most ${endpoint.rateLimit} starts a second` : "no rate limit",
-    ].filter(Boolean).join(", ");
-    const paused = endpoint.pausedUntil ? new Date(endpoint.pausedUntil) : null;
-    const counts = endpoint.deliveryCounts;
-    rows.push(el("tr", { "data-endpoint-id": endpoint.id },
-      el("th", { scope: "row" },
-        el("button", {
-          type: "button", class: "link", text: endpoint.name,
-          title: `Show only the deliveries of ${isolate(endpoint.name)}`, "data-filter-endpoint": endpoint.id,
-        })),
-      tenants ? el("td", {
-        class: "tenant", text: endpoint.tenant ? endpoint.tenant.name : "—",
-        title: endpoint.tenant ? endpoint.tenant.name : "no tenant",
-      }) : null,
-      el("td", { class: "url", text: endpoint.url, title: endpoint.url }),
-      el("td", { class: endpoint.disabled ? "disabled" : "enabled", text: status }),
-      page.optional.has("eventTypes") ? el("td", { class: "types", title: types }, el("span", { text: types })) : null,
-      page.optional.has("maxInFlight") ? el("td", { class: "flow", "data-flow": endpoint.id },
-        el("span", { text: flow.join(" · "), title: flowTitle }),
-        paused ? el("span", {
-          class: "paused", "data-paused-until": endpoint.pausedUntil,
-          text: ` · paused to ${timeFormat.format(paused)}`,
-          title: "It answered 429 or 503 with Retry-After: nothing is sent until then",
-        }) : null) : null,
-      ...STATES.map((state) => el("td", {
-        class: "num", "data-count": state, text: countText(counts, state),
-      }))));
+    const { deliveryCounts, ...shown } = endpoint;
+    const key = JSON.stringify([shown, tenants, optional]);
+    const kept = page.endpointRows.get(endpoint.id);
+    let tr;
+    if (kept && kept.key === key) {
+      tr = kept.tr;
+      writeCounts(tr, deliveryCounts);
+    } else {
+      tr = endpointRow(endpoint, tenants);
+    }
+    drawn.set(endpoint.id, { key, tr });
+    rows.push(tr);
   }
+  page.endpointRows = drawn;
   if (!rows.length) {
     rows.push(el("tr", {}, el("td", { colSpan: 10, class: "note", text: "No endpoints this key may see." })));
   }
-  body.replaceChildren(...rows);
+  const current = body.children;
+  const sameRows = current.length === rows.length
+    && rows.every((tr, i) => tr.dataset.endpointId && tr.dataset.endpointId === current[i].dataset.endpointId);
+  if (sameRows) {
+    rows.forEach((tr, i) => { if (current[i] !== tr) current[i].replaceWith(tr); });
+  } else {
+    body.replaceChildren(...rows);
+  }
   const select = $("filter-endpoint");
   const chosen = page.filter.endpointId;
-  select.replaceChildren(
-    el("option", { value: "", text: "All endpoints" }),
-    ...[...page.endpoints.values()].filter(inChosenTenant)
-      .map((e) => el("option", { value: e.id, text: e.name })));
+  const choices = [...page.endpoints.values()].filter(inChosenTenant);
+  const options = JSON.stringify(choices.map((e) => [e.id, e.name]));
+  if (options !== page.endpointOptions) {
+    page.endpointOptions = options;
+    select.replaceChildren(
+      el("option", { value: "", text: "All endpoints" }),
+      ...choices.map((e) => el("option", { value: e.id, text: e.name })));
+  }
   select.value = page.endpoints.has(chosen) ? chosen : "";
   renderEndpointActions();
+}
+
+/** One endpoint's row of the table. */
+function endpointRow(endpoint, tenants) {
+  const status = endpoint.disabled
+    ? "Disabled" + (endpoint.disabledReason ? ` (${endpoint.disabledReason})` : "")
+    : "Enabled";
+  const types = endpoint.eventTypes && endpoint.eventTypes.length
+    ? endpoint.eventTypes.join(", ") : "every type";
+  const flow = [];
+  if (endpoint.maxInFlight != null) flow.push(String(endpoint.maxInFlight));
+  if (endpoint.rateLimit != null) flow.push(`${endpoint.rateLimit}/s`);
+  const flowTitle = [
+    endpoint.maxInFlight != null ? `at most ${endpoint.maxInFlight} requests in flight` : null,
+    endpoint.rateLimit != null ? `at most ${endpoint.rateLimit} starts a second` : "no rate limit",
+  ].filter(Boolean).join(", ");
+  const paused = endpoint.pausedUntil ? new Date(endpoint.pausedUntil) : null;
+  const counts = endpoint.deliveryCounts;
+  return el("tr", { "data-endpoint-id": endpoint.id },
+    el("th", { scope: "row" },
+      el("button", {
+        type: "button", class: "link", text: endpoint.name,
+        title: `Show only the deliveries of ${isolate(endpoint.name)}`, "data-filter-endpoint": endpoint.id,
+      })),
+    tenants ? el("td", {
+      class: "tenant", text: endpoint.tenant ? endpoint.tenant.name : "—",
+      title: endpoint.tenant ? endpoint.tenant.name : "no tenant",
+    }) : null,
+    el("td", { class: "url", text: endpoint.url, title: endpoint.url }),
+    el("td", { class: endpoint.disabled ? "disabled" : "enabled", text: status }),
+    page.optional.has("eventTypes") ? el("td", { class: "types", title: types }, el("span", { text: types })) : null,
+    page.optional.has("maxInFlight") ? el("td", { class: "flow", "data-flow": endpoint.id },
+      el("span", { text: flow.join(" · "), title: flowTitle }),
+      paused ? el("span", {
+        class: "paused", "data-paused-until": endpoint.pausedUntil,
+        text: ` · paused to ${timeFormat.format(paused)}`,
+        title: "It answered 429 or 503 with Retry-After: nothing is sent until then",
+      }) : null) : null,
+    ...STATES.map((state) => el("td", {
+      class: "num", "data-count": state, text: countText(counts, state),
+    })));
+}
+
+/** Writes `counts` into a row's count cells, touching only the cells that change. */
+function writeCounts(tr, counts) {
+  for (const state of STATES) {
+    const cell = tr.querySelector(`[data-count="${state}"]`);
+    const text = countText(counts, state);
+    if (cell && cell.textContent !== text) cell.textContent = text;
+  }
 }
 
 function renderCounts() {
   for (const id of page.countsDirty) {
     const endpoint = page.endpoints.get(id);
-    const row = $("endpoints").querySelector(`tr[data-endpoint-id="${CSS.escape(id)}"]`);
-    if (!endpoint || !row) continue;
-    for (const state of STATES) {
-      const cell = row.querySelector(`[data-count="${state}"]`);
-      if (cell) cell.textContent = countText(endpoint.deliveryCounts, state);
-    }
+    const drawn = page.endpointRows.get(id);
+    if (endpoint && drawn) writeCounts(drawn.tr, endpoint.deliveryCounts);
   }
   page.countsDirty.clear();
   renderEndpointActions();
