@@ -128,6 +128,8 @@ pub async fn post(
             "the body is not a GraphQL request: it is not UTF-8",
         );
     };
+    // A byte-order mark some clients write before the JSON is read past (RFC 8259, 8.1).
+    let body = body.strip_prefix('\u{feff}').unwrap_or(body);
     if let Some(refused) = repeated_member(media, body) {
         return refused;
     }
