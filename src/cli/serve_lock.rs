@@ -12,7 +12,25 @@ use crate::db;
 /// exits: the system drops the lock with the process).
 #[derive(Debug)]
 pub struct ServeLock {
-    _file: File,
+    /// The lock file, open and locked.
+    file: File,
+    /// Its path.
+    path: PathBuf,
+    /// The database it locks.
+    database: PathBuf,
+}
+
+impl Drop for ServeLock {
+    /// A start that ended before the database was made (a mistyped name, say) leaves no lock
+    /// file for it. The file goes while still locked (and only while the path names it), and
+    /// a process that opened it meanwhile finds, once it has its lock, that the path names
+    /// another file, and takes that one (see [`hold`]): one lock for the path, whatever the
+    /// order.
+    fn drop(&mut self) {
+        if !self.database.exists() && names(&self.path, &self.file) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Why a process may not serve this SQLite file.
@@ -66,15 +84,28 @@ pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
     };
     let database = resolved(&database);
     let path = lock_path(&database);
+    // A lock on a file that has since been removed from the path locks nothing anyone else
+    // will open: taken again on the file the path now names.
+    loop {
+        match lock(&database, &path)? {
+            Some(held) if !names(&path, &held.file) => continue,
+            held => return Ok(held),
+        }
+    }
+}
+
+/// Opens (or creates) the lock file `path` of `database` and takes its lock.
+fn lock(database: &Path, path: &Path) -> Result<Option<ServeLock>, ServeLockError> {
     let opened = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)
+        .open(path)
         .or_else(|err| match err.kind() {
-            std::io::ErrorKind::PermissionDenied => File::open(&path).map_err(|_| err),
+            std::io::ErrorKind::PermissionDenied => File::open(path).map_err(|_| err),
             _ => Err(err),
         });
+    let path = path.to_owned();
     let file = match opened {
         Ok(file) if file.metadata().is_ok_and(|meta| meta.is_file()) => file,
         Ok(_) => {
@@ -87,8 +118,14 @@ pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
         Err(reason) => return Err(ServeLockError::Unusable { path, reason }),
     };
     match file.try_lock() {
-        Ok(()) => Ok(Some(ServeLock { _file: file })),
-        Err(TryLockError::WouldBlock) => Err(ServeLockError::AlreadyServed { database }),
+        Ok(()) => Ok(Some(ServeLock {
+            file,
+            path,
+            database: database.to_owned(),
+        })),
+        Err(TryLockError::WouldBlock) => Err(ServeLockError::AlreadyServed {
+            database: database.to_owned(),
+        }),
         // A file system without such locks (some network mounts): SQLite's own locking still
         // keeps the file whole; only a second server would go unnoticed.
         Err(TryLockError::Error(reason)) if locks_unsupported(&reason) => {
@@ -97,6 +134,15 @@ pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
             Ok(None)
         }
         Err(TryLockError::Error(reason)) => Err(ServeLockError::Unusable { path, reason }),
+    }
+}
+
+/// Whether `path` still names the open `file` (not removed, nor replaced by another).
+fn names(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(named), Ok(open)) => named.dev() == open.dev() && named.ino() == open.ino(),
+        _ => false,
     }
 }
 
@@ -162,6 +208,25 @@ mod tests {
             matches!(hold(&unusable), Err(ServeLockError::Unusable { .. })),
             "a directory in the lock's place"
         );
+        // A lock taken for a database never made goes with the process; one whose database
+        // exists stays.
+        let never = format!("sqlite://{}?mode=rwc", dir.join("never.db").display());
+        drop(hold(&never).unwrap());
+        assert!(!dir.join("never.db.serve-lock").exists());
+        drop(hold(&url).unwrap());
+        assert!(dir.join("courier.db.serve-lock").exists());
+        // A lock whose file was removed from under it (by a holder letting go) is taken again
+        // on the file the path names now, so two holders never hold different files.
+        let taken = hold(&never).unwrap();
+        std::fs::remove_file(dir.join("never.db.serve-lock")).unwrap();
+        let again = hold(&never).unwrap();
+        assert!(again.is_some(), "the path's new file is free");
+        drop(taken);
+        assert!(matches!(
+            hold(&never),
+            Err(ServeLockError::AlreadyServed { .. })
+        ));
+        drop(again);
         assert!(hold("sqlite::memory:").unwrap().is_none());
         assert!(hold("postgres://localhost/courier").unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
