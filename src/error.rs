@@ -57,10 +57,10 @@ pub enum Error {
     /// A subscriber fell behind (or events may have been lost) and must refetch.
     #[error("the subscriber fell behind and missed events; resubscribe and refetch")]
     Lagged,
-    /// The database could not be reached or did not answer in time. The operation may or
-    /// may not have taken effect (a reply can be lost after a commit): retry it, with the
-    /// same idempotency key where there is one.
-    #[error("the database did not answer in time; retry later")]
+    /// The database could not be reached, did not answer in time, or had no room for the
+    /// work. The operation may or may not have taken effect (a reply can be lost after a
+    /// commit): retry it, with the same idempotency key where there is one.
+    #[error("the database is unavailable for now; retry later")]
     Unavailable(#[source] DbErr),
     /// A signing secret could not be sealed or opened (see [`crate::crypto::sealing`]).
     #[error("signing secret unavailable")]

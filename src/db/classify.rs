@@ -69,6 +69,50 @@ pub fn classify(err: &DbErr) -> Failure {
     }
 }
 
+/// Storage trouble an operator must mend, behind a database error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageTrouble {
+    /// No room for the work: a full disk, or no memory (PostgreSQL class `53`, SQLite's
+    /// `SQLITE_FULL`).
+    NoRoom,
+    /// The disk failed the work (PostgreSQL class `58`, SQLite's `SQLITE_IOERR`): failing,
+    /// or full past what the database could tell.
+    IoError,
+}
+
+/// The storage trouble behind `err`, if that is what it is (rather than the database being
+/// out of reach for a while, or refusing the work).
+pub fn storage_trouble(err: &DbErr) -> Option<StorageTrouble> {
+    let Some(sqlx::Error::Database(db_err)) = sqlx_cause(err) else {
+        return None;
+    };
+    let code = db_err.code().unwrap_or_default();
+    match db_err.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+        Some(_) => sqlite_storage_trouble(code.as_ref()),
+        None => sqlstate_storage_trouble(code.as_ref()),
+    }
+}
+
+/// [`storage_trouble`] by a SQLite (extended) result code.
+fn sqlite_storage_trouble(code: &str) -> Option<StorageTrouble> {
+    match code.parse::<i32>().map(|code| code & 0xff) {
+        Ok(13) => Some(StorageTrouble::NoRoom),
+        Ok(10) => Some(StorageTrouble::IoError),
+        _ => None,
+    }
+}
+
+/// [`storage_trouble`] by a PostgreSQL SQLSTATE.
+fn sqlstate_storage_trouble(code: &str) -> Option<StorageTrouble> {
+    if lacks_resources(code) {
+        Some(StorageTrouble::NoRoom)
+    } else if code.starts_with("58") {
+        Some(StorageTrouble::IoError)
+    } else {
+        None
+    }
+}
+
 /// What an error PostgreSQL answered with means, by its SQLSTATE.
 fn by_sqlstate(code: &str) -> Failure {
     if matches!(code, "40001" | "40P01") {
@@ -171,6 +215,30 @@ mod tests {
             "an unreadable answer may follow a commit"
         );
         assert!(!is_transient(&decode));
+    }
+
+    #[test]
+    fn storage_trouble_is_told_from_a_database_out_of_reach() {
+        use StorageTrouble::{IoError, NoRoom};
+        assert_eq!(sqlstate_storage_trouble("53100"), Some(NoRoom), "disk full");
+        assert_eq!(
+            sqlstate_storage_trouble("53200"),
+            Some(NoRoom),
+            "out of memory"
+        );
+        assert_eq!(sqlstate_storage_trouble("58030"), Some(IoError));
+        for other in ["08006", "57P01", "40001", "23505", ""] {
+            assert_eq!(sqlstate_storage_trouble(other), None, "{other}");
+        }
+        assert_eq!(sqlite_storage_trouble("13"), Some(NoRoom), "SQLITE_FULL");
+        assert_eq!(
+            sqlite_storage_trouble("778"),
+            Some(IoError),
+            "SQLITE_IOERR_WRITE"
+        );
+        for other in ["5", "6", "19", "2067", ""] {
+            assert_eq!(sqlite_storage_trouble(other), None, "{other}");
+        }
     }
 
     #[test]

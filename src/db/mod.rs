@@ -38,7 +38,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 pub use self::classify::{
-    classify, is_transient, is_unavailable, may_have_committed, sqlx_cause, Failure,
+    classify, is_transient, is_unavailable, may_have_committed, sqlx_cause, storage_trouble,
+    Failure, StorageTrouble,
 };
 pub use self::clock::{fixed_window_start, Clock};
 use self::deadline::{check_on_release, ping_if_idle, MissedDeadlines};

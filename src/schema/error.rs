@@ -40,11 +40,9 @@ fn to_graphql(err: Error) -> async_graphql::Error {
             async_graphql::Error::new("internal error").extend_with(|_, e| e.set("code", code))
         }
         Error::RateLimited { .. } | Error::Unavailable(_) => {
-            if let Error::Unavailable(_) = &err {
+            if let Error::Unavailable(cause) = &err {
                 if let Some(also) = UNAVAILABLE_LOG.tell() {
-                    tracing::warn!(error = %error_chain(&err), also_unavailable = also,
-                        "the database did not answer in time; requests are answered \
-                         SERVICE_UNAVAILABLE (told at most once a second, with how many more)");
+                    log_unavailable(&err, cause, also);
                 }
             }
             let retry_after = err.retry_after_secs().unwrap_or(1);
@@ -61,5 +59,26 @@ fn to_graphql(err: Error) -> async_graphql::Error {
             })
         }
         _ => async_graphql::Error::new(err.to_string()).extend_with(|_, e| e.set("code", code)),
+    }
+}
+
+/// Logs a request answered `SERVICE_UNAVAILABLE` (`also` more since the last line): storage
+/// trouble, which an operator must mend, as an error saying which; a database out of reach
+/// or too slow, which passes, as a warning.
+fn log_unavailable(err: &Error, cause: &sea_orm::DbErr, also: u64) {
+    use crate::db::StorageTrouble;
+    let error = error_chain(err);
+    match crate::db::storage_trouble(cause) {
+        Some(StorageTrouble::NoRoom) => tracing::error!(%error, also_unavailable = also,
+            "the database has no room for the work (a full disk, or no memory): requests are \
+             answered SERVICE_UNAVAILABLE until it has (told at most once a second, with how \
+             many more)"),
+        Some(StorageTrouble::IoError) => tracing::error!(%error, also_unavailable = also,
+            "the database's disk failed the work (an I/O error: a full or failing disk): \
+             requests are answered SERVICE_UNAVAILABLE until it is mended (told at most once a \
+             second, with how many more)"),
+        None => tracing::warn!(%error, also_unavailable = also,
+            "the database did not answer in time; requests are answered SERVICE_UNAVAILABLE \
+             (told at most once a second, with how many more)"),
     }
 }

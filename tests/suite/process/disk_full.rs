@@ -1,7 +1,9 @@
 //! A disk that fills up under a serving process (its files capped with `ulimit -f`, the
 //! signal a write past the cap raises ignored, so each such write fails as on a full disk):
 //! submissions are answered `SERVICE_UNAVAILABLE` (HTTP 503 with `Retry-After`), which a
-//! client knows to retry, rather than `INTERNAL_SERVER_ERROR`.
+//! client knows to retry, rather than `INTERNAL_SERVER_ERROR`, and the log says, as an
+//! error, that the database's disk failed the work (a file past its cap fails SQLite's
+//! write as an I/O error).
 
 use std::process::Command;
 
@@ -25,11 +27,16 @@ async fn a_full_disk_answers_service_unavailable() {
     let token = String::from_utf8_lossy(&created.stdout).trim().to_owned();
 
     // `serve` is appended to this command's arguments: `$0` is the binary, `$@` is `serve`.
+    // Its log is copied to a file as well.
+    let log = dir.0.join("serve.log");
     let mut capped = Command::new("bash");
     capped
         .args([
             "-c",
-            &format!("trap '' XFSZ; ulimit -f {FILE_CAP_KIB}; exec \"$0\" \"$@\""),
+            &format!(
+                "trap '' XFSZ; ulimit -f {FILE_CAP_KIB}; exec \"$0\" \"$@\" 2> >(tee '{}' >&2)",
+                log.display()
+            ),
             COURIER,
         ])
         .env("DATABASE_URL", &url)
@@ -79,4 +86,23 @@ async fn a_full_disk_answers_service_unavailable() {
         body["errors"][0]["extensions"]["code"], "SERVICE_UNAVAILABLE",
         "{body}"
     );
+    // An operator has something to mend: an error, saying what.
+    let said = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .any(|entry| {
+                entry["level"] == "ERROR"
+                    && entry["message"]
+                        .as_str()
+                        .is_some_and(|message| message.contains("disk"))
+            })
+    };
+    crate::support::fixtures::eventually(
+        "an error logged: the disk failed the work",
+        std::time::Duration::from_secs(10),
+        || async { said() },
+    )
+    .await;
 }
