@@ -16,21 +16,23 @@ use crate::support::{Backend, Receiver, TestApp, TestBrowser, TestDb};
 /// Endpoints the console reads (its pages of 100, twenty of them).
 const READ_ENDPOINTS: usize = 2_000;
 
+/// Creates `count` endpoints no delivery goes to, eight at a time.
+async fn fillers(app: &TestApp, admin: &str, count: usize) {
+    futures_util::stream::iter(0..count)
+        .for_each_concurrent(8, |n| async move {
+            app.create_endpoint(admin, &format!("https://example.com/filler/{n}"))
+                .await;
+        })
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_filter_shows_deliveries_of_endpoints_the_page_has_not_read() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
     // Older than the tenant's endpoint, so the console reads these and not that one.
-    futures_util::stream::iter(0..READ_ENDPOINTS)
-        .for_each_concurrent(8, |n| {
-            let (app, admin) = (&app, &admin);
-            async move {
-                app.create_endpoint(admin, &format!("https://example.com/filler/{n}"))
-                    .await;
-            }
-        })
-        .await;
+    fillers(&app, &admin, READ_ENDPOINTS).await;
     let receiver = Receiver::accepting().await;
     let far = tenant_with_endpoints(&app, &admin, "Far", &receiver, &["far"]).await;
     let endpoint = far.endpoints[0].clone();
@@ -65,15 +67,7 @@ async fn a_refresh_redraws_only_the_endpoints_that_changed() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    futures_util::stream::iter(0..FILLERS)
-        .for_each_concurrent(8, |n| {
-            let (app, admin) = (&app, &admin);
-            async move {
-                app.create_endpoint(admin, &format!("https://example.com/filler/{n}"))
-                    .await;
-            }
-        })
-        .await;
+    fillers(&app, &admin, FILLERS).await;
     let receiver = Receiver::accepting().await;
     let busy = endpoint_with(&app, &admin, &receiver, "busy", json!({})).await;
     let browser = TestBrowser::launch().await;
