@@ -1,12 +1,17 @@
 //! Reading the command line: settings every command shares (database, logging, traces) may
-//! come before or after the command's name; the settings of `serve` written before another
-//! command are refused, as that command would ignore them.
+//! come before or after the command's name, and so may a setting of `serve` that the command
+//! takes too (`--encryption-key` of `endpoint rotate-secret`); the other settings of `serve`
+//! written before a command are refused, as that command would ignore them.
 
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
-use clap::{Args as _, FromArgMatches as _};
+use clap::{ArgMatches, Args as _, FromArgMatches as _};
 
-use super::{Cli, ServeArgs};
+use super::{Cli, Command, EndpointCommand, ServeArgs};
+
+/// The settings of `serve` another command takes too, by id: given before that command,
+/// they are its own (see [`Cli::from_command_line`]).
+const SHARED_WITH_SERVE: &[&str] = &["encryption_key"];
 
 impl Cli {
     /// Parses `args` (the program's name first) with `command`, this CLI's
@@ -17,23 +22,73 @@ impl Cli {
         T: Into<std::ffi::OsString> + Clone,
     {
         let matches = command.clone().try_get_matches_from(args)?;
-        if let Some((name, _)) = matches.subcommand() {
-            let serve = ServeArgs::augment_args(clap::Command::new("serve"));
-            let typed = serve.get_arguments().find(|arg| {
-                matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
-            });
-            if let Some(arg) = typed {
-                let flag = arg.get_long().unwrap_or_else(|| arg.get_id().as_str());
-                let message = if name == "serve" {
-                    format!("--{flag} before `serve` would be ignored: write it after (`courier serve --{flag} ...`)")
-                } else {
-                    format!("--{flag} is a setting of `serve`; `{name}` does not take it")
-                };
-                return Err(command.clone().error(ErrorKind::ArgumentConflict, message));
+        let mut cli = Self::from_arg_matches(&matches)?;
+        let Some((name, _)) = matches.subcommand() else {
+            return Ok(cli);
+        };
+        let (path, leaf) = named_command(&matches);
+        let serve = ServeArgs::augment_args(clap::Command::new("serve"));
+        for arg in serve.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches.value_source(id) != Some(ValueSource::CommandLine) {
+                continue;
             }
+            let flag = arg.get_long().unwrap_or(id);
+            if name != "serve" && SHARED_WITH_SERVE.contains(&id) && takes(command, &path, id) {
+                // The command's own value, unless it was written after the command too.
+                if leaf.value_source(id) != Some(ValueSource::CommandLine) {
+                    cli.carry_over(id);
+                }
+                continue;
+            }
+            let message = if name == "serve" {
+                format!(
+                    "--{flag} goes after `serve` (`courier serve --{flag} ...`), or leave \
+                     `serve` out (`courier --{flag} ...`)"
+                )
+            } else {
+                format!(
+                    "--{flag} is a setting of `serve`; `{}` does not take it",
+                    path.join(" ")
+                )
+            };
+            return Err(command.clone().error(ErrorKind::ArgumentConflict, message));
         }
-        Self::from_arg_matches(&matches)
+        Ok(cli)
     }
+
+    /// Gives the named command the value of `id` written before it.
+    fn carry_over(&mut self, id: &str) {
+        if let ("encryption_key", Some(Command::Endpoint(EndpointCommand::RotateSecret(args)))) =
+            (id, &mut self.command)
+        {
+            args.encryption_key.clone_from(&self.serve.encryption_key);
+        }
+    }
+}
+
+/// The names of the command `matches` names, outermost first (`["endpoint",
+/// "rotate-secret"]`), and the innermost one's matches.
+fn named_command(matches: &ArgMatches) -> (Vec<String>, &ArgMatches) {
+    let mut path = Vec::new();
+    let mut leaf = matches;
+    while let Some((name, sub)) = leaf.subcommand() {
+        path.push(name.to_owned());
+        leaf = sub;
+    }
+    (path, leaf)
+}
+
+/// Whether the command at `path` under `command` takes an argument `id` of its own.
+fn takes(command: &clap::Command, path: &[String], id: &str) -> bool {
+    let mut at = command;
+    for name in path {
+        match at.find_subcommand(name) {
+            Some(sub) => at = sub,
+            None => return false,
+        }
+    }
+    at.get_arguments().any(|arg| arg.get_id().as_str() == id)
 }
 
 #[cfg(test)]
@@ -73,12 +128,70 @@ mod tests {
         assert!(err.to_string().contains("--bind"), "{err}");
         assert!(err.to_string().contains("migrate"), "{err}");
         let err = parse(&["courier", "--bind", "127.0.0.1:1", "serve"]).expect_err("refused");
-        assert!(err.to_string().contains("write it after"), "{err}");
+        assert!(err.to_string().contains("goes after `serve`"), "{err}");
         // With no command named they are `serve`'s settings...
         let cli = parse(&["courier", "--bind", "127.0.0.1:1"]).expect("parsed");
         assert!(cli.command.is_none());
         // ...and after `serve`, its own.
         let cli = parse(&["courier", "serve", "--bind", "127.0.0.1:1"]).expect("parsed");
         assert!(matches!(cli.command, Some(Command::Serve(_))));
+    }
+
+    #[test]
+    fn a_setting_a_command_shares_with_serve_may_come_before_it() {
+        let key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+        let id = "01a24f5e-5cea-7608-b169-c45afe3c8f0e";
+        let rotate = |cli: Cli| match cli.command {
+            Some(Command::Endpoint(EndpointCommand::RotateSecret(args))) => args,
+            other => panic!("{other:?}"),
+        };
+        let before = parse(&[
+            "courier",
+            "--encryption-key",
+            key,
+            "endpoint",
+            "rotate-secret",
+            id,
+        ])
+        .expect("parsed");
+        assert!(rotate(before).encryption_key.is_some(), "carried over");
+        let after = parse(&[
+            "courier",
+            "endpoint",
+            "rotate-secret",
+            id,
+            "--encryption-key",
+            key,
+        ])
+        .expect("parsed");
+        assert!(rotate(after).encryption_key.is_some());
+        // Every setting of `serve` another command takes is one `from_command_line` carries.
+        let command = Cli::command();
+        let serve = ServeArgs::augment_args(clap::Command::new("serve"));
+        let mut shared = Vec::new();
+        for top in command
+            .get_subcommands()
+            .filter(|sub| sub.get_name() != "serve")
+        {
+            let leaves: Vec<&clap::Command> = if top.has_subcommands() {
+                top.get_subcommands().collect()
+            } else {
+                vec![top]
+            };
+            for leaf in leaves {
+                for arg in leaf.get_arguments() {
+                    let id = arg.get_id().as_str();
+                    let global = command
+                        .get_arguments()
+                        .any(|top| top.get_id() == id && top.is_global_set());
+                    if !global && serve.get_arguments().any(|s| s.get_id() == id) {
+                        shared.push(id.to_owned());
+                    }
+                }
+            }
+        }
+        shared.sort();
+        shared.dedup();
+        assert_eq!(shared, SHARED_WITH_SERVE, "settings shared with serve");
     }
 }

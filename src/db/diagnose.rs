@@ -54,12 +54,14 @@ pub fn check_url(url: &str) -> Result<(), String> {
     } else if url.starts_with("sqlite:") {
         match SqliteConnectOptions::from_str(url) {
             // SQLite would read such a name as a URI of its own, naming another file than
-            // the one Courier locks and reports.
+            // the one Courier locks and reports. (An in-memory database is named so by sqlx
+            // itself, and has no file.)
             Ok(options)
-                if options
-                    .get_filename()
-                    .to_string_lossy()
-                    .starts_with("file:") =>
+                if !sqlite_in_memory(url)
+                    && options
+                        .get_filename()
+                        .to_string_lossy()
+                        .starts_with("file:") =>
             {
                 return Err("DATABASE_URL names the SQLite file as a file: URI; give its path \
                      instead (e.g. sqlite://courier.db?mode=rwc or sqlite:///var/lib/courier/courier.db)"
@@ -222,6 +224,14 @@ mod tests {
         }
         assert_eq!(check_url("sqlite://courier.db?mode=rwc"), Ok(()));
         assert_eq!(check_url("sqlite://files/courier.db"), Ok(()));
+        // In memory, as the README offers it.
+        for memory in [
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite://x.db?mode=memory",
+        ] {
+            assert_eq!(check_url(memory), Ok(()), "{memory}");
+        }
         // A URL that does not parse still hides its password.
         assert_eq!(
             location("postgres://u:se:cr@et@127.0.0.1:notaport/db"),

@@ -110,19 +110,34 @@ impl Db {
     /// With `in_order`, sorts are off too, for a listing that an index serves in its order
     /// whatever the statistics say: a planner that cannot count a partial index's rows (a
     /// table never vacuumed) takes it for small, reads all of it and sorts (every settled
-    /// delivery, for a page of delivered ones). A disabled sort weighs a plan's cost far
-    /// above PostgreSQL's JIT threshold, so JIT compiling is off too: it took a 20 ms page
-    /// of a tenant's listing to 100 ms. The settings go in one round trip, as `SET LOCAL`
-    /// would take one each.
-    pub async fn begin_listing(&self, in_order: bool) -> Result<DatabaseTransaction, DbErr> {
+    /// delivery, for a page of delivered ones).
+    ///
+    /// JIT compiling is off in either case: a disabled sort weighs a plan's cost far above
+    /// PostgreSQL's JIT threshold, and compiling took a 20 ms page of a tenant's listing to
+    /// 100 ms.
+    ///
+    /// With `one_snapshot`, every statement of the transaction sees the database as of its
+    /// first (`REPEATABLE READ`, read-only, which never fails to serialize): for a page read
+    /// in more than one statement, each taking what the last found as given. The settings
+    /// go in one round trip, as `SET LOCAL` would take one each.
+    pub async fn begin_listing(
+        &self,
+        in_order: bool,
+        one_snapshot: bool,
+    ) -> Result<DatabaseTransaction, DbErr> {
         let txn = self.conn.begin().await?;
         if self.backend() == DbBackend::Postgres {
-            txn.execute_unprepared(if in_order {
+            let settings = if in_order {
                 IN_ORDER_LISTING_SETTINGS
             } else {
                 LISTING_SETTINGS
-            })
-            .await?;
+            };
+            if one_snapshot {
+                txn.execute_unprepared(&format!("{ONE_SNAPSHOT}; {settings}"))
+                    .await?;
+            } else {
+                txn.execute_unprepared(settings).await?;
+            }
         }
         Ok(txn)
     }
@@ -140,6 +155,10 @@ impl Db {
 /// The settings of a listing's transaction (see [`Db::begin_listing`]), for it alone.
 const LISTING_SETTINGS: &str = "SELECT set_config('enable_bitmapscan', 'off', true), \
      set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)";
+
+/// A listing's transaction that sees one snapshot throughout (see [`Db::begin_listing`]):
+/// before any other statement of it, as PostgreSQL requires.
+const ONE_SNAPSHOT: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY";
 
 /// [`LISTING_SETTINGS`] with sorts off, for a listing read in an index's order.
 const IN_ORDER_LISTING_SETTINGS: &str = "SELECT set_config('enable_bitmapscan', 'off', true), \

@@ -2,7 +2,7 @@
 //! read from an index in that order. A set of endpoints (a tenant's, a partner key's list)
 //! is read endpoint by endpoint on PostgreSQL ([`super::set_page`]): a quiet tenant's page
 //! never walks everyone's history looking for its rows, and a tenant of thousands of
-//! endpoints is one statement planned once.
+//! endpoints is two statements, each planned once.
 
 use entity::webhook_delivery::DeliveryState;
 use entity::{endpoint, submission, webhook_delivery};
@@ -39,6 +39,15 @@ pub(super) enum Read {
     Statement(Statement),
     /// The page of a set, in two reads.
     Set(Box<SetRead>),
+}
+
+impl Read {
+    /// Whether the page is read in more than one statement, each made from what the one
+    /// before found: then they must see one snapshot (a row that stopped matching between
+    /// them would cut the page short, and end the listing early).
+    pub fn in_steps(&self) -> bool {
+        matches!(self, Read::Set(_))
+    }
 }
 
 impl Deliveries {

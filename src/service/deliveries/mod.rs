@@ -198,7 +198,10 @@ impl Deliveries {
         page: PageRequest,
     ) -> Result<Page<webhook_delivery::Model>> {
         let listing = self.listing(caller, filter, &page).await?;
-        let txn = self.db.begin_listing(listing.in_order).await?;
+        let txn = self
+            .db
+            .begin_listing(listing.in_order, listing.read.in_steps())
+            .await?;
         let statement = match listing.read {
             listing::Read::Statement(statement) => statement,
             listing::Read::Set(set) => {
@@ -217,7 +220,8 @@ impl Deliveries {
     /// The plans and the work of one page of [`Deliveries::list`], run as it runs
     /// (`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`, PostgreSQL only): for checking that a
     /// listing reads a page, not the history. One plan for each statement the page runs,
-    /// in the order it runs them.
+    /// in the order it runs them (a statement whose answer the next is made from runs once
+    /// more, unexplained, for that answer: in the page's one snapshot, the same).
     pub async fn explain_listing(
         &self,
         caller: &Identity,
@@ -225,7 +229,10 @@ impl Deliveries {
         page: &PageRequest,
     ) -> Result<Vec<serde_json::Value>> {
         let listing = self.listing(caller, filter, page).await?;
-        let txn = self.db.begin_listing(listing.in_order).await?;
+        let txn = self
+            .db
+            .begin_listing(listing.in_order, listing.read.in_steps())
+            .await?;
         let plans = match listing.read {
             listing::Read::Statement(statement) => vec![explain(&txn, statement).await?],
             listing::Read::Set(set) => {
