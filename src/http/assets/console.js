@@ -94,6 +94,9 @@ const page = {
   endpointOptions: "",
   /** Whether a read of the endpoints has completed since signing in. */
   endpointsRead: false,
+  /** Whether a read of the endpoints is under way, and whether another is to follow it. */
+  endpointsReading: false,
+  endpointsAgain: false,
   /** id -> { id, endpointId, state, since, el } */
   rows: new Map(),
   /** Ids of the rows, newest first. */
@@ -325,6 +328,8 @@ function signOut(message = "") {
   page.endpointRows = new Map();
   page.endpointOptions = "";
   page.endpointsRead = false;
+  page.endpointsReading = false;
+  page.endpointsAgain = false;
   page.rows = new Map();
   page.order = [];
   page.queued = [];
@@ -472,6 +477,23 @@ function endpointsQuery() {
  */
 async function readEndpoints() {
   const generation = ++page.endpointGeneration;
+  page.endpointsReading = true;
+  try {
+    await readEndpointPages(generation);
+  } finally {
+    if (generation === page.endpointGeneration) {
+      page.endpointsReading = false;
+      // Activity during the read asks for another, after it.
+      if (page.endpointsAgain) {
+        page.endpointsAgain = false;
+        endpointsChanged();
+      }
+    }
+  }
+}
+
+/** The body of [readEndpoints]: the read numbered `generation`. */
+async function readEndpointPages(generation) {
   const tenantsRead = readTenants();
   // Awaited below; if reading the endpoints fails first, its failure is that one's.
   tenantsRead.catch(() => undefined);
@@ -531,7 +553,14 @@ function refreshEndpoints() {
   clearTimeout(page.busyTimer);
   page.quietTimer = 0;
   page.busyTimer = 0;
-  if (page.token) readEndpoints().catch(() => undefined);
+  if (!page.token) return;
+  // A read under way is let finish (restarting it could keep a long one from ever
+  // finishing while events come): another follows it.
+  if (page.endpointsReading) {
+    page.endpointsAgain = true;
+    return;
+  }
+  readEndpoints().catch(() => undefined);
 }
 
 /** Reads the endpoints again when the first pause shown ends. */
@@ -555,18 +584,16 @@ function wakeWhenPauseEnds() {
 function renderEndpoints() {
   const body = $("endpoints").tBodies[0];
   const tenants = showsTenants();
-  const optional = [...page.optional].join(",");
   const drawn = new Map();
   const rows = [];
   for (const endpoint of page.endpoints.values()) {
     if (!inChosenTenant(endpoint)) continue;
-    const { deliveryCounts, ...shown } = endpoint;
-    const key = JSON.stringify([shown, tenants, optional]);
+    const key = rowKey(endpoint, tenants);
     const kept = page.endpointRows.get(endpoint.id);
     let tr;
     if (kept && kept.key === key) {
       tr = kept.tr;
-      writeCounts(tr, deliveryCounts);
+      writeCounts(tr, endpoint.deliveryCounts);
     } else {
       tr = endpointRow(endpoint, tenants);
     }
@@ -577,14 +604,7 @@ function renderEndpoints() {
   if (!rows.length) {
     rows.push(el("tr", {}, el("td", { colSpan: 10, class: "note", text: "No endpoints this key may see." })));
   }
-  const current = body.children;
-  const sameRows = current.length === rows.length
-    && rows.every((tr, i) => tr.dataset.endpointId && tr.dataset.endpointId === current[i].dataset.endpointId);
-  if (sameRows) {
-    rows.forEach((tr, i) => { if (current[i] !== tr) current[i].replaceWith(tr); });
-  } else {
-    body.replaceChildren(...rows);
-  }
+  placeRows(body, rows);
   const select = $("filter-endpoint");
   const chosen = page.filter.endpointId;
   const choices = [...page.endpoints.values()].filter(inChosenTenant);
@@ -597,6 +617,35 @@ function renderEndpoints() {
   }
   select.value = page.endpoints.has(chosen) ? chosen : "";
   renderEndpointActions();
+}
+
+/** What an endpoint's row shows but its counts: a row is rebuilt when this changes. */
+function rowKey(endpoint, tenants) {
+  return JSON.stringify([
+    endpoint.name, endpoint.url, endpoint.disabled, endpoint.disabledReason,
+    endpoint.eventTypes, endpoint.maxInFlight, endpoint.rateLimit, endpoint.pausedUntil,
+    tenants && endpoint.tenant ? endpoint.tenant.name : null, tenants, [...page.optional],
+  ]);
+}
+
+/**
+ * Makes `rows` the children of `body`, in order, moving as few as it can: rows that go are
+ * removed, then each row not already in its place is put there. A row left in place keeps
+ * the focus it holds (a row moved loses it).
+ */
+function placeRows(body, rows) {
+  const wanted = new Set(rows);
+  for (const child of [...body.children]) {
+    if (!wanted.has(child)) child.remove();
+  }
+  let at = body.firstElementChild;
+  for (const tr of rows) {
+    if (at === tr) {
+      at = at.nextElementSibling;
+    } else {
+      body.insertBefore(tr, at);
+    }
+  }
 }
 
 /** One endpoint's row of the table. */
