@@ -85,14 +85,20 @@ pub fn hold(database_url: &str) -> Result<Option<ServeLock>, ServeLockError> {
     let database = resolved(&database);
     let path = lock_path(&database);
     // A lock on a file that has since been removed from the path locks nothing anyone else
-    // will open: taken again on the file the path now names.
-    loop {
+    // will open: taken again on the file the path now names (each retry needs another
+    // process to have let go of that file meanwhile, so a few are plenty).
+    for _ in 0..LOCK_TRIES {
         match lock(&database, &path)? {
             Some(held) if !names(&path, &held.file) => continue,
             held => return Ok(held),
         }
     }
+    let reason = std::io::Error::other("it kept being replaced while it was locked");
+    Err(ServeLockError::Unusable { path, reason })
 }
+
+/// Tries at taking the lock on the file its path names.
+const LOCK_TRIES: usize = 10;
 
 /// Opens (or creates) the lock file `path` of `database` and takes its lock.
 fn lock(database: &Path, path: &Path) -> Result<Option<ServeLock>, ServeLockError> {

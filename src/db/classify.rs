@@ -72,8 +72,8 @@ pub fn classify(err: &DbErr) -> Failure {
 /// Storage trouble an operator must mend, behind a database error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StorageTrouble {
-    /// No room for the work: a full disk, or no memory (PostgreSQL class `53`, SQLite's
-    /// `SQLITE_FULL`).
+    /// No room for the work: a full disk, or no memory (PostgreSQL's `53100` and `53200`,
+    /// SQLite's `SQLITE_FULL`).
     NoRoom,
     /// The disk failed the work (PostgreSQL class `58`, SQLite's `SQLITE_IOERR`): failing,
     /// or full past what the database could tell.
@@ -96,15 +96,18 @@ pub fn storage_trouble(err: &DbErr) -> Option<StorageTrouble> {
 /// [`storage_trouble`] by a SQLite (extended) result code.
 fn sqlite_storage_trouble(code: &str) -> Option<StorageTrouble> {
     match code.parse::<i32>().map(|code| code & 0xff) {
+        // SQLITE_FULL.
         Ok(13) => Some(StorageTrouble::NoRoom),
+        // SQLITE_IOERR.
         Ok(10) => Some(StorageTrouble::IoError),
         _ => None,
     }
 }
 
-/// [`storage_trouble`] by a PostgreSQL SQLSTATE.
+/// [`storage_trouble`] by a PostgreSQL SQLSTATE: `disk_full`, `out_of_memory`, and the
+/// operating system's I/O errors (class `58`).
 fn sqlstate_storage_trouble(code: &str) -> Option<StorageTrouble> {
-    if lacks_resources(code) {
+    if matches!(code, "53100" | "53200") {
         Some(StorageTrouble::NoRoom)
     } else if code.starts_with("58") {
         Some(StorageTrouble::IoError)
@@ -113,9 +116,20 @@ fn sqlstate_storage_trouble(code: &str) -> Option<StorageTrouble> {
     }
 }
 
+/// What storage trouble means for the work it failed: with no room it was rolled back; an
+/// I/O error may have come after its commit.
+fn storage_failure(trouble: StorageTrouble) -> Failure {
+    match trouble {
+        StorageTrouble::NoRoom => Failure::Unavailable,
+        StorageTrouble::IoError => Failure::MaybeCommitted { unreachable: true },
+    }
+}
+
 /// What an error PostgreSQL answered with means, by its SQLSTATE.
 fn by_sqlstate(code: &str) -> Failure {
-    if matches!(code, "40001" | "40P01") {
+    if let Some(trouble) = sqlstate_storage_trouble(code) {
+        storage_failure(trouble)
+    } else if matches!(code, "40001" | "40P01") {
         Failure::Transient
     } else if code.starts_with("08")
         || code.starts_with("28")
@@ -123,9 +137,6 @@ fn by_sqlstate(code: &str) -> Failure {
         || lacks_resources(code)
     {
         Failure::Unavailable
-    } else if code.starts_with("58") {
-        // The operating system failed the server's I/O: even a commit may have happened.
-        Failure::MaybeCommitted { unreachable: true }
     } else {
         Failure::Refused
     }
@@ -133,13 +144,12 @@ fn by_sqlstate(code: &str) -> Failure {
 
 /// What an error SQLite answered with means, by its (extended) result code.
 fn by_sqlite_code(code: &str) -> Failure {
+    if let Some(trouble) = sqlite_storage_trouble(code) {
+        return storage_failure(trouble);
+    }
     match code.parse::<i32>().map(|code| code & 0xff) {
         // SQLITE_BUSY and SQLITE_LOCKED.
         Ok(5 | 6) => Failure::Transient,
-        // SQLITE_FULL: the disk is full, and the work was rolled back.
-        Ok(13) => Failure::Unavailable,
-        // SQLITE_IOERR: the disk failed the work, a commit's included.
-        Ok(10) => Failure::MaybeCommitted { unreachable: true },
         _ => Failure::Refused,
     }
 }

@@ -31,6 +31,10 @@ impl<E: Into<Error>> From<E> for ApiError {
 static UNAVAILABLE_LOG: crate::telemetry::throttle::Throttle =
     crate::telemetry::throttle::Throttle::new(std::time::Duration::from_secs(1));
 
+/// The same for storage trouble, told apart so that an outage's timeouts never hide it.
+static STORAGE_LOG: crate::telemetry::throttle::Throttle =
+    crate::telemetry::throttle::Throttle::new(std::time::Duration::from_secs(1));
+
 /// Maps a service error to its GraphQL form; internal causes are logged, never sent.
 fn to_graphql(err: Error) -> async_graphql::Error {
     let code = err.code();
@@ -41,9 +45,7 @@ fn to_graphql(err: Error) -> async_graphql::Error {
         }
         Error::RateLimited { .. } | Error::Unavailable(_) => {
             if let Error::Unavailable(cause) = &err {
-                if let Some(also) = UNAVAILABLE_LOG.tell() {
-                    log_unavailable(&err, cause, also);
-                }
+                log_unavailable(&err, cause);
             }
             let retry_after = err.retry_after_secs().unwrap_or(1);
             async_graphql::Error::new(err.to_string()).extend_with(|_, e| {
@@ -62,13 +64,22 @@ fn to_graphql(err: Error) -> async_graphql::Error {
     }
 }
 
-/// Logs a request answered `SERVICE_UNAVAILABLE` (`also` more since the last line): storage
-/// trouble, which an operator must mend, as an error saying which; a database out of reach
-/// or too slow, which passes, as a warning.
-fn log_unavailable(err: &Error, cause: &sea_orm::DbErr, also: u64) {
+/// Logs a request answered `SERVICE_UNAVAILABLE`, at most once a second a kind, with how
+/// many more there were: storage trouble, which an operator must mend, as an error saying
+/// which; a database out of reach or too slow, which passes, as a warning.
+fn log_unavailable(err: &Error, cause: &sea_orm::DbErr) {
     use crate::db::StorageTrouble;
     let error = error_chain(err);
-    match crate::db::storage_trouble(cause) {
+    let trouble = crate::db::storage_trouble(cause);
+    let log = if trouble.is_some() {
+        &STORAGE_LOG
+    } else {
+        &UNAVAILABLE_LOG
+    };
+    let Some(also) = log.tell() else {
+        return;
+    };
+    match trouble {
         Some(StorageTrouble::NoRoom) => tracing::error!(%error, also_unavailable = also,
             "the database has no room for the work (a full disk, or no memory): requests are \
              answered SERVICE_UNAVAILABLE until it has (told at most once a second, with how \
