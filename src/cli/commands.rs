@@ -130,6 +130,7 @@ async fn list_tenants(database: &DatabaseArgs) -> Result<(), CommandError> {
         let request = PageRequest {
             first: MAX_PAGE_SIZE,
             after,
+            after_at: None,
         };
         let page = tenants::list(&db, request).await?;
         for tenant in &page.items {
@@ -373,6 +374,7 @@ async fn list_api_keys(database: &DatabaseArgs) -> Result<(), CommandError> {
         let request = PageRequest {
             first: MAX_PAGE_SIZE,
             after,
+            after_at: None,
         };
         let page = api_keys::list(&db, request).await?;
         for key in &page.items {

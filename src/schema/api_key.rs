@@ -131,7 +131,7 @@ impl ApiKeyQuery {
             Listed::ApiKeys,
             page,
             &request,
-            |row| row.id,
+            |row| row.id.into(),
             ApiKey,
         ))
     }

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use crate::auth::Identity;
 use crate::error::Error;
-use crate::service::pagination::{encode_cursor, Listed, Page, PageRequest};
+use crate::service::pagination::{encode_cursor, Listed, Page, PageRequest, Position};
 use crate::state::AppState;
 
 /// The caller of this request; every operation needs one.
@@ -52,19 +52,19 @@ pub fn missing(what: &str) -> Error {
 }
 
 /// One keyset page of `listed` as a Relay connection: each row wrapped as a node, with its
-/// cursor.
+/// cursor (made from where the row stands, `position_of`).
 pub fn relay_page<T, N: async_graphql::OutputType>(
     listed: Listed,
     page: Page<T>,
     request: &PageRequest,
-    id_of: impl Fn(&T) -> Uuid,
+    position_of: impl Fn(&T) -> Position,
     node: impl Fn(T) -> N,
 ) -> Connection<String, N> {
     let mut connection = Connection::new(request.after.is_some(), page.has_next_page);
     connection.edges.extend(
         page.items
             .into_iter()
-            .map(|row| Edge::new(encode_cursor(listed, id_of(&row)), node(row))),
+            .map(|row| Edge::new(encode_cursor(listed, position_of(&row)), node(row))),
     );
     connection
 }

@@ -214,7 +214,10 @@ pub async fn delivery_page(
         Listed::Deliveries,
         page,
         &request,
-        |row| row.id,
+        |row| crate::service::pagination::Position {
+            id: row.id,
+            at: Some(row.created_at),
+        },
         Delivery,
     ))
 }

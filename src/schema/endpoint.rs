@@ -261,7 +261,7 @@ pub async fn endpoint_page(
         Listed::Endpoints,
         page,
         &request,
-        |row| row.id,
+        |row| row.id.into(),
         Endpoint,
     ))
 }

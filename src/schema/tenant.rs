@@ -89,7 +89,7 @@ impl TenantQuery {
             Listed::Tenants,
             page,
             &request,
-            |row| row.id,
+            |row| row.id.into(),
             Tenant,
         ))
     }

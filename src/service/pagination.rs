@@ -2,6 +2,7 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -47,6 +48,26 @@ pub struct PageRequest {
     pub first: usize,
     /// Continue strictly after this id, in the listing's order.
     pub after: Option<Uuid>,
+    /// The creation time of the row `after` names, when its cursor carries it (a delivery's
+    /// does): a listing ordered by creation time goes on from there without reading that
+    /// row, which may be gone by then (retention).
+    pub after_at: Option<DateTime<Utc>>,
+}
+
+/// Where a page ends, as its last row's cursor tells it: the row's id, and, for a row that
+/// can be listed by creation time, that time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The row's id.
+    pub id: Uuid,
+    /// Its creation time, for a listing that can be ordered by it.
+    pub at: Option<DateTime<Utc>>,
+}
+
+impl From<Uuid> for Position {
+    fn from(id: Uuid) -> Self {
+        Position { id, at: None }
+    }
 }
 
 impl PageRequest {
@@ -65,7 +86,11 @@ impl PageRequest {
         let after = after
             .map(|cursor| decode_cursor(listed, cursor))
             .transpose()?;
-        Ok(PageRequest { first, after })
+        Ok(PageRequest {
+            first,
+            after: after.map(|position| position.id),
+            after_at: after.and_then(|position| position.at),
+        })
     }
 
     /// Rows to fetch: one more than wanted, to learn whether a next page exists.
@@ -105,14 +130,24 @@ impl<T> Page<T> {
     }
 }
 
-/// The opaque cursor for a row id of `listed`.
-pub fn encode_cursor(listed: Listed, id: Uuid) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}{}{id}", listed.mark()))
+/// Separates a cursor's id from the creation time it carries.
+const AT: char = '@';
+
+/// The opaque cursor for a row of `listed` at `position`.
+pub fn encode_cursor(listed: Listed, position: Position) -> String {
+    let mut text = format!("{CURSOR_VERSION}{}{}", listed.mark(), position.id);
+    if let Some(at) = position.at {
+        // Every digit of the time, as stored: a rounded one would pass over rows.
+        text.push(AT);
+        text.push_str(&at.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+    }
+    URL_SAFE_NO_PAD.encode(text)
 }
 
 /// Reads a cursor made by [`encode_cursor`] for `listed` (or, from before cursors were
-/// marked, for any listing); anything else is `BAD_USER_INPUT`.
-pub fn decode_cursor(listed: Listed, cursor: &str) -> Result<Uuid> {
+/// marked, for any listing; or, from before they carried a time, without one); anything
+/// else is `BAD_USER_INPUT`.
+pub fn decode_cursor(listed: Listed, cursor: &str) -> Result<Position> {
     let invalid = || Error::bad_input("after is not a valid cursor");
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
     let text = std::str::from_utf8(&bytes).map_err(|_| invalid())?;
@@ -122,7 +157,15 @@ pub fn decode_cursor(listed: Listed, cursor: &str) -> Result<Uuid> {
         Some(_) => return Err(Error::bad_input("after is a cursor of another listing")),
         None => id,
     };
-    Uuid::parse_str(id).map_err(|_| invalid())
+    let (id, at) = match id.split_once(AT) {
+        Some((id, at)) => {
+            let at = DateTime::parse_from_rfc3339(at).map_err(|_| invalid())?;
+            (id, Some(at.with_timezone(&Utc)))
+        }
+        None => (id, None),
+    };
+    let id = Uuid::parse_str(id).map_err(|_| invalid())?;
+    Ok(Position { id, at })
 }
 
 #[cfg(test)]
@@ -132,8 +175,23 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
         let id = Uuid::now_v7();
-        let cursor = encode_cursor(Listed::Deliveries, id);
-        assert_eq!(decode_cursor(Listed::Deliveries, &cursor).ok(), Some(id));
+        let cursor = encode_cursor(Listed::Deliveries, id.into());
+        assert_eq!(
+            decode_cursor(Listed::Deliveries, &cursor).ok(),
+            Some(id.into())
+        );
+        // With a creation time, every digit of it.
+        let at = DateTime::parse_from_rfc3339("2026-12-07T08:15:30.123456789Z")
+            .expect("a time")
+            .with_timezone(&Utc);
+        let position = Position { id, at: Some(at) };
+        let cursor = encode_cursor(Listed::Deliveries, position);
+        assert_eq!(
+            decode_cursor(Listed::Deliveries, &cursor).ok(),
+            Some(position)
+        );
+        let bad_time = URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}d:{id}@yesterday"));
+        assert!(decode_cursor(Listed::Deliveries, &bad_time).is_err());
         // Another listing's cursor is refused, saying so.
         let foreign = decode_cursor(Listed::Endpoints, &cursor).map_err(|err| err.to_string());
         assert_eq!(
@@ -142,7 +200,10 @@ mod tests {
         );
         // A cursor from before they were marked still reads.
         let unmarked = URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}{id}"));
-        assert_eq!(decode_cursor(Listed::Tenants, &unmarked).ok(), Some(id));
+        assert_eq!(
+            decode_cursor(Listed::Tenants, &unmarked).ok(),
+            Some(id.into())
+        );
         for garbage in [
             "",
             "!!!",
@@ -179,6 +240,7 @@ mod tests {
         let request = PageRequest {
             first: 2,
             after: None,
+            after_at: None,
         };
         let page = Page::from_overfetch(vec![1, 2, 3], &request);
         assert_eq!(page.items, vec![1, 2]);

@@ -130,17 +130,24 @@ impl Deliveries {
         }
         if let Some(after) = page.after {
             query = if by_time {
-                // Keyset on (creation time, id), from the row the cursor names; a row
-                // outside the caller's scope is answered as a missing one.
-                let gone = || Error::bad_input("after names a delivery that no longer exists");
-                let from = self.load(after).await?.ok_or_else(gone)?;
-                if !self.access.allows(caller, from.endpoint_id).await? {
-                    return Err(gone());
-                }
+                // Keyset on (creation time, id), from where the cursor stands: the time it
+                // carries, or (a cursor from before they carried one) the time of the row
+                // it names, a row outside the caller's scope answered as a missing one.
+                let at = match page.after_at {
+                    Some(at) => at,
+                    None => {
+                        let gone =
+                            || Error::bad_input("after names a delivery that no longer exists");
+                        let from = self.load(after).await?.ok_or_else(gone)?;
+                        if !self.access.allows(caller, from.endpoint_id).await? {
+                            return Err(gone());
+                        }
+                        from.created_at
+                    }
+                };
                 // As one row comparison, which an index on (creation time, id) takes as
                 // where to start reading: written as `created_at < at OR (= at AND id <
                 // after)`, it is a filter, and every page reads all the rows before it.
-                let at = from.created_at;
                 query.filter(
                     Expr::tuple([
                         Expr::col(webhook_delivery::Column::CreatedAt),

@@ -61,6 +61,7 @@ async fn a_listing_by_an_event_type_nobody_has_reads_no_history() {
                     PageRequest {
                         first: 50,
                         after: None,
+                        after_at: None,
                     },
                 )
                 .await

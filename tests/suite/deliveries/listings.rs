@@ -349,6 +349,47 @@ async fn listings_by_creation_time(backend: Backend) {
         Some("BAD_USER_INPUT"),
         "{refused}"
     );
+    // A cursor goes on from where it stands even once its delivery is gone (as retention
+    // removes deliveries while an old window is paged).
+    let all = json!({ "createdAfter": days[0] });
+    let first = app
+        .graphql(&admin, PAGE, json!({ "first": 2, "filter": all }))
+        .await;
+    let connection = &first["data"]["deliveries"];
+    let cursor = connection["pageInfo"]["endCursor"].clone();
+    let gone = connection["edges"][1]["node"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    assert_eq!(gone, ids[7], "{first}");
+    app.state
+        .db
+        .conn()
+        .execute_raw(sea_orm::Statement::from_sql_and_values(
+            app.state.db.backend(),
+            "DELETE FROM webhook_deliveries WHERE id = $1",
+            [uuid::Uuid::parse_str(&gone).expect("uuid").into()],
+        ))
+        .await
+        .expect("remove the cursor's delivery");
+    let rest = app
+        .graphql(
+            &admin,
+            PAGE,
+            json!({ "first": 50, "after": cursor, "filter": all }),
+        )
+        .await;
+    let rest: Vec<&str> = rest["data"]["deliveries"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{rest}"))
+        .iter()
+        .filter_map(|edge| edge["node"]["id"].as_str())
+        .collect();
+    let expected: Vec<&str> = ids[..7].iter().rev().map(String::as_str).collect();
+    assert_eq!(
+        rest, expected,
+        "the page after a cursor whose delivery is gone"
+    );
 }
 
 on_both_backends!(

@@ -129,7 +129,15 @@ async fn walk(app: &TestApp, who: &Identity, filter: &DeliveryFilter, first: usi
         let page = app
             .state
             .deliveries
-            .list(who, filter.clone(), PageRequest { first, after })
+            .list(
+                who,
+                filter.clone(),
+                PageRequest {
+                    first,
+                    after,
+                    after_at: None,
+                },
+            )
             .await
             .expect("a page");
         assert!(page.items.len() <= first);
@@ -452,6 +460,7 @@ async fn a_tenant_of_many_endpoints_reads_a_descent_each_and_a_page() {
             let page = PageRequest {
                 first,
                 after: *after,
+                after_at: None,
             };
             let plans = app
                 .state

@@ -135,6 +135,7 @@ pub async fn assert_pages_read_little(app: &TestApp, cases: &[PlanCase<'_>], mos
                 let page = PageRequest {
                     first,
                     after: *after,
+                    after_at: None,
                 };
                 let (touched, plan) = buffers(app, who, filter, &page).await;
                 if touched > most {

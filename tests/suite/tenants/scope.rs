@@ -189,7 +189,7 @@ async fn every_operation_is_refused_across_tenants(backend: Backend) {
     // A cursor naming the other tenant's delivery is answered as one naming nothing.
     let cursor = courier::service::pagination::encode_cursor(
         courier::service::pagination::Listed::Deliveries,
-        uuid::Uuid::parse_str(&their_delivery).expect("uuid"),
+        uuid::Uuid::parse_str(&their_delivery).expect("uuid").into(),
     );
     let paged = other
         .graphql(
