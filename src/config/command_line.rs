@@ -1,7 +1,9 @@
 //! Reading the command line: settings every command shares (database, logging, traces) may
 //! come before or after the command's name, and so may a setting of `serve` that the command
 //! takes too (`--encryption-key` of `endpoint rotate-secret`); the other settings of `serve`
-//! written before a command are refused, as that command would ignore them.
+//! written before a command are refused, as that command would ignore them. And the
+//! variables of `serve`'s settings are read for `serve` alone: a bad one (a shared
+//! environment file's) never stops `migrate` or `api-key`.
 
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
@@ -21,7 +23,19 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let matches = command.clone().try_get_matches_from(args)?;
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        // Which command is named, read leniently first.
+        let named = command
+            .clone()
+            .ignore_errors(true)
+            .try_get_matches_from(&args)
+            .ok()
+            .and_then(|matches| matches.subcommand_name().map(str::to_owned));
+        let reading = match named.as_deref() {
+            Some(name) if name != "serve" => without_serve_variables(command),
+            _ => command.clone(),
+        };
+        let matches = reading.try_get_matches_from(&args)?;
         let mut cli = Self::from_arg_matches(&matches)?;
         let Some((name, _)) = matches.subcommand() else {
             return Ok(cli);
@@ -65,6 +79,15 @@ impl Cli {
             args.encryption_key.clone_from(&self.serve.encryption_key);
         }
     }
+}
+
+/// `command` with the settings of `serve` it takes before a command's name reading no
+/// variable (they take their defaults: the command named does not use them).
+fn without_serve_variables(command: &clap::Command) -> clap::Command {
+    let serve = ServeArgs::augment_args(clap::Command::new("serve"));
+    serve.get_arguments().fold(command.clone(), |command, arg| {
+        command.mut_arg(arg.get_id().clone(), |arg| arg.env(None))
+    })
 }
 
 /// The names of the command `matches` names, outermost first (`["endpoint",

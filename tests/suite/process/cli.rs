@@ -370,3 +370,34 @@ async fn concurrent_migrations_from_several_processes_succeed() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_serve_variable_stops_serve_alone() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let run = |args: &[&str]| {
+        courier_command(&db.url)
+            .env("COURIER_RATE_LIMIT", "0")
+            .env("COURIER_BIND", "127.0.0.1:0")
+            .args(args)
+            .output()
+            .expect("run courier")
+    };
+    // A shared environment with a value only `serve` reads, and a bad one.
+    for command in [&["migrate"][..], &["tenant", "list"], &["api-key", "list"]] {
+        let ran = run(command);
+        assert!(
+            ran.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+    }
+    for command in [&["serve"][..], &[]] {
+        let refused = run(command);
+        assert_eq!(refused.status.code(), Some(2), "{command:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("COURIER_RATE_LIMIT"),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
+}
