@@ -362,16 +362,12 @@ async fn listings_by_creation_time(backend: Backend) {
         .unwrap_or_else(|| panic!("{first}"))
         .to_owned();
     assert_eq!(gone, ids[7], "{first}");
-    app.state
-        .db
-        .conn()
-        .execute_raw(sea_orm::Statement::from_sql_and_values(
-            app.state.db.backend(),
-            "DELETE FROM webhook_deliveries WHERE id = $1",
-            [uuid::Uuid::parse_str(&gone).expect("uuid").into()],
-        ))
-        .await
-        .expect("remove the cursor's delivery");
+    crate::support::fixtures::rows(
+        &app.state.db,
+        "DELETE FROM webhook_deliveries WHERE id = $1",
+        vec![uuid::Uuid::parse_str(&gone).expect("uuid").into()],
+    )
+    .await;
     let rest = app
         .graphql(
             &admin,

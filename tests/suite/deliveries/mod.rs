@@ -11,3 +11,4 @@ mod replay;
 mod resend;
 mod scoped_replay;
 mod set_pages;
+mod set_plans;

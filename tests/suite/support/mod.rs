@@ -18,6 +18,7 @@ pub mod prefix_proxy;
 pub mod process;
 pub mod receiver;
 pub mod seeding;
+pub mod sets;
 pub mod tenants;
 pub mod websocket;
 
