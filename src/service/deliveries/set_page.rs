@@ -11,6 +11,8 @@
 //! one statement whatever the set's size (a lateral descent per endpoint); the second has
 //! one branch per endpoint read, at most a page's worth, each planned for its endpoint (a
 //! quiet one read from its own index, never found by walking everyone's newest rows).
+//! Both must see one snapshot ([`crate::db::Db::begin_listing`]): a head that stopped
+//! matching before the second read would leave it short of a page, ending the listing.
 
 use chrono::{DateTime, Utc};
 use entity::{endpoint, webhook_delivery};
