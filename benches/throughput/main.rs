@@ -15,7 +15,9 @@
 //! endpoints; 1 skips it), `BENCH_KEYED` (`100000,10,1000`: a backlog drained over
 //! endpoints and ordering keys, round robin, after the same backlog over the same endpoints
 //! without keys; 0 skips both), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
-//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history,tracing,hygiene`; pgbench always runs),
+//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history,tenants,tracing,hygiene`; pgbench always runs),
+//! `BENCH_TENANT_ENDPOINTS` (`50,2000`: the tenants whose portal pages are timed),
+//! `BENCH_TENANT_DELIVERIES` (40000: deliveries submitted beside each, half to the tenant),
 //! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
 //! (500000: expired deliveries retention prunes), `BENCH_RETENTION_BACKLOG` (100000: the
 //! backlog drained while it prunes), `BENCH_HISTORY_SIZES` (`100000,10000000`:
@@ -35,6 +37,7 @@ mod process;
 mod receiver;
 mod replay;
 mod retention;
+mod tenants;
 mod tracing;
 mod workloads;
 
@@ -382,6 +385,31 @@ async fn main() {
             "drain_during_per_second": pruning.drain_during,
             "drain_without_per_second": pruning.drain_without,
         });
+    }
+
+    if runs("tenants") {
+        let sizes: Vec<usize> = std::env::var("BENCH_TENANT_ENDPOINTS")
+            .unwrap_or_else(|_| "50,2000".to_owned())
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect();
+        let deliveries = env_or("BENCH_TENANT_DELIVERIES", 40_000usize);
+        let mut measured = Vec::new();
+        for endpoints in sizes {
+            let pages = tenants::measure(&server, endpoints, deliveries).await;
+            for (filter, ms) in &pages.medians_ms {
+                println!(
+                    "tenant of {} endpoints ({} deliveries, half its own): a page of {filter}: median {ms:.1} ms",
+                    pages.endpoints, pages.deliveries
+                );
+            }
+            measured.push(json!({
+                "endpoints": pages.endpoints,
+                "deliveries": pages.deliveries,
+                "medians_ms": pages.medians_ms.iter().map(|(f, ms)| json!({ "filter": f, "ms": ms })).collect::<Vec<_>>(),
+            }));
+        }
+        results["tenants"] = json!(measured);
     }
 
     if runs("history") {
