@@ -111,7 +111,7 @@ pub async fn measure(server_url: &str, endpoints: usize, deliveries: usize) -> T
     // Half the deliveries to the others; of the tenant's half, nine in ten to its busy
     // endpoints and the rest spread over all of its endpoints.
     let target = |n: usize| -> &String {
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             &others[(n / 2) % others.len()]
         } else if n % 20 == 1 {
             &theirs[(n / 20) % theirs.len()]
@@ -131,7 +131,7 @@ pub async fn measure(server_url: &str, endpoints: usize, deliveries: usize) -> T
                     json!({ "input": {
                         "endpointId": endpoint,
                         "payload": { "n": n },
-                        "eventType": if n % 3 == 0 { "order.paid" } else { "order.shipped" },
+                        "eventType": if n.is_multiple_of(3) { "order.paid" } else { "order.shipped" },
                     } }),
                 )
                 .await;
