@@ -18,6 +18,7 @@ use crate::support::history::{
     assert_pages_read_little, cursor_at, seed_history, tenant_key, PlanCase, ENDPOINTS,
     MOST_BUFFERS,
 };
+use crate::support::sets::new_tenant;
 use crate::support::{Backend, TestApp, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,15 +55,7 @@ async fn every_listing_reads_a_page_not_the_history() {
     // A busy tenant (five of the endpoints, a quarter of history), and a quiet one whose
     // two endpoints have one delivery between them: its pages must not walk everyone's
     // history looking for its rows.
-    let tenant = |name: &'static str| {
-        let db = app.state.db.clone();
-        async move {
-            courier::service::tenants::create(&db, name)
-                .await
-                .expect("a tenant")
-                .id
-        }
-    };
+    let tenant = |name: &'static str| new_tenant(&app, name);
     let (busy, quiet) = (tenant("busy").await, tenant("quiet").await);
     rows(
         &app.state.db,

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::support::fixtures::{rows, V7};
 use crate::support::history::tenant_key;
-use crate::support::sets::{endpoints, identity, quoted, walk};
+use crate::support::sets::{endpoints, identity, new_tenant, quoted, walk};
 use crate::support::{Backend, TestApp, TestDb};
 
 /// Deliveries seeded over the endpoints.
@@ -94,15 +94,7 @@ async fn set_listings_page_exactly_as_the_whole_table_sorted() {
     let db = TestDb::new(Backend::Postgres).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    let tenant = |name: &'static str| {
-        let db = app.state.db.clone();
-        async move {
-            courier::service::tenants::create(&db, name)
-                .await
-                .expect("a tenant")
-                .id
-        }
-    };
+    let tenant = |name: &'static str| new_tenant(&app, name);
     let (large, small, single, empty) = (
         tenant("larger than a page").await,
         tenant("smaller than a page").await,
@@ -244,10 +236,7 @@ async fn rows_changing_between_a_set_listings_reads_never_cut_it_short() {
     let db = TestDb::new(Backend::Postgres).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    let tenant = courier::service::tenants::create(&app.state.db, "three")
-        .await
-        .expect("a tenant")
-        .id;
+    let tenant = new_tenant(&app, "three").await;
     let three = endpoints(&app, &admin, 3, Some(tenant)).await;
     for endpoint in &three {
         crate::support::fixtures::submit(

@@ -11,7 +11,7 @@ use crate::support::fixtures::{rows, V7};
 use crate::support::history::{
     assert_pages_read_little, cursor_at, seed_history, tenant_key, PlanCase, MOST_BUFFERS,
 };
-use crate::support::sets::{endpoints, identity};
+use crate::support::sets::{endpoints, identity, new_tenant};
 use crate::support::{Backend, TestApp, TestDb};
 
 /// Endpoints of the tenant of many.
@@ -27,10 +27,7 @@ async fn a_tenant_of_many_endpoints_reads_a_descent_each_and_a_page() {
     seed_history(&app, busy[19], busy[8]).await;
     // The tenant: many endpoints, one in five with one delivery (three weeks old, some of
     // them failed, of each event type), two of the busy ones, and the rest never sent to.
-    let many = courier::service::tenants::create(&app.state.db, "many")
-        .await
-        .expect("a tenant")
-        .id;
+    let many = new_tenant(&app, "many").await;
     rows(
         &app.state.db,
         &format!(

@@ -83,3 +83,11 @@ pub async fn identity(app: &TestApp, token: String) -> Identity {
         .await
         .expect("a caller")
 }
+
+/// A new tenant named `name`, made directly through the service: its id.
+pub async fn new_tenant(app: &TestApp, name: &str) -> Uuid {
+    courier::service::tenants::create(&app.state.db, name)
+        .await
+        .expect("a tenant")
+        .id
+}
