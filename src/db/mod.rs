@@ -9,6 +9,7 @@ mod deadline;
 mod diagnose;
 mod due;
 pub mod ids;
+mod listing;
 pub mod measured;
 mod migrate;
 pub(crate) mod parking;
@@ -18,6 +19,7 @@ mod session_lock;
 pub(crate) mod shard;
 pub(crate) mod sql;
 mod transaction;
+mod unkept;
 mod warmup;
 mod writable;
 pub use self::redact::redact;
@@ -48,6 +50,7 @@ pub use self::diagnose::{
     check_url, describe, explain_connect_error, location, sqlite_in_memory, sqlite_path,
     sqlx_message,
 };
+pub use self::listing::ListingTxn;
 pub use self::migrate::{
     MIGRATION_GIVES_UP_AFTER, MIGRATION_LOCKS_TRIED_FOR, MIGRATION_LOCK_KEY, MIGRATION_LOCK_WAIT,
 };

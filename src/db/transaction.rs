@@ -95,53 +95,6 @@ impl Db {
         }
     }
 
-    /// Starts a read-only transaction for one page of a keyset listing. On PostgreSQL,
-    /// bitmap scans are off in it: a bitmap scan gathers every matching row and sorts them
-    /// before the first one comes back, which is how a planner without statistics (a table
-    /// never analyzed) or with misleading ones turns a page of history into a read of all
-    /// of it. Without bitmaps the page walks an index in the listing's order and stops.
-    ///
-    /// And its statements are planned for the values they are given, not once per
-    /// connection for any value (the connections' `force_generic_plan`): a plan for any
-    /// event type, say, walks the newest deliveries first expecting a third of them to
-    /// match, and for a type few or none have walks the whole history (all 100,000 rows of
-    /// a small one), where the plan for that type reads a few index pages.
-    ///
-    /// With `in_order`, sorts are off too, for a listing that an index serves in its order
-    /// whatever the statistics say: a planner that cannot count a partial index's rows (a
-    /// table never vacuumed) takes it for small, reads all of it and sorts (every settled
-    /// delivery, for a page of delivered ones).
-    ///
-    /// JIT compiling is off in either case: a disabled sort weighs a plan's cost far above
-    /// PostgreSQL's JIT threshold, and compiling took a 20 ms page of a tenant's listing to
-    /// 100 ms.
-    ///
-    /// With `one_snapshot`, every statement of the transaction sees the database as of its
-    /// first (`REPEATABLE READ`, read-only, which never fails to serialize): for a page read
-    /// in more than one statement, each taking what the last found as given. The settings
-    /// go in one round trip, as `SET LOCAL` would take one each.
-    pub async fn begin_listing(
-        &self,
-        in_order: bool,
-        one_snapshot: bool,
-    ) -> Result<DatabaseTransaction, DbErr> {
-        let txn = self.conn.begin().await?;
-        if self.backend() == DbBackend::Postgres {
-            let settings = if in_order {
-                IN_ORDER_LISTING_SETTINGS
-            } else {
-                LISTING_SETTINGS
-            };
-            if one_snapshot {
-                txn.execute_unprepared(&format!("{ONE_SNAPSHOT}; {settings}"))
-                    .await?;
-            } else {
-                txn.execute_unprepared(settings).await?;
-            }
-        }
-        Ok(txn)
-    }
-
     /// Starts a transaction that will write, outside the race policy (migrations). On
     /// SQLite it takes the write lock up front, like every write transaction here.
     pub async fn begin_write(&self) -> Result<DatabaseTransaction, DbErr> {
@@ -151,19 +104,6 @@ impl Db {
         }
     }
 }
-
-/// The settings of a listing's transaction (see [`Db::begin_listing`]), for it alone.
-const LISTING_SETTINGS: &str = "SELECT set_config('enable_bitmapscan', 'off', true), \
-     set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)";
-
-/// A listing's transaction that sees one snapshot throughout (see [`Db::begin_listing`]):
-/// before any other statement of it, as PostgreSQL requires.
-const ONE_SNAPSHOT: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY";
-
-/// [`LISTING_SETTINGS`] with sorts off, for a listing read in an index's order.
-const IN_ORDER_LISTING_SETTINGS: &str = "SELECT set_config('enable_bitmapscan', 'off', true), \
-     set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true), \
-     set_config('enable_sort', 'off', true)";
 
 /// SQLite's write transactions take the write lock up front (`BEGIN IMMEDIATE`), so they
 /// wait on the busy timeout instead of failing when they would later upgrade a read lock.

@@ -44,7 +44,8 @@ pub(super) enum Read {
 impl Read {
     /// Whether the page is read in more than one statement, each made from what the one
     /// before found: then they must see one snapshot (a row that stopped matching between
-    /// them would cut the page short, and end the listing early).
+    /// them would cut the page short, and end the listing early), and, their texts varying
+    /// with what was found, are not kept prepared.
     pub fn in_steps(&self) -> bool {
         matches!(self, Read::Set(_))
     }

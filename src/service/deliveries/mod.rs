@@ -290,7 +290,7 @@ impl Deliveries {
 
 /// `statement` run under `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` on `txn`: its plan.
 async fn explain(
-    txn: &sea_orm::DatabaseTransaction,
+    txn: &crate::db::ListingTxn,
     statement: sea_orm::Statement,
 ) -> Result<serde_json::Value> {
     let explained = sea_orm::Statement::from_sql_and_values(

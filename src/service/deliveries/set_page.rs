@@ -13,6 +13,8 @@
 //! quiet one read from its own index, never found by walking everyone's newest rows).
 //! Both must see one snapshot ([`crate::db::Db::begin_listing`]): a head that stopped
 //! matching before the second read would leave it short of a page, ending the listing.
+//! Neither is kept prepared on its connection: the second's text changes with how many
+//! endpoints it reads, and the first's with a partner key's list.
 
 use chrono::{DateTime, Utc};
 use entity::{endpoint, webhook_delivery};
