@@ -25,6 +25,17 @@ pub struct Intake {
     metrics: Arc<Metrics>,
 }
 
+/// Who wrote a payload: the limit on payloads (`COURIER_MAX_PAYLOAD_BYTES`) is for
+/// callers' own; Courier's (a test webhook, a few hundred bytes) is sent whatever it is set
+/// to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadFrom {
+    /// The caller (`submit`, `publish`).
+    Caller,
+    /// Courier itself (`sendTestEvent`).
+    Courier,
+}
+
 /// A submission's content, accepted: ready to store.
 #[derive(Debug, Clone)]
 pub struct Accepted {
@@ -52,16 +63,22 @@ impl Intake {
         }
     }
 
-    /// Validates `key` and `payload`, then counts once against the caller's rate limit
-    /// (after validation, so bad input spends none of it), and hashes the content.
+    /// Validates `key` and `payload` (held to the payload limit when it comes from the
+    /// caller), then counts once against the caller's rate limit (after validation, so bad
+    /// input spends none of it), and hashes the content.
     pub async fn accept(
         &self,
         caller: &Identity,
         key: Option<String>,
         payload: Value,
+        from: PayloadFrom,
     ) -> Result<Accepted> {
         let key = validate_key(key)?;
-        let payload = payload::accept(payload, self.max_payload_bytes)?;
+        let max_bytes = match from {
+            PayloadFrom::Caller => self.max_payload_bytes,
+            PayloadFrom::Courier => usize::MAX,
+        };
+        let payload = payload::accept(payload, max_bytes)?;
         if let Err(err) = self.rate_limiter.check(&caller.key_id.to_string()).await {
             self.metrics.submission(SubmissionOutcome::RateLimited);
             return Err(err);

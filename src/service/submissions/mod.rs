@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use self::group_commit::GroupCommit;
-use self::intake::Intake;
+use self::intake::{Intake, PayloadFrom};
 use self::store::{NewRows, Stored};
 use crate::auth::Identity;
 use crate::db::{self, Db};
@@ -94,15 +94,17 @@ impl Submissions {
                 operational::RESERVED_PREFIX
             )));
         }
-        self.store_submission(caller, input).await
+        self.store_submission(caller, input, PayloadFrom::Caller)
+            .await
     }
 
     /// [`Submissions::submit`] without the reserved-type check: for Courier's own test
-    /// webhooks.
+    /// webhooks too.
     async fn store_submission(
         &self,
         caller: &Identity,
         input: NewSubmission,
+        from: PayloadFrom,
     ) -> Result<SubmitOutcome> {
         self.access.require(caller, input.endpoint_id).await?;
         let event_type = input
@@ -117,7 +119,7 @@ impl Submissions {
             .transpose()?;
         let accepted = self
             .intake
-            .accept(caller, input.idempotency_key, input.payload)
+            .accept(caller, input.idempotency_key, input.payload, from)
             .await?;
         if let Some(key) = &accepted.key {
             if let Some(existing) = self.find_by_key(input.endpoint_id, key).await? {
@@ -193,7 +195,8 @@ impl Submissions {
             event_type: Some(TEST_EVENT_TYPE.to_owned()),
             ordering_key: None,
         };
-        self.store_submission(caller, input).await
+        self.store_submission(caller, input, PayloadFrom::Courier)
+            .await
     }
 
     async fn find_by_key(&self, endpoint_id: Uuid, key: &str) -> Result<Option<submission::Model>> {

@@ -15,7 +15,7 @@ use crate::db::{self, Db};
 use crate::error::{Error, Result};
 use crate::metrics::SubmissionOutcome;
 use crate::service::access::{Access, Visible};
-use crate::service::submissions::intake::Intake;
+use crate::service::submissions::intake::{Intake, PayloadFrom};
 use crate::service::submissions::store::{prepare, NewRows, Prepared};
 use crate::service::{event_types, flow, lines, operational};
 use crate::telemetry;
@@ -136,7 +136,12 @@ impl Fanout {
             .transpose()?;
         let accepted = self
             .intake
-            .accept(caller, input.idempotency_key, input.payload)
+            .accept(
+                caller,
+                input.idempotency_key,
+                input.payload,
+                PayloadFrom::Caller,
+            )
             .await?;
         let (key, payload, hash) = (accepted.key, accepted.payload, accepted.hash);
         if let Some(key) = &key {

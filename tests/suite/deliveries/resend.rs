@@ -26,7 +26,6 @@ async fn outsider(app: &TestApp, admin: &str) -> String {
         .await
 }
 
-/// The endpoint of delivery `id`.
 /// Resending a delivered delivery sends it again with the same `webhook-id`, its history
 /// kept; nothing else can be resent.
 async fn resend_sends_a_delivered_delivery_again(backend: Backend) {
@@ -188,7 +187,47 @@ async fn a_test_event_is_signed_and_recorded(backend: Backend) {
     receiver.wait_for(2, Duration::from_secs(10)).await;
 }
 
+/// The payload limit is for callers' payloads: a test event is sent under a limit smaller
+/// than itself, which still refuses a submission as large.
+async fn a_test_event_is_sent_under_any_payload_limit(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let receiver = Receiver::accepting().await;
+    let app = TestApp::spawn_with(&db, |config| {
+        quick_worker(config);
+        config.max_payload_bytes = 64;
+    })
+    .await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "small").await;
+
+    let sent = app
+        .graphql(&admin, TEST_EVENT, json!({ "id": endpoint }))
+        .await;
+    let payload = &sent["data"]["sendTestEvent"]["submission"]["payload"];
+    assert_eq!(payload["type"], "courier.test", "{sent}");
+    assert!(
+        payload.to_string().len() > 64,
+        "larger than the limit: {payload}"
+    );
+    let arrived = receiver.wait_for(1, Duration::from_secs(10)).await;
+    assert!(arrived[0].verified);
+
+    let submitted = app
+        .graphql(
+            &admin,
+            "mutation($e: ID!, $p: JSON!) { submit(input: {endpointId: $e, payload: $p}) { created } }",
+            json!({ "e": endpoint, "p": payload }),
+        )
+        .await;
+    assert_eq!(
+        gql_error_code(&submitted),
+        Some("BAD_USER_INPUT"),
+        "{submitted}"
+    );
+}
+
 on_both_backends!(
     resend_sends_a_delivered_delivery_again,
     a_test_event_is_signed_and_recorded,
+    a_test_event_is_sent_under_any_payload_limit,
 );
