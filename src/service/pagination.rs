@@ -2,10 +2,11 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike as _, SecondsFormat, Utc};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::service::time_range;
 
 /// Page size when the client gives none.
 pub const DEFAULT_PAGE_SIZE: usize = 20;
@@ -160,7 +161,12 @@ pub fn decode_cursor(listed: Listed, cursor: &str) -> Result<Position> {
     let (id, at) = match id.split_once(AT) {
         Some((id, at)) => {
             let at = DateTime::parse_from_rfc3339(at).map_err(|_| invalid())?;
-            (id, Some(at.with_timezone(&Utc)))
+            let at = at.with_timezone(&Utc);
+            // A year no filter may name either (see `time_range`): never one of Courier's.
+            if !time_range::YEARS.contains(&at.year()) {
+                return Err(invalid());
+            }
+            (id, Some(at))
         }
         None => (id, None),
     };
@@ -190,8 +196,17 @@ mod tests {
             decode_cursor(Listed::Deliveries, &cursor).ok(),
             Some(position)
         );
-        let bad_time = URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}d:{id}@yesterday"));
-        assert!(decode_cursor(Listed::Deliveries, &bad_time).is_err());
+        for bad_time in [
+            "yesterday",
+            "0000-12-31T23:00:00Z",
+            "9999-12-31T23:00:00-02:00",
+        ] {
+            let cursor = URL_SAFE_NO_PAD.encode(format!("{CURSOR_VERSION}d:{id}@{bad_time}"));
+            assert!(
+                decode_cursor(Listed::Deliveries, &cursor).is_err(),
+                "{bad_time} accepted"
+            );
+        }
         // Another listing's cursor is refused, saying so.
         let foreign = decode_cursor(Listed::Endpoints, &cursor).map_err(|err| err.to_string());
         assert_eq!(

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 /// The years a bound may name: those RFC 3339 can write. PostgreSQL cannot store a moment
 /// before 4713 BC, and SQLite compares times as text, which orders a year past 9999 before
 /// the year 2000; within these years both agree.
-const YEARS: std::ops::RangeInclusive<i32> = 1..=9999;
+pub(crate) const YEARS: std::ops::RangeInclusive<i32> = 1..=9999;
 
 /// Refuses a range whose bounds (named `from_name` and `to_name` in the message) are out
 /// of [`YEARS`] or out of order.
