@@ -79,6 +79,9 @@ pub fn current_trace_context() -> Option<String> {
 /// its trace state, if it parses.
 pub fn parse(stored: &str) -> Option<SpanContext> {
     let (traceparent, tracestate) = stored.split_once('\n').unwrap_or((stored, ""));
+    if !well_formed(traceparent) {
+        return None;
+    }
     let mut carrier = HashMap::from([(TRACEPARENT_HEADER.to_owned(), traceparent.to_owned())]);
     if !tracestate.is_empty() {
         carrier.insert(TRACESTATE_HEADER.to_owned(), tracestate.to_owned());
@@ -94,9 +97,40 @@ pub fn from_headers(headers: &http::HeaderMap) -> Option<Context> {
     if !enabled() {
         return None;
     }
+    let mut sent = headers.get_all(TRACEPARENT_HEADER).iter();
+    let (Some(traceparent), None) = (sent.next(), sent.next()) else {
+        return None;
+    };
+    if !traceparent.to_str().is_ok_and(well_formed) {
+        return None;
+    }
     let context =
         TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
     context.span().span_context().is_valid().then_some(context)
+}
+
+/// Whether `traceparent` is written as W3C Trace Context requires (level 1, 3.2.2): a
+/// version other than `ff`, a trace id of 32 lowercase hex digits, a parent id of 16 and
+/// flags of 2, separated by dashes; version `00` ends there, a later one may go on after
+/// another dash. The OpenTelemetry propagator reads ids of any length up to these and pads
+/// them with zeros, so `00-1-2-01` would be a trace; the specification says to ignore it.
+/// (All-zero ids are refused by the propagator, as invalid contexts.)
+fn well_formed(traceparent: &str) -> bool {
+    let bytes = traceparent.as_bytes();
+    let hex = |from: usize, to: usize| {
+        bytes
+            .get(from..to)
+            .is_some_and(|part| part.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    };
+    let dash = |at: usize| bytes.get(at) == Some(&b'-');
+    let fields =
+        hex(0, 2) && dash(2) && hex(3, 35) && dash(35) && hex(36, 52) && dash(52) && hex(53, 55);
+    let end = match &bytes[..2.min(bytes.len())] {
+        b"ff" => false,
+        b"00" => bytes.len() == 55,
+        _ => bytes.len() == 55 || dash(55),
+    };
+    fields && end
 }
 
 #[cfg(test)]
@@ -138,6 +172,38 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
         ] {
             assert!(parse(text).is_none(), "{text:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn only_a_traceparent_written_as_the_specification_says_is_read() {
+        let valid = [
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+            // A later version may carry more after a dash.
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ];
+        for text in valid {
+            assert!(well_formed(text), "{text:?} refused");
+        }
+        let malformed = [
+            "00-1-2-01",
+            // Ids short by two digits each.
+            "00-4bf92f3577b34da6a3ce929d0e0e47-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01more",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01",
+            "0",
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0é",
+        ];
+        for text in malformed {
+            assert!(!well_formed(text), "{text:?} accepted");
+            assert!(parse(text).is_none(), "{text:?} parsed");
         }
     }
 

@@ -380,6 +380,67 @@ async fn without_a_collector_nothing_is_traced(backend: Backend) {
     assert_eq!(stored_trace_context(&db, &delivery_id).await, None);
 }
 
+/// A `traceparent` not written as W3C Trace Context requires (ids short of their digits,
+/// which a lenient reader pads with zeros) is ignored: the submit starts a trace of its
+/// own, and its webhook carries that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_traceparent_starts_a_trace_of_its_own() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let collector = Collector::start().await;
+    let receiver = Receiver::accepting().await;
+    let process = traced(&db, collector.url(), &[]);
+    let token = admin_token(&db).await;
+    let endpoint = process.create_endpoint(&token, &receiver, "r", &[]).await;
+    let malformed = [
+        "00-1-2-01".to_owned(),
+        format!("00-{}-{CALLER_SPAN}-01", &CALLER_TRACE[2..]),
+        format!("00-{CALLER_TRACE}-{}-01", &CALLER_SPAN[2..]),
+    ];
+    for traceparent in &malformed {
+        let submitted = process
+            .graphql_with_headers(
+                &token,
+                SUBMIT,
+                json!({ "id": endpoint, "p": { "traceparent": traceparent } }),
+                &[("traceparent", traceparent)],
+            )
+            .await;
+        assert!(
+            submitted["data"]["submit"]["delivery"]["id"].is_string(),
+            "submit: {submitted}"
+        );
+    }
+    let received = receiver
+        .wait_for(malformed.len(), Duration::from_secs(20))
+        .await;
+    let spans = collector
+        .wait_until(Duration::from_secs(20), |spans| {
+            named(spans, "mutation Deliver").len() == malformed.len()
+        })
+        .await;
+    let mut traces = Vec::new();
+    for operation in named(&spans, "mutation Deliver") {
+        assert_eq!(operation.parent_span_id, "", "a root span: {operation:?}");
+        let padded = [
+            format!("{:0>32}", "1"),
+            format!("00{}", &CALLER_TRACE[2..]),
+            CALLER_TRACE.to_owned(),
+        ];
+        assert!(
+            !padded.contains(&operation.trace_id),
+            "not the caller's ids, padded or not: {operation:?}"
+        );
+        traces.push(operation.trace_id.clone());
+    }
+    for webhook in &received {
+        let (trace, _) = ids_of(webhook.traceparent.as_deref().expect("traceparent"));
+        assert!(traces.contains(&trace), "{trace} is one of {traces:?}");
+    }
+    traces.sort();
+    traces.dedup();
+    assert_eq!(traces.len(), malformed.len(), "a trace each");
+}
+
 on_both_backends!(
     a_submit_and_its_attempts_are_one_trace,
     without_a_collector_nothing_is_traced,
