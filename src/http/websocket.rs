@@ -22,12 +22,12 @@ use tokio_util::sync::{CancellationToken, PollSender};
 
 use super::ws_auth::PayloadKey;
 use super::ws_close::{fitted, refusal, ClientEnd};
-use super::ws_gate::Gate;
+use super::ws_gate::{Admission, Gate};
 use super::ws_protocol;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
 use crate::error::Error;
-use crate::schema::{ApiError, CodedExecutor, SubscriptionSlots};
+use crate::schema::{ApiError, CodedExecutor};
 use crate::state::AppState;
 
 /// Once the key is found revoked, how long the session may take to send the errors that end
@@ -180,6 +180,9 @@ impl Session {
         let rules = gate.clone();
         let client_end = Arc::new(Mutex::new(ClientEnd::Open));
         let ended_by_client = client_end.clone();
+        let (to_client, mut from_session) = mpsc::channel(OUTGOING_BUFFER);
+        // The gate's own answers go out as the session's do, in turn with them.
+        let answers = to_client.clone();
         let incoming = incoming
             .filter(move |message| {
                 hearing.store(millis_since(opened), Ordering::Relaxed);
@@ -199,19 +202,29 @@ impl Session {
                     }
                     _ => {}
                 }
-                let admitted = match (message, refused) {
+                let admission = match (message, refused) {
                     (Ok(message), _) => rules.admit(message),
                     (Err(_), Some(close)) => {
                         rules.refuse(close);
-                        false
+                        Admission::Hold
                     }
-                    (Err(_), None) => true,
+                    (Err(_), None) => Admission::Read,
                 };
-                std::future::ready(admitted)
+                let answers = answers.clone();
+                async move {
+                    match admission {
+                        Admission::Read => true,
+                        Admission::Hold => false,
+                        Admission::Answer(answer) => {
+                            // Only gone with the session itself.
+                            let _ = answers.send(answer).await;
+                            false
+                        }
+                    }
+                }
             })
             .take_until(deaf.clone().cancelled_owned())
             .chain(after_input(deaf.clone()));
-        let (to_client, mut from_session) = mpsc::channel(OUTGOING_BUFFER);
         let (init_settled, mut init) = oneshot::channel();
         let app = self.state.app.clone();
         let upgrade_authorization = self.upgrade_authorization.clone();
@@ -414,7 +427,6 @@ async fn connection_init(
             ));
             let mut data = Data::default();
             data.insert(identity);
-            data.insert(SubscriptionSlots::per_connection());
             Ok(data)
         }
         Err(err) => {

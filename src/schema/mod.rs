@@ -36,7 +36,7 @@ pub use error::{ApiError, ApiResult};
 pub use loaders::Loaders;
 
 pub use limits::{MAX_QUERY_COMPLEXITY, MAX_QUERY_DEPTH};
-pub use subscription::{SubscriptionSlots, MAX_SUBSCRIPTIONS_PER_CONNECTION};
+pub use subscription::MAX_SUBSCRIPTIONS_PER_CONNECTION;
 
 /// Most directives on one field.
 pub const MAX_DIRECTIVES_PER_FIELD: usize = 8;

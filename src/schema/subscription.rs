@@ -7,7 +7,6 @@ use async_graphql::{Context, Object, Subscription, ID};
 use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 use super::context::{caller, missing, parse_id, state};
@@ -38,29 +37,10 @@ const READ_AHEAD: usize = 256;
 /// Most subscriptions one WebSocket connection may run at once: room for a dashboard that
 /// watches each of hundreds of endpoints on its own, while a client opening thousands more
 /// (each answered on every change its caller may see) is refused before every change costs
-/// thousands of answers for everyone else to wait on.
+/// thousands of answers for everyone else to wait on. Queries and mutations sent over the
+/// connection count while they run. Enforced where the connection's messages are read, in
+/// the order the client sent them (see `http::ws_gate`).
 pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 1_000;
-
-/// The subscriptions a WebSocket connection may still start, in its connection data (see
-/// [`MAX_SUBSCRIPTIONS_PER_CONNECTION`]); a slot comes back when its subscription ends.
-#[derive(Clone, Debug)]
-pub struct SubscriptionSlots(Arc<Semaphore>);
-
-impl SubscriptionSlots {
-    /// The slots of one new connection.
-    pub fn per_connection() -> Self {
-        SubscriptionSlots(Arc::new(Semaphore::new(MAX_SUBSCRIPTIONS_PER_CONNECTION)))
-    }
-
-    /// A slot for one more subscription, or `BAD_USER_INPUT` when all are taken.
-    fn take(&self) -> Result<OwnedSemaphorePermit, Error> {
-        self.0.clone().try_acquire_owned().map_err(|_| {
-            Error::BadInput(format!(
-                "at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions may run on one connection; complete one first"
-            ))
-        })
-    }
-}
 
 /// One committed change of a delivery's state, with its delivery when the subscription
 /// selects it (read before the change is sent: see [`Watch::next`]).
@@ -124,10 +104,6 @@ impl DeliverySubscription {
         endpoint_id: Option<ID>,
     ) -> Result<impl Stream<Item = Result<DeliveryStateChange, ApiError>> + use<>, ApiError> {
         let caller = caller(ctx)?.clone();
-        let slot = ctx
-            .data_opt::<SubscriptionSlots>()
-            .map(SubscriptionSlots::take)
-            .transpose()?;
         let endpoint = endpoint_id
             .as_ref()
             .map(|id| parse_id(id, "endpointId"))
@@ -159,7 +135,6 @@ impl DeliverySubscription {
             metrics: app.metrics.clone(),
             finished: false,
             _open: OpenSubscription::new(app.metrics.clone()),
-            _slot: slot,
         };
         Ok(futures_util::stream::unfold(watch, Watch::next))
     }
@@ -180,8 +155,6 @@ struct Watch {
     deliveries: Option<Deliveries>,
     finished: bool,
     _open: OpenSubscription,
-    /// Its connection's slot, given back when the subscription ends.
-    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Watch {

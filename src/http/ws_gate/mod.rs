@@ -12,13 +12,18 @@
 //! naming a member twice in one object (two `Authorization` entries in `connection_init`,
 //! say) is closed with 4400 on both protocols, as is, on the legacy protocol, a message that
 //! is not one of its own (async-graphql closed it with 1002 and the parser's words); the
-//! legacy protocol has none of the other rules.
+//! legacy protocol has none of the other rules. On both, a connection runs at most
+//! [`MAX_SUBSCRIPTIONS_PER_CONNECTION`] operations at once: one started past them is
+//! answered with an `error` (`BAD_USER_INPUT`) here, in the order the client sent them, and
+//! never reaches the session.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::ws::{CloseFrame, Message};
 use tokio::sync::oneshot;
+
+use crate::schema::MAX_SUBSCRIPTIONS_PER_CONNECTION;
 
 /// `graphql-transport-ws`: a message the server cannot understand.
 const INVALID_MESSAGE: u16 = 4400;
@@ -42,6 +47,18 @@ struct Seen {
     /// a `complete`, which is not sent ("no further events relevant to the original
     /// subscription"; a client reusing the id would take it for its new operation's end).
     stopped: HashSet<String>,
+}
+
+/// What becomes of a client's message (see [`Gate::admit`]).
+#[derive(Debug)]
+pub enum Admission {
+    /// The session reads it.
+    Read,
+    /// It is held back: it broke a rule, and the socket is closing.
+    Hold,
+    /// It is answered with this message, sent as the session's are, and not read: an
+    /// operation past [`MAX_SUBSCRIPTIONS_PER_CONNECTION`].
+    Answer(Message),
 }
 
 /// The rules of one session: [`Gate::admit`] checks what the client sends,
@@ -76,22 +93,30 @@ impl Gate {
     }
 
     /// Whether the session may read `message`. A message that breaks a rule is held back
-    /// (and every one after it: the socket is closing), and its close frame is sent once.
-    pub fn admit(&self, message: &Message) -> bool {
+    /// (and every one after it: the socket is closing), and its close frame is sent once;
+    /// an operation past the connection's most is answered here.
+    pub fn admit(&self, message: &Message) -> Admission {
         // The session reads a binary frame as it reads a text one: it is held to the same
         // rules (one that is not UTF-8 is no message).
         let text = match message {
             Message::Text(text) => text.as_str(),
             Message::Binary(bytes) => std::str::from_utf8(bytes).unwrap_or("\u{fffd}"),
-            _ => return true,
+            _ => return Admission::Read,
         };
         match self.check(text) {
-            Ok(()) => true,
+            Ok(Some(answer)) => Admission::Answer(answer),
+            Ok(None) => Admission::Read,
             Err(close) => {
                 self.refuse(close);
-                false
+                Admission::Hold
             }
         }
+    }
+
+    /// Whether the session may read `message` (see [`Gate::admit`]).
+    #[cfg(test)]
+    fn admits(&self, message: &Message) -> bool {
+        matches!(self.admit(message), Admission::Read)
     }
 
     /// Closes the socket with `close`, unless a rule broken earlier already did: for what
@@ -146,10 +171,11 @@ impl Gate {
                 return Some(message);
             };
             let mut seen = self.seen();
-            // The echo of the client's own `complete`: the operation it ended was ended
-            // then, and one that reuses the id since is left running.
+            // The echo of the client's own `complete` (legacy: `stop`): the operation it
+            // ended was ended then, and one that reuses the id since is left running. The
+            // legacy protocol sends the echo on.
             if text.starts_with(r#"{"type":"complete""#) && seen.stopped.remove(&id) {
-                return None;
+                return self.legacy.then_some(message);
             }
             seen.running.remove(&id);
             seen.answered.remove(&id);
@@ -164,7 +190,9 @@ impl Gate {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check(&self, text: &str) -> Result<(), CloseFrame> {
+    /// Checks `text` against the rules: `Ok` with the answer to send instead of reading it,
+    /// if any; `Err` with the close frame of a rule it breaks.
+    fn check(&self, text: &str) -> Result<Option<Message>, CloseFrame> {
         let invalid = |why: &str| CloseFrame {
             code: INVALID_MESSAGE,
             reason: format!("Invalid message received: {why}").into(),
@@ -207,20 +235,36 @@ impl Gate {
             Ok(())
         };
         if self.legacy {
-            // Its own messages, each whole; the session enforces its order.
+            // Its own messages, each whole; the session enforces its order. A `start`
+            // reusing a running id replaces that operation, in the same slot.
             return match kind {
-                "connection_init" | "connection_terminate" => Ok(()),
-                "start" => id().and_then(|_| query()),
-                "stop" => id().map(|_| ()),
+                "connection_init" | "connection_terminate" => Ok(None),
+                "start" => {
+                    let id = id()?;
+                    query()?;
+                    let mut seen = self.seen();
+                    if seen.running.contains(id) {
+                        return Ok(None);
+                    }
+                    Ok(self.start(&mut seen, id))
+                }
+                "stop" => {
+                    let id = id()?;
+                    let mut seen = self.seen();
+                    if seen.running.remove(id) {
+                        seen.stopped.insert(id.to_owned());
+                    }
+                    Ok(None)
+                }
                 _ => Err(invalid("unknown type")),
             };
         }
         match kind {
             "connection_init" => {
                 self.seen().initialised = true;
-                Ok(())
+                Ok(None)
             }
-            "ping" | "pong" => Ok(()),
+            "ping" | "pong" => Ok(None),
             "subscribe" => {
                 let id = id()?;
                 query()?;
@@ -231,13 +275,13 @@ impl Gate {
                         reason: "Unauthorized".into(),
                     });
                 }
-                if !seen.running.insert(id.to_owned()) {
+                if seen.running.contains(id) {
                     return Err(CloseFrame {
                         code: SUBSCRIBER_EXISTS,
                         reason: format!("Subscriber for {id} already exists").into(),
                     });
                 }
-                Ok(())
+                Ok(self.start(&mut seen, id))
             }
             "complete" => {
                 let id = id()?;
@@ -246,10 +290,31 @@ impl Gate {
                     seen.answered.remove(id);
                     seen.stopped.insert(id.to_owned());
                 }
-                Ok(())
+                Ok(None)
             }
             _ => Err(invalid("unknown type")),
         }
+    }
+
+    /// Operation `id` starts running, unless the connection runs its most already: then
+    /// the `error` that answers it instead.
+    fn start(&self, seen: &mut Seen, id: &str) -> Option<Message> {
+        if seen.running.len() < MAX_SUBSCRIPTIONS_PER_CONNECTION {
+            seen.running.insert(id.to_owned());
+            return None;
+        }
+        let error = serde_json::json!({
+            "type": "error",
+            "id": id,
+            "payload": [{
+                "message": format!(
+                    "at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions may run on one \
+                     connection; complete one first"
+                ),
+                "extensions": { "code": "BAD_USER_INPUT" },
+            }],
+        });
+        Some(Message::Text(error.to_string().into()))
     }
 }
 

@@ -19,19 +19,19 @@ fn init() -> Message {
 #[test]
 fn each_rule_closes_with_its_code() {
     let (gate, mut told) = Gate::new(false);
-    assert!(!gate.admit(&subscribe("1")), "before connection_init");
+    assert!(!gate.admits(&subscribe("1")), "before connection_init");
     assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4401));
 
     // Sent right behind connection_init, before its ack: it waits for the init.
     let (gate, mut told) = Gate::new(false);
-    assert!(gate.admit(&init()));
-    assert!(gate.admit(&subscribe("1")));
-    assert!(!gate.admit(&subscribe("1")), "the same id while it runs");
+    assert!(gate.admits(&init()));
+    assert!(gate.admits(&subscribe("1")));
+    assert!(!gate.admits(&subscribe("1")), "the same id while it runs");
     assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4409));
 
     for garbage in ["{", "[]", r#"{"type":"launch"}"#, r#"{"type":"subscribe"}"#] {
         let (gate, mut told) = Gate::new(false);
-        assert!(!gate.admit(&Message::Text(garbage.into())), "{garbage}");
+        assert!(!gate.admits(&Message::Text(garbage.into())), "{garbage}");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
     }
 }
@@ -45,7 +45,7 @@ fn the_legacy_protocol_takes_only_its_own_messages() {
         r#"{"type":"connection_terminate"}"#,
     ] {
         let (gate, _told) = Gate::new(true);
-        assert!(gate.admit(&Message::Text(message.into())), "{message}");
+        assert!(gate.admits(&Message::Text(message.into())), "{message}");
     }
     for garbage in [
         "not json",
@@ -59,7 +59,7 @@ fn the_legacy_protocol_takes_only_its_own_messages() {
         r#"{"type":"start","id":"1","payload":{"query":"{ x }","extensions":[1]}}"#,
     ] {
         let (gate, mut told) = Gate::new(true);
-        assert!(!gate.admit(&Message::Text(garbage.into())), "{garbage}");
+        assert!(!gate.admits(&Message::Text(garbage.into())), "{garbage}");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
     }
 }
@@ -70,43 +70,43 @@ fn a_member_named_twice_closes_on_both_protocols() {
     for legacy in [false, true] {
         let (gate, mut told) = Gate::new(legacy);
         assert!(
-            !gate.admit(&Message::Text(twice.into())),
+            !gate.admits(&Message::Text(twice.into())),
             "legacy: {legacy}"
         );
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
         let (gate, mut told) = Gate::new(legacy);
-        assert!(!gate.admit(&Message::Binary(twice.as_bytes().to_vec().into())));
+        assert!(!gate.admits(&Message::Binary(twice.as_bytes().to_vec().into())));
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
         let (gate, _told) = Gate::new(legacy);
-        assert!(gate.admit(&init()), "legacy: {legacy}");
+        assert!(gate.admits(&init()), "legacy: {legacy}");
     }
 }
 
 #[test]
 fn an_id_is_free_again_once_its_subscription_ended() {
     let (gate, mut told) = Gate::new(false);
-    assert!(gate.admit(&init()));
-    assert!(gate.admit(&subscribe("a")));
+    assert!(gate.admits(&init()));
+    assert!(gate.admits(&subscribe("a")));
     // As async-graphql writes them: the type first.
     let complete = Message::Text(r#"{"type":"complete","id":"a"}"#.into());
     assert!(gate.relay(complete).is_some());
-    assert!(gate.admit(&subscribe("a")), "ended by the server");
-    assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "a" }))));
-    assert!(gate.admit(&subscribe("a")), "ended by the client");
+    assert!(gate.admits(&subscribe("a")), "ended by the server");
+    assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "a" }))));
+    assert!(gate.admits(&subscribe("a")), "ended by the client");
     let error = Message::Text(r#"{"type":"error","id":"a","payload":[]}"#.into());
     assert!(gate.relay(error).is_some());
-    assert!(gate.admit(&subscribe("a")), "ended in an error");
+    assert!(gate.admits(&subscribe("a")), "ended in an error");
     assert!(told.try_recv().is_err(), "no rule was broken");
 }
 
 #[test]
 fn an_operation_the_client_completed_gets_no_complete_back() {
     let (gate, _told) = Gate::new(false);
-    assert!(gate.admit(&init()));
-    assert!(gate.admit(&subscribe("s")));
-    assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
+    assert!(gate.admits(&init()));
+    assert!(gate.admits(&subscribe("s")));
+    assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
     // The id is reused at once; the session's echo for the old one is not sent.
-    assert!(gate.admit(&subscribe("s")));
+    assert!(gate.admits(&subscribe("s")));
     assert_eq!(relayed(&gate, r#"{"type":"complete","id":"s"}"#), None);
     assert_eq!(
         relayed(
@@ -123,19 +123,19 @@ fn an_operation_the_client_completed_gets_no_complete_back() {
     );
     // Completed by the client again, while running under the reused id: its echo is
     // held back too, and the id is running until the client completes it.
-    assert!(gate.admit(&subscribe("t")));
-    assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "t" }))));
-    assert!(gate.admit(&subscribe("t")));
+    assert!(gate.admits(&subscribe("t")));
+    assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "t" }))));
+    assert!(gate.admits(&subscribe("t")));
     assert_eq!(relayed(&gate, r#"{"type":"complete","id":"t"}"#), None);
-    assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "t" }))));
+    assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "t" }))));
     assert_eq!(
         relayed(&gate, r#"{"type":"complete","id":"t"}"#),
         None,
         "no stray complete"
     );
     // A complete for what already ended is no echo to hold back.
-    assert!(gate.admit(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
-    assert!(gate.admit(&subscribe("s")));
+    assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
+    assert!(gate.admits(&subscribe("s")));
     assert_eq!(
         relayed(&gate, r#"{"type":"complete","id":"s"}"#).map(|m| m["type"].clone()),
         Some("complete".into())
@@ -161,8 +161,8 @@ fn a_next_messages_id_is_read_from_its_head() {
 #[test]
 fn a_refusal_before_execution_is_an_error_message() {
     let (gate, _told) = Gate::new(false);
-    assert!(gate.admit(&init()));
-    assert!(gate.admit(&subscribe("v")));
+    assert!(gate.admits(&init()));
+    assert!(gate.admits(&subscribe("v")));
     let refused = relayed(
         &gate,
         r#"{"type":"next","id":"v","payload":{"data":null,"errors":[{"message":"Unknown field","locations":[{"line":1,"column":16}]}]}}"#,
@@ -177,7 +177,7 @@ fn a_refusal_before_execution_is_an_error_message() {
         None,
         "no complete after an error"
     );
-    assert!(gate.admit(&subscribe("v")), "the id is free again");
+    assert!(gate.admits(&subscribe("v")), "the id is free again");
 
     // The legacy protocol's `data` and `complete` become its `error` too.
     let (gate, _told) = Gate::new(true);
@@ -198,8 +198,8 @@ fn a_refusal_before_execution_is_an_error_message() {
         r#"{"type":"next","id":"v","payload":{"data":{"x":1}}}"#,
     ] {
         let (gate, _told) = Gate::new(false);
-        assert!(gate.admit(&init()));
-        assert!(gate.admit(&subscribe("v")));
+        assert!(gate.admits(&init()));
+        assert!(gate.admits(&subscribe("v")));
         assert_eq!(
             relayed(&gate, answer).map(|m| m["type"].clone()),
             Some("next".into())
@@ -209,4 +209,50 @@ fn a_refusal_before_execution_is_an_error_message() {
             Some("complete".into())
         );
     }
+}
+
+#[test]
+fn operations_past_the_most_are_answered_in_the_order_sent() {
+    let answered = |admission: Admission, id: &str| match admission {
+        Admission::Answer(Message::Text(text)) => {
+            let answer: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(answer["type"], "error", "{answer}");
+            assert_eq!(answer["id"], id, "{answer}");
+            assert_eq!(answer["payload"][0]["extensions"]["code"], "BAD_USER_INPUT");
+        }
+        other => panic!("{id}: {other:?}"),
+    };
+    let (gate, _told) = Gate::new(false);
+    assert!(gate.admits(&init()));
+    for n in 0..MAX_SUBSCRIPTIONS_PER_CONNECTION {
+        assert!(gate.admits(&subscribe(&n.to_string())), "{n}");
+    }
+    answered(gate.admit(&subscribe("over")), "over");
+    // Ended by the client, or by the session: each frees its place.
+    assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "0" }))));
+    assert!(gate.admits(&subscribe("next")));
+    answered(gate.admit(&subscribe("over")), "over");
+    // As the session writes it, its type first.
+    let ended = Message::Text(r#"{"type":"complete","id":"1"}"#.into());
+    assert!(gate.relay(ended).is_some());
+    assert!(gate.admits(&subscribe("over")));
+
+    let start = |id: &str| {
+        text(serde_json::json!({
+            "type": "start", "id": id, "payload": { "query": "subscription { x }" }
+        }))
+    };
+    let (gate, _told) = Gate::new(true);
+    for n in 0..MAX_SUBSCRIPTIONS_PER_CONNECTION {
+        assert!(gate.admits(&start(&n.to_string())), "legacy {n}");
+    }
+    // A running id started again takes no other place.
+    assert!(gate.admits(&start("7")));
+    answered(gate.admit(&start("over")), "over");
+    assert!(gate.admits(&text(serde_json::json!({ "type": "stop", "id": "7" }))));
+    assert!(gate.admits(&start("over")));
+    // The echo of the stop is sent on and frees nothing more.
+    let echo = Message::Text(r#"{"type":"complete","id":"7"}"#.into());
+    assert!(gate.relay(echo).is_some());
+    answered(gate.admit(&start("another")), "another");
 }
