@@ -1,4 +1,6 @@
-//! The machine's durable-commit budget: `pgbench -N -c 8 -j 2` on a scratch database.
+//! The machine's durable-commit budget: `pgbench -N -c 8 -j 2` on a scratch database, and
+//! the time of one client's transaction (`pgbench -N -c 1`), the floor under any latency
+//! that waits for a commit.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -6,8 +8,16 @@ use std::time::Duration;
 
 use crate::process::Scratch;
 
-/// TPS of pgbench's simple-update script, measured for `duration`.
-pub async fn tps(server: &str, duration: Duration) -> f64 {
+/// What pgbench measured.
+pub struct Budget {
+    /// TPS of eight clients.
+    pub tps: f64,
+    /// Milliseconds of one client's transaction, on average.
+    pub one_client_ms: f64,
+}
+
+/// pgbench's simple-update script, eight clients for `duration`, then one for five seconds.
+pub async fn measure(server: &str, duration: Duration) -> Budget {
     let scratch = Scratch::create(server, "pgbench").await;
     let pgbench = find_pgbench();
     let init = Command::new(&pgbench)
@@ -20,24 +30,36 @@ pub async fn tps(server: &str, duration: Duration) -> f64 {
         "pgbench -i failed: {}",
         String::from_utf8_lossy(&init.stderr)
     );
-    let run = Command::new(&pgbench)
-        .args(["-N", "-c", "8", "-j", "2", "-T"])
-        .arg(duration.as_secs().max(1).to_string())
-        .arg(&scratch.url)
-        .output()
-        .expect("run pgbench");
-    assert!(
-        run.status.success(),
-        "pgbench failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let out = String::from_utf8_lossy(&run.stdout);
+    let run = |clients: &str, seconds: u64| {
+        let run = Command::new(&pgbench)
+            .args(["-N", "-c", clients, "-j", "2", "-T"])
+            .arg(seconds.max(1).to_string())
+            .arg(&scratch.url)
+            .output()
+            .expect("run pgbench");
+        assert!(
+            run.status.success(),
+            "pgbench failed: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        String::from_utf8_lossy(&run.stdout).into_owned()
+    };
+    let eight = run("8", duration.as_secs());
+    let one = run("1", 5);
     scratch.drop_now().await;
+    Budget {
+        tps: figure(&eight, "tps = "),
+        one_client_ms: figure(&one, "latency average = "),
+    }
+}
+
+/// The number after `label` on the line of pgbench's output that starts with it.
+fn figure(out: &str, label: &str) -> f64 {
     out.lines()
-        .find(|line| line.starts_with("tps = "))
-        .and_then(|line| line.trim_start_matches("tps = ").split_whitespace().next())
-        .and_then(|tps| tps.parse().ok())
-        .unwrap_or_else(|| panic!("no TPS in pgbench output: {out}"))
+        .find_map(|line| line.strip_prefix(label))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no {label:?} in pgbench output: {out}"))
 }
 
 fn find_pgbench() -> PathBuf {

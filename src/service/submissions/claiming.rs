@@ -69,6 +69,7 @@ pub async fn store_claiming(
     };
     staged.committed();
     hand_over(db, bus, claimed, reservation);
+    let_the_request_leave_first().await;
     Ok(stored)
 }
 
@@ -106,6 +107,7 @@ async fn store_claiming_in_statement(
                 *at_submit = true;
             }
             hand_over(db, bus, *claimed, reservation);
+            let_the_request_leave_first().await;
         }
         ClaimInStore::Other => {
             let (db, bus) = (db.clone(), bus.clone());
@@ -135,6 +137,16 @@ fn look_again_unless_claimed(stored: &Stored, request: &ClaimRequest, reservatio
             reservation.start(look_again, Targets::default());
         }
     }
+}
+
+/// Gives way to the task [`hand_over`] just started, so the webhook's request leaves before
+/// the submission is answered. The started task waits in this thread's next-to-run slot,
+/// where the answer's wake-up of the submitter would displace it: the webhook then left
+/// only once the answer was written (0.03 ms after it reached the client, at the median).
+/// Given way, it leaves first, and a quiet submission's webhook arrives sooner
+/// (`BENCH_ONLY=latency`: a p50 of 2.00 to 2.10 ms against 2.09 to 2.33).
+async fn let_the_request_leave_first() {
+    tokio::task::yield_now().await;
 }
 
 /// Hands a committed claim to the worker, in a task of its own: from here on the claim is
