@@ -22,7 +22,8 @@ use tokio::sync::Mutex;
 pub struct UnkeptTransaction {
     /// The transaction, locked by whichever statement is running on it.
     txn: Mutex<sqlx::Transaction<'static, Postgres>>,
-    /// The pool's count of statements run.
+    /// The pool's count of statements run, counted as the pool's other connections count
+    /// them: a statement's, not `BEGIN`'s, `COMMIT`'s or one run unprepared.
     queries: Counter,
 }
 
@@ -38,7 +39,6 @@ impl UnkeptTransaction {
             .begin_with(sqlx::AssertSqlSafe(begin))
             .await
             .map_err(|err| DbErr::Conn(RuntimeErr::SqlxError(Arc::new(err))))?;
-        queries.inc();
         Ok(Self {
             txn: Mutex::new(txn),
             queries,
@@ -47,7 +47,6 @@ impl UnkeptTransaction {
 
     /// Commits the transaction and returns its connection to the pool.
     pub async fn commit(self) -> Result<(), DbErr> {
-        self.queries.inc();
         self.txn.into_inner().commit().await.map_err(exec_err)
     }
 
@@ -88,7 +87,6 @@ impl ConnectionTrait for UnkeptTransaction {
 
     async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
         let mut txn = self.txn.lock().await;
-        self.queries.inc();
         let done = (&mut **txn)
             .execute(sqlx::AssertSqlSafe(sql.to_owned()))
             .await;

@@ -27,7 +27,7 @@ use super::ws_protocol;
 use super::HttpState;
 use crate::auth::revocation::KeyInUse;
 use crate::error::Error;
-use crate::schema::{ApiError, CodedExecutor};
+use crate::schema::{ApiError, CodedExecutor, RunningOperations};
 use crate::state::AppState;
 
 /// Once the key is found revoked, how long the session may take to send the errors that end
@@ -176,7 +176,8 @@ impl Session {
         // After a revocation the client is heard no more; the session only finishes sending.
         let deaf = CancellationToken::new();
         // The rules the session does not enforce (see `ws_gate`).
-        let (gate, mut violation) = Gate::new(self.legacy());
+        let operations = RunningOperations::default();
+        let (gate, mut violation) = Gate::new(self.legacy(), operations.clone());
         let rules = gate.clone();
         let client_end = Arc::new(Mutex::new(ClientEnd::Open));
         let ended_by_client = client_end.clone();
@@ -238,7 +239,13 @@ impl Session {
             self.protocol,
         )
         .on_connection_init(move |payload| {
-            connection_init(app, payload, upgrade_authorization, init_settled)
+            connection_init(
+                app,
+                payload,
+                upgrade_authorization,
+                operations,
+                init_settled,
+            )
         })
         .serve();
         tokio::pin!(session);
@@ -405,11 +412,13 @@ fn millis_since(start: Instant) -> u64 {
 
 /// Authenticates `connection_init` and tells the pump how it went. A missing, wrong or
 /// revoked key is refused with 4403; a key that could not be checked (the database did
-/// not answer) with 1011, which invites a retry.
+/// not answer) with 1011, which invites a retry. The connection's data holds the caller
+/// and the count of its running `operations`, whose streams give their places back.
 async fn connection_init(
     app: AppState,
     payload: serde_json::Value,
     upgrade_authorization: Option<String>,
+    operations: RunningOperations,
     settled: oneshot::Sender<Init>,
 ) -> async_graphql::Result<Data> {
     let authorization = match super::ws_auth::authorization_of(&payload) {
@@ -427,6 +436,7 @@ async fn connection_init(
             ));
             let mut data = Data::default();
             data.insert(identity);
+            data.insert(operations);
             Ok(data)
         }
         Err(err) => {

@@ -36,7 +36,7 @@ pub use error::{ApiError, ApiResult};
 pub use loaders::Loaders;
 
 pub use limits::{MAX_QUERY_COMPLEXITY, MAX_QUERY_DEPTH};
-pub use subscription::MAX_SUBSCRIPTIONS_PER_CONNECTION;
+pub use subscription::{OperationPlace, RunningOperations, MAX_SUBSCRIPTIONS_PER_CONNECTION};
 
 /// Most directives on one field.
 pub const MAX_DIRECTIVES_PER_FIELD: usize = 8;
@@ -151,9 +151,16 @@ impl async_graphql::Executor for CodedExecutor {
     ) -> std::pin::Pin<Box<dyn futures_util::Stream<Item = async_graphql::Response> + Send + 'static>>
     {
         use futures_util::StreamExt as _;
+        // The place the connection's gate took for this operation, held by its stream.
+        let place = session_data
+            .as_ref()
+            .and_then(|data| data.get(&std::any::TypeId::of::<RunningOperations>()))
+            .and_then(|running| running.downcast_ref::<RunningOperations>())
+            .map(RunningOperations::held_until_dropped);
         if !in_time::subscribes(&mut request) {
             let (schema, db) = (self.schema.clone(), self.db.clone());
             return Box::pin(futures_util::stream::once(async move {
+                let _place = place;
                 let mut response =
                     in_time::execute_once_in_time(schema, &db, request, session_data).await;
                 ensure_codes(&mut response);
@@ -161,7 +168,8 @@ impl async_graphql::Executor for CodedExecutor {
             }));
         }
         let stream = async_graphql::Executor::execute_stream(&self.schema, request, session_data);
-        Box::pin(stream.map(|mut response| {
+        Box::pin(stream.map(move |mut response| {
+            let _place = &place;
             ensure_codes(&mut response);
             response
         }))

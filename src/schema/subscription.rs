@@ -1,6 +1,7 @@
 //! GraphQL subscriptions: `deliveryStateChanged`, every committed state change a caller may see.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_graphql::{Context, Object, Subscription, ID};
@@ -41,6 +42,52 @@ const READ_AHEAD: usize = 256;
 /// connection count while they run. Enforced where the connection's messages are read, in
 /// the order the client sent them (see `http::ws_gate`).
 pub const MAX_SUBSCRIPTIONS_PER_CONNECTION: usize = 1_000;
+
+/// The operations one WebSocket connection runs, in its connection data: a place is taken
+/// where the operation's message is read, in the order the client sent them
+/// ([`RunningOperations::try_start`]), and given back when the session drops the
+/// operation's stream, however it ended ([`RunningOperations::held_until_dropped`]).
+/// Counted by the streams themselves, not by ids, so no sequence of ids the client reuses
+/// can make an operation go uncounted.
+#[derive(Clone, Debug, Default)]
+pub struct RunningOperations(Arc<AtomicUsize>);
+
+impl RunningOperations {
+    /// Takes a place for one more operation, unless [`MAX_SUBSCRIPTIONS_PER_CONNECTION`]
+    /// run already.
+    pub fn try_start(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < MAX_SUBSCRIPTIONS_PER_CONNECTION).then_some(running + 1)
+            })
+            .is_ok()
+    }
+
+    /// How many run.
+    pub fn running(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// The place an operation started with [`RunningOperations::try_start`] holds, given
+    /// back when the returned guard is dropped (with the operation's stream).
+    pub fn held_until_dropped(&self) -> OperationPlace {
+        OperationPlace(self.0.clone())
+    }
+}
+
+/// One running operation's place (see [`RunningOperations`]), given back on drop.
+#[derive(Debug)]
+pub struct OperationPlace(Arc<AtomicUsize>);
+
+impl Drop for OperationPlace {
+    fn drop(&mut self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                running.checked_sub(1)
+            });
+    }
+}
 
 /// One committed change of a delivery's state, with its delivery when the subscription
 /// selects it (read before the change is sent: see [`Watch::next`]).

@@ -13,17 +13,18 @@
 //! say) is closed with 4400 on both protocols, as is, on the legacy protocol, a message that
 //! is not one of its own (async-graphql closed it with 1002 and the parser's words); the
 //! legacy protocol has none of the other rules. On both, a connection runs at most
-//! [`MAX_SUBSCRIPTIONS_PER_CONNECTION`] operations at once: one started past them is
-//! answered with an `error` (`BAD_USER_INPUT`) here, in the order the client sent them, and
-//! never reaches the session.
+//! [`MAX_SUBSCRIPTIONS_PER_CONNECTION`] operations at once ([`RunningOperations`], given
+//! back as the session drops each one's stream): one started past them is answered with
+//! an `error` (`BAD_USER_INPUT`) here, in the order the client sent them, and never
+//! reaches the session.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::ws::{CloseFrame, Message};
 use tokio::sync::oneshot;
 
-use crate::schema::MAX_SUBSCRIPTIONS_PER_CONNECTION;
+use crate::schema::{RunningOperations, MAX_SUBSCRIPTIONS_PER_CONNECTION};
 
 /// `graphql-transport-ws`: a message the server cannot understand.
 const INVALID_MESSAGE: u16 = 4400;
@@ -43,10 +44,11 @@ struct Seen {
     answered: HashSet<String>,
     /// The ids of the operations answered with `error`, whose `complete` is not sent.
     refused: HashSet<String>,
-    /// The ids of the operations the client completed while they ran: the session echoes
-    /// a `complete`, which is not sent ("no further events relevant to the original
-    /// subscription"; a client reusing the id would take it for its new operation's end).
-    stopped: HashSet<String>,
+    /// The ids of the operations the client completed while they ran, with how many
+    /// times: the session echoes a `complete` for each, which is not sent ("no further
+    /// events relevant to the original subscription"; a client reusing the id would take
+    /// it for its new operation's end).
+    stopped: HashMap<String, u32>,
 }
 
 /// What becomes of a client's message (see [`Gate::admit`]).
@@ -72,12 +74,18 @@ pub struct Gate {
     result_head: &'static str,
     seen: Arc<Mutex<Seen>>,
     violation: Arc<Mutex<Option<oneshot::Sender<CloseFrame>>>>,
+    /// The operations the connection runs, counted where each starts.
+    operations: RunningOperations,
 }
 
 impl Gate {
-    /// A gate for a session in `graphql-transport-ws` (or, if `legacy`, `graphql-ws`), and
-    /// where the close frame of the first broken rule arrives.
-    pub fn new(legacy: bool) -> (Gate, oneshot::Receiver<CloseFrame>) {
+    /// A gate for a session in `graphql-transport-ws` (or, if `legacy`, `graphql-ws`) whose
+    /// running operations `operations` counts, and where the close frame of the first
+    /// broken rule arrives.
+    pub fn new(
+        legacy: bool,
+        operations: RunningOperations,
+    ) -> (Gate, oneshot::Receiver<CloseFrame>) {
         let (tell, told) = oneshot::channel();
         let gate = Gate {
             legacy,
@@ -88,6 +96,7 @@ impl Gate {
             },
             seen: Arc::default(),
             violation: Arc::new(Mutex::new(Some(tell))),
+            operations,
         };
         (gate, told)
     }
@@ -171,11 +180,16 @@ impl Gate {
                 return Some(message);
             };
             let mut seen = self.seen();
-            // The echo of the client's own `complete` (legacy: `stop`): the operation it
-            // ended was ended then, and one that reuses the id since is left running. The
-            // legacy protocol sends the echo on.
-            if text.starts_with(r#"{"type":"complete""#) && seen.stopped.remove(&id) {
-                return self.legacy.then_some(message);
+            // The echo of one of the client's own `complete`s: the operation it ended was
+            // ended then, and one that reuses the id since is left running.
+            if text.starts_with(r#"{"type":"complete""#) {
+                if let Some(echoes) = seen.stopped.get_mut(&id) {
+                    *echoes -= 1;
+                    if *echoes == 0 {
+                        seen.stopped.remove(&id);
+                    }
+                    return None;
+                }
             }
             seen.running.remove(&id);
             seen.answered.remove(&id);
@@ -242,20 +256,9 @@ impl Gate {
                 "start" => {
                     let id = id()?;
                     query()?;
-                    let mut seen = self.seen();
-                    if seen.running.contains(id) {
-                        return Ok(None);
-                    }
-                    Ok(self.start(&mut seen, id))
+                    Ok(self.start(id))
                 }
-                "stop" => {
-                    let id = id()?;
-                    let mut seen = self.seen();
-                    if seen.running.remove(id) {
-                        seen.stopped.insert(id.to_owned());
-                    }
-                    Ok(None)
-                }
+                "stop" => id().map(|_| None),
                 _ => Err(invalid("unknown type")),
             };
         }
@@ -281,14 +284,18 @@ impl Gate {
                         reason: format!("Subscriber for {id} already exists").into(),
                     });
                 }
-                Ok(self.start(&mut seen, id))
+                let answer = self.start(id);
+                if answer.is_none() {
+                    seen.running.insert(id.to_owned());
+                }
+                Ok(answer)
             }
             "complete" => {
                 let id = id()?;
                 let mut seen = self.seen();
                 if seen.running.remove(id) {
                     seen.answered.remove(id);
-                    seen.stopped.insert(id.to_owned());
+                    *seen.stopped.entry(id.to_owned()).or_default() += 1;
                 }
                 Ok(None)
             }
@@ -296,25 +303,24 @@ impl Gate {
         }
     }
 
-    /// Operation `id` starts running, unless the connection runs its most already: then
-    /// the `error` that answers it instead.
-    fn start(&self, seen: &mut Seen, id: &str) -> Option<Message> {
-        if seen.running.len() < MAX_SUBSCRIPTIONS_PER_CONNECTION {
-            seen.running.insert(id.to_owned());
+    /// Operation `id` takes a place among the connection's running operations, unless it
+    /// runs its most already: then the `error` that answers it instead (its type first, as
+    /// the session writes its own).
+    fn start(&self, id: &str) -> Option<Message> {
+        if self.operations.try_start() {
             return None;
         }
-        let error = serde_json::json!({
-            "type": "error",
-            "id": id,
-            "payload": [{
-                "message": format!(
-                    "at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions may run on one \
-                     connection; complete one first"
-                ),
-                "extensions": { "code": "BAD_USER_INPUT" },
-            }],
-        });
-        Some(Message::Text(error.to_string().into()))
+        let payload = serde_json::json!([{
+            "message": format!(
+                "at most {MAX_SUBSCRIPTIONS_PER_CONNECTION} subscriptions may run on one \
+                 connection; complete one first"
+            ),
+            "extensions": { "code": "BAD_USER_INPUT" },
+        }]);
+        let id = serde_json::Value::from(id);
+        Some(Message::Text(
+            format!(r#"{{"type":"error","id":{id},"payload":{payload}}}"#).into(),
+        ))
     }
 }
 

@@ -18,19 +18,19 @@ fn init() -> Message {
 
 #[test]
 fn each_rule_closes_with_its_code() {
-    let (gate, mut told) = Gate::new(false);
+    let (gate, mut told) = Gate::new(false, RunningOperations::default());
     assert!(!gate.admits(&subscribe("1")), "before connection_init");
     assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4401));
 
     // Sent right behind connection_init, before its ack: it waits for the init.
-    let (gate, mut told) = Gate::new(false);
+    let (gate, mut told) = Gate::new(false, RunningOperations::default());
     assert!(gate.admits(&init()));
     assert!(gate.admits(&subscribe("1")));
     assert!(!gate.admits(&subscribe("1")), "the same id while it runs");
     assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4409));
 
     for garbage in ["{", "[]", r#"{"type":"launch"}"#, r#"{"type":"subscribe"}"#] {
-        let (gate, mut told) = Gate::new(false);
+        let (gate, mut told) = Gate::new(false, RunningOperations::default());
         assert!(!gate.admits(&Message::Text(garbage.into())), "{garbage}");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
     }
@@ -44,7 +44,7 @@ fn the_legacy_protocol_takes_only_its_own_messages() {
         r#"{"type":"stop","id":"1"}"#,
         r#"{"type":"connection_terminate"}"#,
     ] {
-        let (gate, _told) = Gate::new(true);
+        let (gate, _told) = Gate::new(true, RunningOperations::default());
         assert!(gate.admits(&Message::Text(message.into())), "{message}");
     }
     for garbage in [
@@ -58,7 +58,7 @@ fn the_legacy_protocol_takes_only_its_own_messages() {
         r#"{"type":"start","id":"1","payload":{"query":"{ x }","operationName":5}}"#,
         r#"{"type":"start","id":"1","payload":{"query":"{ x }","extensions":[1]}}"#,
     ] {
-        let (gate, mut told) = Gate::new(true);
+        let (gate, mut told) = Gate::new(true, RunningOperations::default());
         assert!(!gate.admits(&Message::Text(garbage.into())), "{garbage}");
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
     }
@@ -68,23 +68,23 @@ fn the_legacy_protocol_takes_only_its_own_messages() {
 fn a_member_named_twice_closes_on_both_protocols() {
     let twice = r#"{"type":"connection_init","payload":{"Authorization":"Bearer a","Authorization":"Bearer b"}}"#;
     for legacy in [false, true] {
-        let (gate, mut told) = Gate::new(legacy);
+        let (gate, mut told) = Gate::new(legacy, RunningOperations::default());
         assert!(
             !gate.admits(&Message::Text(twice.into())),
             "legacy: {legacy}"
         );
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
-        let (gate, mut told) = Gate::new(legacy);
+        let (gate, mut told) = Gate::new(legacy, RunningOperations::default());
         assert!(!gate.admits(&Message::Binary(twice.as_bytes().to_vec().into())));
         assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4400));
-        let (gate, _told) = Gate::new(legacy);
+        let (gate, _told) = Gate::new(legacy, RunningOperations::default());
         assert!(gate.admits(&init()), "legacy: {legacy}");
     }
 }
 
 #[test]
 fn an_id_is_free_again_once_its_subscription_ended() {
-    let (gate, mut told) = Gate::new(false);
+    let (gate, mut told) = Gate::new(false, RunningOperations::default());
     assert!(gate.admits(&init()));
     assert!(gate.admits(&subscribe("a")));
     // As async-graphql writes them: the type first.
@@ -101,7 +101,7 @@ fn an_id_is_free_again_once_its_subscription_ended() {
 
 #[test]
 fn an_operation_the_client_completed_gets_no_complete_back() {
-    let (gate, _told) = Gate::new(false);
+    let (gate, _told) = Gate::new(false, RunningOperations::default());
     assert!(gate.admits(&init()));
     assert!(gate.admits(&subscribe("s")));
     assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "s" }))));
@@ -160,7 +160,7 @@ fn a_next_messages_id_is_read_from_its_head() {
 
 #[test]
 fn a_refusal_before_execution_is_an_error_message() {
-    let (gate, _told) = Gate::new(false);
+    let (gate, _told) = Gate::new(false, RunningOperations::default());
     assert!(gate.admits(&init()));
     assert!(gate.admits(&subscribe("v")));
     let refused = relayed(
@@ -180,7 +180,7 @@ fn a_refusal_before_execution_is_an_error_message() {
     assert!(gate.admits(&subscribe("v")), "the id is free again");
 
     // The legacy protocol's `data` and `complete` become its `error` too.
-    let (gate, _told) = Gate::new(true);
+    let (gate, _told) = Gate::new(true, RunningOperations::default());
     let refused = relayed(
         &gate,
         r#"{"type":"data","id":"v","payload":{"errors":[{"message":"Unknown field"}]}}"#,
@@ -197,7 +197,7 @@ fn a_refusal_before_execution_is_an_error_message() {
         r#"{"type":"next","id":"v","payload":{"data":null,"errors":[{"message":"boom","path":["x"]}]}}"#,
         r#"{"type":"next","id":"v","payload":{"data":{"x":1}}}"#,
     ] {
-        let (gate, _told) = Gate::new(false);
+        let (gate, _told) = Gate::new(false, RunningOperations::default());
         assert!(gate.admits(&init()));
         assert!(gate.admits(&subscribe("v")));
         assert_eq!(
@@ -215,44 +215,54 @@ fn a_refusal_before_execution_is_an_error_message() {
 fn operations_past_the_most_are_answered_in_the_order_sent() {
     let answered = |admission: Admission, id: &str| match admission {
         Admission::Answer(Message::Text(text)) => {
+            assert!(text.starts_with(r#"{"type":"error","#), "{text}");
             let answer: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-            assert_eq!(answer["type"], "error", "{answer}");
             assert_eq!(answer["id"], id, "{answer}");
             assert_eq!(answer["payload"][0]["extensions"]["code"], "BAD_USER_INPUT");
         }
         other => panic!("{id}: {other:?}"),
     };
-    let (gate, _told) = Gate::new(false);
-    assert!(gate.admits(&init()));
-    for n in 0..MAX_SUBSCRIPTIONS_PER_CONNECTION {
-        assert!(gate.admits(&subscribe(&n.to_string())), "{n}");
+    for legacy in [false, true] {
+        let start = |id: &str| {
+            let kind = if legacy { "start" } else { "subscribe" };
+            text(serde_json::json!({
+                "type": kind, "id": id, "payload": { "query": "subscription { x }" }
+            }))
+        };
+        let operations = RunningOperations::default();
+        let (gate, _told) = Gate::new(legacy, operations.clone());
+        assert!(gate.admits(&init()));
+        // Each admitted operation's stream holds its place, as the executor's do.
+        let mut places = Vec::new();
+        for n in 0..MAX_SUBSCRIPTIONS_PER_CONNECTION {
+            assert!(gate.admits(&start(&n.to_string())), "{legacy} {n}");
+            places.push(operations.held_until_dropped());
+        }
+        answered(gate.admit(&start("over")), "over");
+        answered(gate.admit(&start("over again")), "over again");
+        assert_eq!(operations.running(), MAX_SUBSCRIPTIONS_PER_CONNECTION);
+        // A stream dropped, however its operation ended, frees its place.
+        places.pop();
+        assert!(gate.admits(&start("next")), "{legacy}");
+        answered(gate.admit(&start("over")), "over");
     }
-    answered(gate.admit(&subscribe("over")), "over");
-    // Ended by the client, or by the session: each frees its place.
-    assert!(gate.admits(&text(serde_json::json!({ "type": "complete", "id": "0" }))));
-    assert!(gate.admits(&subscribe("next")));
-    answered(gate.admit(&subscribe("over")), "over");
-    // As the session writes it, its type first.
-    let ended = Message::Text(r#"{"type":"complete","id":"1"}"#.into());
-    assert!(gate.relay(ended).is_some());
-    assert!(gate.admits(&subscribe("over")));
+}
 
-    let start = |id: &str| {
-        text(serde_json::json!({
-            "type": "start", "id": id, "payload": { "query": "subscription { x }" }
-        }))
-    };
-    let (gate, _told) = Gate::new(true);
-    for n in 0..MAX_SUBSCRIPTIONS_PER_CONNECTION {
-        assert!(gate.admits(&start(&n.to_string())), "legacy {n}");
-    }
-    // A running id started again takes no other place.
-    assert!(gate.admits(&start("7")));
-    answered(gate.admit(&start("over")), "over");
-    assert!(gate.admits(&text(serde_json::json!({ "type": "stop", "id": "7" }))));
-    assert!(gate.admits(&start("over")));
-    // The echo of the stop is sent on and frees nothing more.
-    let echo = Message::Text(r#"{"type":"complete","id":"7"}"#.into());
-    assert!(gate.relay(echo).is_some());
-    answered(gate.admit(&start("another")), "another");
+#[test]
+fn an_id_completed_and_reused_stays_counted_and_its_echoes_are_held_back() {
+    let (gate, mut told) = Gate::new(false, RunningOperations::default());
+    assert!(gate.admits(&init()));
+    let complete = || text(serde_json::json!({ "type": "complete", "id": "a" }));
+    assert!(gate.admits(&subscribe("a")));
+    assert!(gate.admits(&complete()));
+    assert!(gate.admits(&subscribe("a")));
+    assert!(gate.admits(&complete()));
+    assert!(gate.admits(&subscribe("a")));
+    // The session echoes both completes, in order, as the session writes them.
+    let echo = || Message::Text(r#"{"type":"complete","id":"a"}"#.into());
+    assert!(gate.relay(echo()).is_none(), "the first echo");
+    assert!(gate.relay(echo()).is_none(), "the second echo");
+    // The third `a` runs on: another with its id is refused.
+    assert!(!gate.admits(&subscribe("a")));
+    assert_eq!(told.try_recv().map(|close| close.code).ok(), Some(4409));
 }

@@ -1,6 +1,7 @@
 //! One page of a listing over a set of endpoints on PostgreSQL (a tenant's, a partner key's
-//! list), read in work that grows with the page, not with the set's history nor, beyond
-//! one index descent each, with how many endpoints the set holds.
+//! list), read in work that does not grow with the set's history: one index descent for
+//! each endpoint of the set, and up to a page's worth of index entries from each endpoint
+//! that can hold a row of the page (at most a page of them).
 //!
 //! Two reads, each one statement planned once whatever the set's size: a lateral join
 //! from the endpoints, reading each one's rows from its own index (a quiet endpoint's
