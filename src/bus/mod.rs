@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-pub use self::changes::{ChangeBus, ChangeMessage, Staged, StateChange};
+pub use self::changes::{ChangeBus, ChangeMessage, Staged, StateChange, CHANGE_BUFFER};
 pub use self::wake::Wakeup;
 
 /// The PostgreSQL channel delivery state changes travel on (payload: their wire form, see

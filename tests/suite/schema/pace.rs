@@ -57,7 +57,7 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
     .await;
     assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
 
-    for _ in 0..5_000 {
+    for _ in 0..courier::bus::CHANGE_BUFFER + 1_000 {
         let change = courier::bus::StateChange {
             delivery_id: uuid::Uuid::now_v7(),
             endpoint_id: uuid::Uuid::now_v7(),
