@@ -1,5 +1,5 @@
 //! Subscribers at the pace of the changes, in process: one that falls behind is told so
-//! and ended, one that reads each change's delivery keeps up with thousands a second, and a
+//! and ended, a burst of thousands at once reaches one whole, one that reads each change's delivery keeps up with thousands a second, and a
 //! tenant's passes over its neighbours' changes without reading anything.
 
 use std::time::Duration;
@@ -85,6 +85,41 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
     drop(stream);
     assert_eq!(app.state.metrics.active_subscriptions.get(), 0);
     assert_eq!(app.state.metrics.lagged_subscribers.get(), 1);
+}
+
+/// A burst of changes heard at once, as four publishes to 2,300 endpoints each make,
+/// reaches a subscriber whole: the buffer holds it (4,096 did not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_four_large_publishes_reaches_a_subscriber_whole() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let mut stream = subscribed_in_process(
+        &app,
+        "subscription { deliveryStateChanged { deliveryId state } }",
+    )
+    .await;
+    let burst = 4 * 2_300;
+    assert!(burst < courier::bus::CHANGE_BUFFER);
+    for _ in 0..burst {
+        let change = courier::bus::StateChange {
+            delivery_id: uuid::Uuid::now_v7(),
+            endpoint_id: uuid::Uuid::now_v7(),
+            previous_state: None,
+            state: entity::webhook_delivery::DeliveryState::Pending,
+            at: courier::db::now(),
+        };
+        app.state
+            .bus
+            .deliver(courier::bus::ChangeMessage::Change(change.into()));
+    }
+    for heard in 0..burst {
+        let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("change {heard} of the burst never came"))
+            .expect("an item");
+        assert!(response.errors.is_empty(), "change {heard}: {response:?}");
+    }
+    assert_eq!(app.state.metrics.lagged_subscribers.get(), 0);
 }
 
 /// A subscriber that selects each change's `delivery` keeps up with changes arriving by the
