@@ -73,8 +73,8 @@ pub struct KeyLimits<'a> {
 impl KeyLimits<'_> {
     /// The endpoints of a key of `role` with these limits, each once (an endpoint named
     /// twice is one endpoint of its scope, stored and listed once), if the limits suit the
-    /// role: a partner key is limited to a tenant or to at most [`MAX_KEY_ENDPOINTS`]
-    /// endpoints, not both; an admin key to neither (`BAD_USER_INPUT` otherwise). Checks
+    /// role: a partner key is limited to a tenant or to a list of at most
+    /// [`MAX_KEY_ENDPOINTS`] endpoints (repeats counted), not both; an admin key to neither (`BAD_USER_INPUT` otherwise). Checks
     /// nothing in the database (that the endpoints and the tenant exist).
     pub fn scope(&self, role: Role) -> Result<Vec<Uuid>> {
         let mut named = std::collections::HashSet::new();
@@ -97,11 +97,13 @@ impl KeyLimits<'_> {
             }
             _ => {}
         }
-        if scope.len() > MAX_KEY_ENDPOINTS {
+        // The list as given, repeats included: a list of the same id a million times is
+        // as long to read as a million ids.
+        if self.endpoints.len() > MAX_KEY_ENDPOINTS {
             return Err(Error::bad_input(format!(
                 "the key's list names {} endpoints; it holds at most {MAX_KEY_ENDPOINTS} \
                  (a tenant's key reaches any number)",
-                scope.len()
+                self.endpoints.len()
             )));
         }
         Ok(scope)

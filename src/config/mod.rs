@@ -93,7 +93,7 @@ pub enum Command {
 }
 
 /// Parses COURIER_PUBLIC_URL: an `http` or `https` URL with a host, no query, fragment,
-/// user name or password.
+/// user name or password, and not port 0.
 fn parse_public_url(text: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text.trim()).map_err(|err| format!("not a URL: {err}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
@@ -101,6 +101,10 @@ fn parse_public_url(text: &str) -> Result<url::Url, String> {
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err("must have no query or fragment".to_owned());
+    }
+    // Nobody can open a link to port 0.
+    if url.port() == Some(0) {
+        return Err("must not name port 0".to_owned());
     }
     // Portal links made from it are handed to tenants.
     if !url.username().is_empty() || url.password().is_some() {

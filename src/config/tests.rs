@@ -186,6 +186,7 @@ fn a_public_url_with_credentials_is_refused() {
         "https://user@courier.example.com/",
         "https://courier.example.com/?a=b",
         "ftp://courier.example.com/",
+        "http://courier.example.com:0/",
     ] {
         assert!(parse_public_url(refused).is_err(), "{refused}");
     }

@@ -98,6 +98,16 @@ async fn admins_manage_keys_over_graphql(backend: Backend) {
         "{refused}"
     );
     assert_eq!(keys().await, keys_before);
+    // So is one that names a single endpoint that many times.
+    let repeated = vec![endpoint.clone(); courier::auth::MAX_KEY_ENDPOINTS + 1];
+    let long = json!({ "name": "repeats", "role": "PARTNER", "endpointIds": repeated });
+    let refused = app.graphql(&admin, CREATE, json!({ "input": long })).await;
+    assert_eq!(
+        gql_error_code(&refused),
+        Some("BAD_USER_INPUT"),
+        "{refused}"
+    );
+    assert_eq!(keys().await, keys_before);
 
     // A partner key with no endpoints is a key that reaches none of them.
     let empty = json!({ "name": "no scope", "role": "PARTNER" });
