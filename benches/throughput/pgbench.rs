@@ -20,29 +20,24 @@ pub struct Budget {
 pub async fn measure(server: &str, duration: Duration) -> Budget {
     let scratch = Scratch::create(server, "pgbench").await;
     let pgbench = find_pgbench();
-    let init = Command::new(&pgbench)
-        .args(["-i", "-q", "-s", "10"])
-        .arg(&scratch.url)
-        .output()
-        .expect("run pgbench -i");
-    assert!(
-        init.status.success(),
-        "pgbench -i failed: {}",
-        String::from_utf8_lossy(&init.stderr)
-    );
-    let run = |clients: &str, seconds: u64| {
+    // pgbench with `args` on the scratch database, which must succeed: its output.
+    let pgbench_with = |args: &[&str]| {
         let run = Command::new(&pgbench)
-            .args(["-N", "-c", clients, "-j", "2", "-T"])
-            .arg(seconds.max(1).to_string())
+            .args(args)
             .arg(&scratch.url)
             .output()
             .expect("run pgbench");
         assert!(
             run.status.success(),
-            "pgbench failed: {}",
+            "pgbench {args:?} failed: {}",
             String::from_utf8_lossy(&run.stderr)
         );
         String::from_utf8_lossy(&run.stdout).into_owned()
+    };
+    pgbench_with(&["-i", "-q", "-s", "10"]);
+    let run = |clients: &str, seconds: u64| {
+        let seconds = seconds.max(1).to_string();
+        pgbench_with(&["-N", "-c", clients, "-j", "2", "-T", &seconds])
     };
     let eight = run("8", duration.as_secs());
     let one = run("1", 5);

@@ -44,6 +44,23 @@ async fn subscribed_as(
     stream
 }
 
+/// `count` creations of made-up deliveries published on `app`'s bus at once, before any
+/// subscriber can read one.
+fn publish_changes(app: &TestApp, count: usize) {
+    for _ in 0..count {
+        let change = courier::bus::StateChange {
+            delivery_id: uuid::Uuid::now_v7(),
+            endpoint_id: uuid::Uuid::now_v7(),
+            previous_state: None,
+            state: entity::webhook_delivery::DeliveryState::Pending,
+            at: courier::db::now(),
+        };
+        app.state
+            .bus
+            .deliver(courier::bus::ChangeMessage::Change(change.into()));
+    }
+}
+
 /// A subscriber that falls behind is told so, with a stable code, instead of silently
 /// missing events; and the open-subscription gauge follows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,18 +74,7 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
     .await;
     assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
 
-    for _ in 0..courier::bus::CHANGE_BUFFER + 1_000 {
-        let change = courier::bus::StateChange {
-            delivery_id: uuid::Uuid::now_v7(),
-            endpoint_id: uuid::Uuid::now_v7(),
-            previous_state: None,
-            state: entity::webhook_delivery::DeliveryState::Pending,
-            at: courier::db::now(),
-        };
-        app.state
-            .bus
-            .deliver(courier::bus::ChangeMessage::Change(change.into()));
-    }
+    publish_changes(&app, courier::bus::CHANGE_BUFFER + 1_000);
     let response = tokio::time::timeout(Duration::from_secs(5), stream.next())
         .await
         .expect("answered")
@@ -100,18 +106,7 @@ async fn a_burst_of_four_large_publishes_reaches_a_subscriber_whole() {
     .await;
     let burst = 4 * 2_300;
     assert!(burst < courier::bus::CHANGE_BUFFER);
-    for _ in 0..burst {
-        let change = courier::bus::StateChange {
-            delivery_id: uuid::Uuid::now_v7(),
-            endpoint_id: uuid::Uuid::now_v7(),
-            previous_state: None,
-            state: entity::webhook_delivery::DeliveryState::Pending,
-            at: courier::db::now(),
-        };
-        app.state
-            .bus
-            .deliver(courier::bus::ChangeMessage::Change(change.into()));
-    }
+    publish_changes(&app, burst);
     for heard in 0..burst {
         let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
             .await
