@@ -48,7 +48,9 @@ fn settings_of(command: &clap::Command, known: &mut HashSet<String>) {
 
 /// The setting `name` most likely meant: the known one spelt the same in another case;
 /// itself without the prefix if that is one (`COURIER_DATABASE_URL`); `DATABASE_URL` for a
-/// name about the database, `RUST_LOG` for one about log levels; else the known one whose
+/// name about the database, `RUST_LOG` for one about log levels; the one known name it
+/// begins, or whose words (underscores aside) hold it, such as a unit left off
+/// (`COURIER_PRUNE_INTERVAL`) or a word (`COURIER_MAX_INFLIGHT`); else the known one whose
 /// name after the prefix is closest by spelling, if close.
 fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
     if let Some(same) = known.iter().find(|known| known.eq_ignore_ascii_case(name)) {
@@ -66,12 +68,31 @@ fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
     if about(&["RUST_LOG", "LOG_LEVEL", "VERBOSITY"]) {
         return Some("RUST_LOG".to_owned());
     }
-    known
-        .iter()
-        .filter_map(|candidate| {
-            let candidate_bare = candidate.strip_prefix(PREFIX)?;
-            let likeness = strsim::normalized_damerau_levenshtein(&upper, candidate_bare);
-            (likeness >= 0.8).then_some((likeness, candidate))
+    // Each known name after the prefix (a name without it, such as `DATABASE_URL`, as is).
+    let bare_known = || {
+        known.iter().map(|candidate| {
+            (
+                candidate.strip_prefix(PREFIX).unwrap_or(candidate),
+                candidate,
+            )
+        })
+    };
+    let letters = |text: &str| text.replace('_', "");
+    let held = letters(&upper);
+    let holding: Vec<&String> = bare_known()
+        .filter(|(candidate, _)| {
+            candidate.starts_with(&format!("{upper}_"))
+                || (held.len() >= 6 && letters(candidate).contains(&held))
+        })
+        .map(|(_, candidate)| candidate)
+        .collect();
+    if let [only] = holding.as_slice() {
+        return Some((*only).clone());
+    }
+    bare_known()
+        .filter_map(|(candidate, full)| {
+            let likeness = strsim::normalized_damerau_levenshtein(&upper, candidate);
+            (likeness >= 0.8).then_some((likeness, full))
         })
         .max_by(|(a, _), (b, _)| a.total_cmp(b))
         .map(|(_, candidate)| candidate.clone())
@@ -118,6 +139,14 @@ mod tests {
             ]
         );
         let meant_for = |name: &str| unread(&[name]).pop().and_then(|(_, meant)| meant);
+        for (typed, setting) in [
+            ("COURIER_DATABSE_URL", "DATABASE_URL"),
+            ("COURIER_PRUNE_INTERVAL", "COURIER_PRUNE_INTERVAL_SECS"),
+            ("COURIER_MAX_INFLIGHT", "COURIER_ENDPOINT_MAX_IN_FLIGHT"),
+            ("COURIER_RETENTON_DAYS", "COURIER_RETENTION_DAYS"),
+        ] {
+            assert_eq!(meant_for(typed).as_deref(), Some(setting), "{typed}");
+        }
         assert_eq!(meant_for("COURIER_bind").as_deref(), Some("COURIER_BIND"));
         assert_eq!(meant_for("COURIER_DB_URL").as_deref(), Some("DATABASE_URL"));
         assert_eq!(
