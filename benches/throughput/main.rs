@@ -1,6 +1,7 @@
 //! Courier's benchmark suite, measured the way users run Courier and held against
 //! PostgreSQL's own durable-commit budget measured in the same run (`pgbench -N`):
-//! submit throughput through the real HTTP/GraphQL stack; the drain of backlogs built
+//! submit throughput through the real HTTP/GraphQL stack, and the instructions a submit
+//! costs the API process (valgrind's callgrind, the same on a busy machine); the drain of backlogs built
 //! through the API (never seeded by SQL) by one `courier serve` with default settings,
 //! start-up included, with per-10k-slice rates and peak RSS; submit-to-arrival latency
 //! from the first request after the process reports ready; a fast endpoint's latency beside a
@@ -15,7 +16,7 @@
 //! endpoints; 1 skips it), `BENCH_KEYED` (`100000,10,1000`: a backlog drained over
 //! endpoints and ordering keys, round robin, after the same backlog over the same endpoints
 //! without keys; 0 skips both), `BENCH_LATENCY_SAMPLES` (300), `BENCH_ONLY` (a comma-separated
-//! subset of `submit,drain,latency,neighbours,publish,replay,retention,history,tenants,tracing,hygiene`; pgbench always runs),
+//! subset of `submit,instructions,drain,latency,neighbours,publish,replay,retention,history,tenants,tracing,hygiene`; pgbench always runs),
 //! `BENCH_TENANT_ENDPOINTS` (`50,2000`: the tenants whose portal pages are timed),
 //! `BENCH_TENANT_DELIVERIES` (40000: deliveries submitted beside each, half to the tenant),
 //! `BENCH_REPLAY` (100000: failed deliveries replayed in bulk, twice), `BENCH_HISTORY`
@@ -31,6 +32,7 @@
 mod drain;
 mod history;
 mod hygiene;
+mod instructions;
 mod neighbours;
 mod pgbench;
 mod process;
@@ -117,6 +119,19 @@ async fn main() {
         results["submit_cpu_us"] = json!(submit.cpu_us_per_submit);
         results["submit_ratio"] = json!(submit.per_second / pgbench_tps);
         results["submit_errors"] = json!(submit.errors);
+    }
+
+    if runs("instructions") {
+        if let Some(counted) = instructions::per_submit(&server, 2_000, connections).await {
+            let per_submit = counted.total as f64 / counted.submits as f64;
+            println!(
+                "instructions per submit (callgrind, API only, {} submits over {connections} \
+                 connections): {:.0} thousand",
+                counted.submits,
+                per_submit / 1e3
+            );
+            results["submit_instructions"] = json!(per_submit);
+        }
     }
 
     if runs("drain") {

@@ -60,7 +60,25 @@ pub struct Server {
 impl Server {
     /// Starts the release binary against `database_url` with `settings`, and waits until it listens.
     pub fn start(database_url: &str, settings: &[(&str, String)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_courier"));
+        Self::start_under(&[], database_url, settings)
+    }
+
+    /// [`Server::start`], run by `wrapper` (a program and its arguments, such as a profiler
+    /// that then runs the binary), or directly when `wrapper` is empty.
+    pub fn start_under(
+        wrapper: &[&str],
+        database_url: &str,
+        settings: &[(&str, String)],
+    ) -> Server {
+        let binary = env!("CARGO_BIN_EXE_courier");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         command
             .arg("serve")
             .env("DATABASE_URL", database_url)
@@ -89,7 +107,7 @@ impl Server {
             }
         });
         let addr = addr
-            .recv_timeout(Duration::from_secs(60))
+            .recv_timeout(Duration::from_secs(180))
             .expect("courier serve listens");
         Server {
             child,

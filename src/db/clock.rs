@@ -102,6 +102,15 @@ impl Clock {
         self.render_reading_now(template, now_index).0
     }
 
+    /// `template` rendered for PostgreSQL, where every moment is the database's: the text
+    /// is the same for every statement, so one run often can be rendered once and kept
+    /// (bound with `Statement::from_sql_and_values` on [`DbBackend::Postgres`]).
+    pub fn rendered_in_database(template: &str) -> String {
+        Clock::new(DbBackend::Postgres)
+            .render_reading_now(template, 0)
+            .0
+    }
+
     /// Renders the tokens, and says whether any of them reads the statement's time (on
     /// SQLite `{now}` becomes parameter `$now_index`, to be bound).
     fn render_reading_now(&self, template: &str, now_index: usize) -> (String, bool) {

@@ -53,11 +53,11 @@ impl Db {
     /// (possible at REPEATABLE READ when a row it locks changed) is retried afresh.
     pub async fn autocommit(
         &self,
-        statement: impl Fn() -> Statement,
+        statement: impl Fn() -> Result<Statement, DbErr>,
     ) -> Result<Vec<QueryResult>, DbErr> {
         let mut retry = Retry::default();
         loop {
-            match self.conn.query_all_raw(statement()).await {
+            match self.conn.query_all_raw(statement()?).await {
                 Ok(rows) => return Ok(rows),
                 Err(err) => retry.again("statement", err).await?,
             }

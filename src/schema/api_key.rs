@@ -166,10 +166,13 @@ impl ApiKeyMutation {
             tenant,
             expires_in: None,
         };
-        let created = state(ctx)?
-            .api_keys
-            .create(caller(ctx)?, &input.name, input.role.into(), limits)
-            .await?;
+        let created = Box::pin(state(ctx)?.api_keys.create(
+            caller(ctx)?,
+            &input.name,
+            input.role.into(),
+            limits,
+        ))
+        .await?;
         Ok(ApiKeyWithToken {
             api_key: ApiKey(created.key),
             token: created.token,
@@ -180,7 +183,7 @@ impl ApiKeyMutation {
     /// open subscriptions end. Revoking a revoked key changes nothing.
     async fn revoke_api_key(&self, ctx: &Context<'_>, id: ID) -> ApiResult<ApiKey> {
         let id = parse_id(&id, "id")?;
-        let key = state(ctx)?.api_keys.revoke(caller(ctx)?, id).await?;
+        let key = Box::pin(state(ctx)?.api_keys.revoke(caller(ctx)?, id)).await?;
         Ok(ApiKey(key))
     }
 }

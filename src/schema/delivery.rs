@@ -203,12 +203,8 @@ pub async fn delivery_page(
     after: Option<String>,
 ) -> ApiResult<Connection<String, Delivery>> {
     let request = PageRequest::new(Listed::Deliveries, first, after.as_deref())?;
-    let page = state(ctx)?
-        .deliveries
-        .list(caller(ctx)?, filter, request)
-        .await?;
-    loaders(ctx)?
-        .prime_deliveries(&page.items, &Selected::of_delivery_nodes(ctx))
+    let page = Box::pin(state(ctx)?.deliveries.list(caller(ctx)?, filter, request)).await?;
+    Box::pin(loaders(ctx)?.prime_deliveries(&page.items, &Selected::of_delivery_nodes(ctx)))
         .await?;
     Ok(relay_page(
         Listed::Deliveries,
@@ -233,7 +229,7 @@ impl DeliveryQuery {
     /// answer for what is outside its scope).
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Delivery>> {
         let id = parse_id(&id, "id")?;
-        let found = state(ctx)?.deliveries.get(caller(ctx)?, id).await?;
+        let found = Box::pin(state(ctx)?.deliveries.get(caller(ctx)?, id)).await?;
         Ok(found.map(Delivery))
     }
 
@@ -280,7 +276,7 @@ impl DeliveryMutation {
     /// concurrent replays exactly one wins. Partners replay within their scope.
     async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Delivery> {
         let id = parse_id(&id, "id")?;
-        let replayed = state(ctx)?.deliveries.replay(caller(ctx)?, id).await?;
+        let replayed = Box::pin(state(ctx)?.deliveries.replay(caller(ctx)?, id)).await?;
         Ok(Delivery(replayed))
     }
 
@@ -302,10 +298,12 @@ impl DeliveryMutation {
             since: filter.since,
             until: filter.until,
         };
-        let replayed = state(ctx)?
-            .deliveries
-            .replay_matching(caller(ctx)?, &filter, ctx.data_opt::<Progress>())
-            .await?;
+        let replayed = Box::pin(state(ctx)?.deliveries.replay_matching(
+            caller(ctx)?,
+            &filter,
+            ctx.data_opt::<Progress>(),
+        ))
+        .await?;
         Ok(ReplayResult {
             replayed: i32::try_from(replayed).unwrap_or(i32::MAX),
         })
@@ -315,7 +313,7 @@ impl DeliveryMutation {
     /// earlier attempt kept. Any other state is `DELIVERY_NOT_REPLAYABLE`.
     async fn resend_delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Delivery> {
         let id = parse_id(&id, "id")?;
-        let resent = state(ctx)?.deliveries.resend(caller(ctx)?, id).await?;
+        let resent = Box::pin(state(ctx)?.deliveries.resend(caller(ctx)?, id)).await?;
         Ok(Delivery(resent))
     }
 
@@ -323,10 +321,12 @@ impl DeliveryMutation {
     /// type `courier.test`, delivered, retried and recorded like any other.
     async fn send_test_event(&self, ctx: &Context<'_>, endpoint_id: ID) -> ApiResult<Delivery> {
         let endpoint_id = parse_id(&endpoint_id, "endpointId")?;
-        let sent = state(ctx)?
-            .submissions
-            .send_test_event(caller(ctx)?, endpoint_id)
-            .await?;
+        let sent = Box::pin(
+            state(ctx)?
+                .submissions
+                .send_test_event(caller(ctx)?, endpoint_id),
+        )
+        .await?;
         Ok(Delivery(sent.delivery))
     }
 }

@@ -319,7 +319,7 @@ impl EndpointMutation {
             max_in_flight: input.max_in_flight,
             rate_limit: input.rate_limit,
         };
-        let created = state(ctx)?.endpoints.create(caller(ctx)?, input).await?;
+        let created = Box::pin(state(ctx)?.endpoints.create(caller(ctx)?, input)).await?;
         Ok(created.into())
     }
 
@@ -339,10 +339,7 @@ impl EndpointMutation {
             max_in_flight: settable(input.max_in_flight),
             rate_limit: settable(input.rate_limit),
         };
-        let updated = state(ctx)?
-            .endpoints
-            .update(caller(ctx)?, id, patch)
-            .await?;
+        let updated = Box::pin(state(ctx)?.endpoints.update(caller(ctx)?, id, patch)).await?;
         Ok(updated.into())
     }
 
@@ -357,10 +354,12 @@ impl EndpointMutation {
         grace_seconds: Option<i32>,
     ) -> ApiResult<EndpointWithSecret> {
         let id = parse_id(&id, "id")?;
-        let rotated = state(ctx)?
-            .endpoints
-            .rotate_secret(caller(ctx)?, id, grace_seconds.map(i64::from))
-            .await?;
+        let rotated = Box::pin(state(ctx)?.endpoints.rotate_secret(
+            caller(ctx)?,
+            id,
+            grace_seconds.map(i64::from),
+        ))
+        .await?;
         Ok(rotated.into())
     }
 }

@@ -118,7 +118,7 @@ impl EventMutation {
             idempotency_key: input.idempotency_key,
             ordering_key: input.ordering_key,
         };
-        match state(ctx)?.fanout.publish(caller(ctx)?, input).await {
+        match Box::pin(state(ctx)?.fanout.publish(caller(ctx)?, input)).await {
             Ok(outcome) => Ok(PublishResult {
                 created: outcome.created,
                 event: Event(outcome.event),

@@ -21,7 +21,7 @@ pub async fn execute_in_time(
     db: &Db,
     request: async_graphql::Request,
 ) -> async_graphql::Response {
-    in_time(db, request, |request| schema.execute(request)).await
+    in_time(db, request, |request| Box::pin(schema.execute(request))).await
 }
 
 /// The answer of a query or mutation run over WebSocket (`request`, with the connection's
@@ -33,12 +33,14 @@ pub async fn execute_once_in_time(
     request: async_graphql::Request,
     session_data: Option<Arc<async_graphql::Data>>,
 ) -> async_graphql::Response {
-    in_time(db, request, |request| async move {
-        // A query's or a mutation's stream holds its one answer.
-        async_graphql::Executor::execute_stream(&schema, request, session_data)
-            .next()
-            .await
-            .unwrap_or_default()
+    in_time(db, request, |request| {
+        Box::pin(async move {
+            // A query's or a mutation's stream holds its one answer.
+            async_graphql::Executor::execute_stream(&schema, request, session_data)
+                .next()
+                .await
+                .unwrap_or_default()
+        })
     })
     .await
 }

@@ -1,4 +1,9 @@
 //! The GraphQL schema: roots merged from one module per domain; resolvers call the service layer only.
+//!
+//! Resolvers await their service calls boxed (`Box::pin`): async-graphql moves each field's
+//! future as it resolves it, a merged root nests one future per part, and a future is as large
+//! as the largest call it awaits inline (a call that reaches the database holds kilobytes of
+//! connection-pool state), so one such call made every field of its root that costly to move.
 
 mod api_key;
 mod coercion;

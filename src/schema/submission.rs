@@ -136,7 +136,7 @@ impl SubmissionMutation {
             event_type: input.event_type,
             ordering_key: input.ordering_key,
         };
-        match state(ctx)?.submissions.submit(caller(ctx)?, input).await {
+        match Box::pin(state(ctx)?.submissions.submit(caller(ctx)?, input)).await {
             Ok(outcome) => Ok(SubmitResult {
                 created: outcome.created,
                 submission: Submission(outcome.submission),

@@ -125,10 +125,12 @@ impl TenantMutation {
         ttl_seconds: Option<i32>,
     ) -> ApiResult<PortalLink> {
         let tenant_id = parse_id(&tenant_id, "tenantId")?;
-        let link = state(ctx)?
-            .tenants
-            .create_portal_link(caller(ctx)?, tenant_id, ttl_seconds.map(i64::from))
-            .await?;
+        let link = Box::pin(state(ctx)?.tenants.create_portal_link(
+            caller(ctx)?,
+            tenant_id,
+            ttl_seconds.map(i64::from),
+        ))
+        .await?;
         Ok(PortalLink {
             url: link.url,
             token: link.token,

@@ -182,7 +182,6 @@ pub(super) async fn store_and_claim(
             "a submission with an ordering key is claimed in its transaction".into(),
         ));
     }
-    let (sql, mut values) = store_statement(std::slice::from_ref(prepared), Notify::Claiming)?;
     let processing = StateChange {
         delivery_id: prepared.delivery.id,
         endpoint_id: prepared.delivery.endpoint_id,
@@ -191,10 +190,12 @@ pub(super) async fn store_and_claim(
         at: prepared.created.at,
     };
     let cap = i32::try_from(request.default_max_in_flight).unwrap_or(i32::MAX);
-    values.extend(claim_values(db, cap, request, processing.to_wire()?));
-    let values = &values;
+    let processing = processing.to_wire()?;
     let rows = db
-        .autocommit(|| db.clock().statement(sql, values.iter().cloned()))
+        .autocommit(|| {
+            let claim = claim_values(db, cap, request, processing.clone());
+            store_statement(std::slice::from_ref(prepared), Notify::Claiming, claim)
+        })
         .await?;
     let reported = reported_by_row(&rows)?.remove(&prepared.delivery.id);
     let Some(row) = rows.into_iter().next() else {
@@ -245,12 +246,12 @@ fn claim_values(db: &Db, cap: i32, request: &ClaimRequest, processing: String) -
 /// Prepares and plans the claiming form on `txn`'s connection, with no rows: nothing is
 /// written.
 pub(super) async fn warm(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
-    let (sql, mut values) = store_statement(&[], Notify::Claiming)?;
     let request = ClaimRequest {
         lease: std::time::Duration::from_secs(1),
         ..ClaimRequest::default()
     };
-    values.extend(claim_values(db, 1, &request, String::new()));
-    txn.query_all_raw(db.clock().statement(sql, values)).await?;
+    let claim = claim_values(db, 1, &request, String::new());
+    txn.query_all_raw(store_statement(&[], Notify::Claiming, claim)?)
+        .await?;
     Ok(())
 }

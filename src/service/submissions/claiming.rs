@@ -190,11 +190,9 @@ async fn store_and_claim_postgres(
     request: &ClaimRequest,
     failed: &FailedClaim,
 ) -> Result<(Option<Reported>, Option<(Claimed, Staged)>), DbErr> {
-    let (sql, values) = store_statement(std::slice::from_ref(prepared), Notify::Staged)?;
-    let values = &values;
     db.transaction(|txn| async move {
         failed.reset();
-        let statement = db.clock().statement(sql, values.iter().cloned());
+        let statement = store_statement(std::slice::from_ref(prepared), Notify::Staged, [])?;
         let rows = txn.query_all_raw(statement).await?;
         let reported = reported_by_row(&rows)?.remove(&prepared.delivery.id);
         let Some(Reported::Created(at, place)) = reported else {

@@ -11,7 +11,7 @@ use entity::webhook_delivery::{self, DeliveryState};
 use entity::{endpoint, submission};
 use sea_orm::{
     ActiveModelTrait, ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, EntityTrait,
-    IntoActiveModel, QueryResult, TryInsertResult, Value,
+    IntoActiveModel, QueryResult, Statement, TryInsertResult, Value,
 };
 use serde_json::Value as Json;
 use uuid::Uuid;
@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::bus::{self, ChangeBus, Staged, StateChange};
 use crate::db::parking::with_parking;
 use crate::db::sql::{fill, Rows};
-use crate::db::Db;
+use crate::db::{Clock, Db};
 use crate::service::flow;
 use crate::service::lines::{self, Place};
 use crate::worker::claim::{ClaimRequest, Claimed};
@@ -230,9 +230,8 @@ pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
 /// Writes `prepared` with `STORE_POSTGRES`, committed on its own (one round trip however
 /// many rows), and returns what each row reported, by delivery id.
 pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, Reported>, DbErr> {
-    let (sql, values) = store_statement(prepared, Notify::InStatement)?;
-    let values = &values;
-    let statement = || db.clock().statement(sql, values.iter().cloned());
+    // Bound afresh for each try: the rows' values move into the statement, not copied.
+    let statement = || store_statement(prepared, Notify::InStatement, []);
     // A batch with ordering keys upserts its lines' rows, which concurrent batches of the
     // same lines also update: at READ COMMITTED such a batch waits for the other and goes
     // on, while at a stricter server default it would fail to serialize again and again on
@@ -240,8 +239,11 @@ pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, 
     // rest stays one round trip.
     let keyed = prepared.iter().any(|p| p.submission.ordering_key.is_some());
     let reported = if keyed {
-        db.transaction(|txn| async move { txn.query_all_raw(statement()).await })
-            .await?
+        db.transaction(|txn| {
+            let statement = statement();
+            async move { txn.query_all_raw(statement?).await }
+        })
+        .await?
     } else {
         db.autocommit(statement).await?
     };
@@ -260,13 +262,14 @@ pub(super) enum Notify {
     Claiming,
 }
 
-/// `STORE_POSTGRES` for `prepared`, with its values. On PostgreSQL the rows travel as
-/// arrays, so the text is the same for every batch: it is rendered once per process (for
-/// each way of publishing the creation).
+/// `STORE_POSTGRES` for `prepared`, bound, with `more` values after the rows' (the claiming
+/// form's own). On PostgreSQL the rows travel as arrays, so the text is the same for every
+/// batch: it is rendered once per process (for each way of publishing the creation).
 pub(super) fn store_statement(
     prepared: &[Prepared],
     notify: Notify,
-) -> Result<(&'static str, Vec<Value>), DbErr> {
+    more: impl IntoIterator<Item = Value>,
+) -> Result<Statement, DbErr> {
     let mut rows = Rows::new(DbBackend::Postgres, STORE_COLUMNS);
     for p in prepared {
         let s = &p.submission;
@@ -284,7 +287,8 @@ pub(super) fn store_statement(
             Value::from(s.trace_context.clone().unwrap_or_default()),
         ])?;
     }
-    let (rows, values) = rows.render(1);
+    let (rows, mut values) = rows.render(1);
+    values.extend(more);
     static IN_STATEMENT: OnceLock<String> = OnceLock::new();
     static STAGED: OnceLock<String> = OnceLock::new();
     static CLAIMING: OnceLock<String> = OnceLock::new();
@@ -317,17 +321,23 @@ pub(super) fn store_statement(
             ("enter_lines", &lines),
         ];
         slots.extend(claim.iter().map(|(slot, text)| (*slot, text.as_str())));
-        fill(&with_parking(DbBackend::Postgres, STORE_POSTGRES), &slots)
+        Clock::rendered_in_database(&fill(
+            &with_parking(DbBackend::Postgres, STORE_POSTGRES),
+            &slots,
+        ))
     });
-    Ok((sql.as_str(), values))
+    Ok(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        sql.as_str(),
+        values,
+    ))
 }
 
 /// Prepares and plans, on `txn`'s connection, both forms of the statement that stores
 /// submissions (PostgreSQL), with no rows: nothing is written.
 pub async fn warm_statements(txn: &DatabaseTransaction, db: &Db) -> Result<(), DbErr> {
     for notify in [Notify::InStatement, Notify::Staged] {
-        let (sql, values) = store_statement(&[], notify)?;
-        txn.query_all_raw(db.clock().statement(sql, values)).await?;
+        txn.query_all_raw(store_statement(&[], notify, [])?).await?;
     }
     claim_in_store::warm(txn, db).await
 }
