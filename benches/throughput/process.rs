@@ -60,13 +60,15 @@ pub struct Server {
 impl Server {
     /// Starts the release binary against `database_url` with `settings`, and waits until it listens.
     pub fn start(database_url: &str, settings: &[(&str, String)]) -> Server {
-        Self::start_under(&[], database_url, settings)
+        Self::start_under(&[], Duration::from_secs(60), database_url, settings)
     }
 
     /// [`Server::start`], run by `wrapper` (a program and its arguments, such as a profiler
-    /// that then runs the binary), or directly when `wrapper` is empty.
+    /// that then runs the binary), or directly when `wrapper` is empty, given `patience` to
+    /// start listening.
     pub fn start_under(
         wrapper: &[&str],
+        patience: Duration,
         database_url: &str,
         settings: &[(&str, String)],
     ) -> Server {
@@ -106,9 +108,7 @@ impl Server {
                 }
             }
         });
-        let addr = addr
-            .recv_timeout(Duration::from_secs(180))
-            .expect("courier serve listens");
+        let addr = addr.recv_timeout(patience).expect("courier serve listens");
         Server {
             child,
             base_url: format!("http://{addr}"),

@@ -9,6 +9,9 @@ use std::ffi::OsString;
 /// Variables of this prefix are Courier's.
 const PREFIX: &str = "COURIER_";
 
+/// The units a setting's name ends with, which a variable may leave off.
+const UNITS: &[&str] = &["_MS", "_SECS", "_DAYS", "_BYTES"];
+
 /// Variables of this prefix belong to Courier's own test suite, not to the process.
 const TEST_PREFIX: &str = "COURIER_TEST_";
 
@@ -48,10 +51,10 @@ fn settings_of(command: &clap::Command, known: &mut HashSet<String>) {
 
 /// The setting `name` most likely meant: the known one spelt the same in another case;
 /// itself without the prefix if that is one (`COURIER_DATABASE_URL`); `DATABASE_URL` for a
-/// name about the database, `RUST_LOG` for one about log levels; the one known name it
-/// begins, or whose words (underscores aside) hold it, such as a unit left off
-/// (`COURIER_PRUNE_INTERVAL`) or a word (`COURIER_MAX_INFLIGHT`); else the known one whose
-/// name after the prefix is closest by spelling, if close.
+/// name about the database, `RUST_LOG` for one about log levels; the one known name it is
+/// but for a unit (`COURIER_PRUNE_INTERVAL`), or whose words, read without underscores,
+/// end with it and are mostly it (`COURIER_MAX_INFLIGHT`); else the known one whose name
+/// after the prefix is closest by spelling, if close.
 fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
     if let Some(same) = known.iter().find(|known| known.eq_ignore_ascii_case(name)) {
         return Some(same.clone());
@@ -65,7 +68,7 @@ fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
     if about(&["DATABASE", "DB_URL", "POSTGRES", "PG_URL", "SQLITE", "DSN"]) {
         return Some("DATABASE_URL".to_owned());
     }
-    if about(&["RUST_LOG", "LOG_LEVEL", "VERBOSITY"]) {
+    if about(&["RUST_LOG", "LOG_LEVEL", "VERBOSITY"]) || upper == "LOG" || upper == "LOGS" {
         return Some("RUST_LOG".to_owned());
     }
     // Each known name after the prefix (a name without it, such as `DATABASE_URL`, as is).
@@ -79,11 +82,19 @@ fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
     };
     let letters = |text: &str| text.replace('_', "");
     let held = letters(&upper);
+    let but_a_unit = |candidate: &str| {
+        candidate
+            .strip_prefix(upper.as_str())
+            .is_some_and(|unit| UNITS.contains(&unit))
+    };
+    // Its letters the candidate's last words, and at least half of the candidate's.
+    let its_last_words = |candidate: &str| {
+        let words: Vec<&str> = candidate.split('_').collect();
+        (1..words.len()).any(|first| words[first..].concat() == held)
+            && held.len() * 2 >= letters(candidate).len()
+    };
     let holding: Vec<&String> = bare_known()
-        .filter(|(candidate, _)| {
-            candidate.starts_with(&format!("{upper}_"))
-                || (held.len() >= 6 && letters(candidate).contains(&held))
-        })
+        .filter(|(candidate, _)| but_a_unit(candidate) || its_last_words(candidate))
         .map(|(_, candidate)| candidate)
         .collect();
     if let [only] = holding.as_slice() {
@@ -144,8 +155,18 @@ mod tests {
             ("COURIER_PRUNE_INTERVAL", "COURIER_PRUNE_INTERVAL_SECS"),
             ("COURIER_MAX_INFLIGHT", "COURIER_ENDPOINT_MAX_IN_FLIGHT"),
             ("COURIER_RETENTON_DAYS", "COURIER_RETENTION_DAYS"),
+            ("COURIER_LOG", "RUST_LOG"),
         ] {
             assert_eq!(meant_for(typed).as_deref(), Some(setting), "{typed}");
+        }
+        // A name that begins or ends a setting's only in part is no sure guess.
+        for vague in [
+            "COURIER_AUTH",
+            "COURIER_CLAIM",
+            "COURIER_SUBMIT",
+            "COURIER_DISABLE",
+        ] {
+            assert_eq!(meant_for(vague), None, "{vague}");
         }
         assert_eq!(meant_for("COURIER_bind").as_deref(), Some("COURIER_BIND"));
         assert_eq!(meant_for("COURIER_DB_URL").as_deref(), Some("DATABASE_URL"));

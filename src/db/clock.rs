@@ -103,8 +103,9 @@ impl Clock {
     }
 
     /// `template` rendered for PostgreSQL, where every moment is the database's: the text
-    /// is the same for every statement, so one run often can be rendered once and kept
-    /// (bound with `Statement::from_sql_and_values` on [`DbBackend::Postgres`]).
+    /// is the same for every statement made from it, so a statement run often can have its
+    /// text rendered once and kept (and bound with `Statement::from_sql_and_values` on
+    /// [`DbBackend::Postgres`]).
     pub fn rendered_in_database(template: &str) -> String {
         Clock::new(DbBackend::Postgres)
             .render_reading_now(template, 0)

@@ -230,7 +230,7 @@ pub fn outcome(prepared: Prepared, reported: Option<Reported>) -> Stored {
 /// Writes `prepared` with `STORE_POSTGRES`, committed on its own (one round trip however
 /// many rows), and returns what each row reported, by delivery id.
 pub async fn store_many(db: &Db, prepared: &[Prepared]) -> Result<HashMap<Uuid, Reported>, DbErr> {
-    // Bound afresh for each try: the rows' values move into the statement, not copied.
+    // Built afresh for each try (rarely more than one), straight into the statement.
     let statement = || store_statement(prepared, Notify::InStatement, []);
     // A batch with ordering keys upserts its lines' rows, which concurrent batches of the
     // same lines also update: at READ COMMITTED such a batch waits for the other and goes
