@@ -53,17 +53,21 @@ const REFUSAL_READ_LIMIT: usize = 16 * 1024;
 /// The body a connection over the limit is answered with.
 const REFUSAL_BODY: &str = "{\"errors\":[{\"message\":\"too many connections; retry\",\"extensions\":{\"code\":\"SERVICE_UNAVAILABLE\"}}]}";
 
-/// What a connection over the limit is told, in full: HTTP/1.1 with `Retry-After`, and
-/// readable by a page of any origin when `shared`.
+/// What a connection over the limit is told, in full: HTTP/1.1 with `Retry-After` and, as
+/// every answer, a `Date` by Courier's clock; readable by a page of any origin when `shared`.
 fn refusal(shared: bool) -> String {
     let cors = if shared {
         "access-control-allow-origin: *\r\naccess-control-expose-headers: retry-after\r\n"
     } else {
         ""
     };
+    let date = super::date::now_header()
+        .and_then(|date| date.to_str().ok().map(|date| format!("date: {date}\r\n")))
+        .unwrap_or_default();
     format!(
         "HTTP/1.1 503 Service Unavailable\r\n\
-         content-type: application/json\r\n\
+         content-type: application/json; charset=utf-8\r\n\
+         {date}\
          retry-after: 1\r\n\
          {cors}\
          connection: close\r\n\

@@ -16,10 +16,15 @@ thread_local! {
 
 /// `response` with its `Date` by Courier's clock.
 pub async fn stamp(mut response: Response) -> Response {
-    if let Some(date) = date_header(crate::db::now()) {
+    if let Some(date) = now_header() {
         response.headers_mut().insert(header::DATE, date);
     }
     response
+}
+
+/// The `Date` value for now, by Courier's clock (for answers written outside the router).
+pub fn now_header() -> Option<HeaderValue> {
+    date_header(crate::db::now())
 }
 
 /// The `Date` value (RFC 9110's IMF-fixdate) for `now`, made once a second per thread.

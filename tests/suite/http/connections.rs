@@ -289,6 +289,16 @@ async fn one_connection_over_the_cap_is_refused_with_503() {
         .expect("a complete answer");
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "1");
+    // Dated and typed as every other answer.
+    let date = refused.headers()["date"].to_str().expect("a text Date");
+    assert!(
+        chrono::DateTime::parse_from_rfc2822(date).is_ok(),
+        "an HTTP date: {date}"
+    );
+    assert_eq!(
+        refused.headers()["content-type"],
+        "application/json; charset=utf-8"
+    );
     // Readable by a dashboard of another origin, as the API's answers are by default.
     assert_eq!(refused.headers()["access-control-allow-origin"], "*");
     let body: serde_json::Value = refused.json().await.expect("a JSON body");
