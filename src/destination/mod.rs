@@ -50,6 +50,9 @@ pub fn validate_url(raw: &str, allow_private: bool) -> Result<Url> {
     let host = url
         .host()
         .ok_or_else(|| Error::bad_input("url must have a host"))?;
+    if let Host::Domain(name) = host {
+        check_domain(name)?;
+    }
     if !allow_private {
         let refusal = match host {
             Host::Domain(name) => {
@@ -70,6 +73,33 @@ pub fn validate_url(raw: &str, allow_private: bool) -> Result<Url> {
     Ok(url)
 }
 
+/// Longest name DNS can carry, without its final dot (RFC 1035: 255 octets on the wire).
+const MAX_DOMAIN_LEN: usize = 253;
+
+/// Longest label of a name (RFC 1035).
+const MAX_LABEL_LEN: usize = 63;
+
+/// Refuses a host name no resolver can look up (every delivery to it would fail): over
+/// [`MAX_DOMAIN_LEN`], or with an empty label or one over [`MAX_LABEL_LEN`]. `name` is as
+/// the parser gives it, international names in their ASCII form; one final dot is allowed.
+fn check_domain(name: &str) -> Result<()> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.len() > MAX_DOMAIN_LEN {
+        return Err(Error::bad_input(format!(
+            "url's host name must be at most {MAX_DOMAIN_LEN} characters"
+        )));
+    }
+    if name
+        .split('.')
+        .any(|label| label.is_empty() || label.len() > MAX_LABEL_LEN)
+    {
+        return Err(Error::bad_input(format!(
+            "url's host name must be made of labels of 1 to {MAX_LABEL_LEN} characters"
+        )));
+    }
+    Ok(())
+}
+
 /// What `raw` holds between `http://` or `https://` and the path, query or fragment.
 fn raw_authority(raw: &str) -> Result<&str> {
     let rest = ["http://", "https://"]
@@ -88,6 +118,36 @@ fn raw_authority(raw: &str) -> Result<&str> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_name_dns_cannot_carry_is_refused() {
+        let label = |n: usize| "a".repeat(n);
+        for refused in [
+            format!("https://{}.com/hook", label(64)),
+            format!("https://{}/hook", vec![label(63); 4].join(".")),
+            "https://hooks..example.com/".to_owned(),
+            "https://hooks.example.com../".to_owned(),
+        ] {
+            match validate_url(&refused, false) {
+                Err(Error::BadInput(message)) => {
+                    assert!(message.contains("host name"), "{refused}: {message}")
+                }
+                other => panic!("{refused} must be refused, got {other:?}"),
+            }
+        }
+        for accepted in [
+            format!("https://{}.com/hook", label(63)),
+            format!(
+                "https://{}.{}/hook",
+                vec![label(63); 3].join("."),
+                label(61)
+            ),
+            "https://hooks.example.com./".to_owned(),
+            "https://bücher.example/hook".to_owned(),
+        ] {
+            assert!(validate_url(&accepted, false).is_ok(), "{accepted}");
+        }
+    }
 
     /// `http://ADDR/hook`, with brackets for IPv6.
     pub(crate) fn literal_url(addr: &str) -> String {
