@@ -67,13 +67,20 @@ async fn admins_manage_keys_over_graphql(backend: Backend) {
         let refused = app.graphql(&token, query, variables).await;
         assert_eq!(gql_error_code(&refused), Some("FORBIDDEN"), "{refused}");
     }
-    let bad = json!({ "name": "a", "role": "ADMIN", "endpointIds": [endpoint] });
-    let refused = app.graphql(&admin, CREATE, json!({ "input": bad })).await;
-    assert_eq!(
-        gql_error_code(&refused),
-        Some("BAD_USER_INPUT"),
-        "{refused}"
-    );
+    // `input` refused as bad input; the answer, for more to be said of it.
+    let refused_as_bad = |input: serde_json::Value| {
+        let (app, admin) = (&app, &admin);
+        async move {
+            let refused = app.graphql(admin, CREATE, json!({ "input": input })).await;
+            assert_eq!(
+                gql_error_code(&refused),
+                Some("BAD_USER_INPUT"),
+                "{refused}"
+            );
+            refused
+        }
+    };
+    refused_as_bad(json!({ "name": "a", "role": "ADMIN", "endpointIds": [endpoint] })).await;
 
     // A list longer than a key may hold is refused before anything is looked up or kept.
     let keys = || async {
@@ -84,13 +91,8 @@ async fn admins_manage_keys_over_graphql(backend: Backend) {
     let too_many: Vec<String> = (0..=courier::auth::MAX_KEY_ENDPOINTS)
         .map(|_| uuid::Uuid::now_v7().to_string())
         .collect();
-    let long = json!({ "name": "long", "role": "PARTNER", "endpointIds": too_many });
-    let refused = app.graphql(&admin, CREATE, json!({ "input": long })).await;
-    assert_eq!(
-        gql_error_code(&refused),
-        Some("BAD_USER_INPUT"),
-        "{refused}"
-    );
+    let refused =
+        refused_as_bad(json!({ "name": "long", "role": "PARTNER", "endpointIds": too_many })).await;
     assert!(
         refused["errors"][0]["message"]
             .as_str()
@@ -100,13 +102,7 @@ async fn admins_manage_keys_over_graphql(backend: Backend) {
     assert_eq!(keys().await, keys_before);
     // So is one that names a single endpoint that many times.
     let repeated = vec![endpoint.clone(); courier::auth::MAX_KEY_ENDPOINTS + 1];
-    let long = json!({ "name": "repeats", "role": "PARTNER", "endpointIds": repeated });
-    let refused = app.graphql(&admin, CREATE, json!({ "input": long })).await;
-    assert_eq!(
-        gql_error_code(&refused),
-        Some("BAD_USER_INPUT"),
-        "{refused}"
-    );
+    refused_as_bad(json!({ "name": "repeats", "role": "PARTNER", "endpointIds": repeated })).await;
     assert_eq!(keys().await, keys_before);
 
     // A partner key with no endpoints is a key that reaches none of them.

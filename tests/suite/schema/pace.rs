@@ -12,6 +12,9 @@ use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{response_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
+/// A subscription to every endpoint's state changes.
+const EVERY_CHANGE: &str = "subscription { deliveryStateChanged { deliveryId state } }";
+
 /// `query` run as an admin's subscription on `app`'s schema, in process, once its first
 /// poll has subscribed (and, nothing having happened yet, told nothing).
 async fn subscribed_in_process(
@@ -67,11 +70,7 @@ fn publish_changes(app: &TestApp, count: usize) {
 async fn a_lagging_subscriber_is_told_it_missed_events() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
-    let mut stream = subscribed_in_process(
-        &app,
-        "subscription { deliveryStateChanged { deliveryId state } }",
-    )
-    .await;
+    let mut stream = subscribed_in_process(&app, EVERY_CHANGE).await;
     assert_eq!(app.state.metrics.active_subscriptions.get(), 1);
 
     publish_changes(&app, courier::bus::CHANGE_BUFFER + 1_000);
@@ -99,11 +98,7 @@ async fn a_lagging_subscriber_is_told_it_missed_events() {
 async fn a_burst_of_four_large_publishes_reaches_a_subscriber_whole() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
-    let mut stream = subscribed_in_process(
-        &app,
-        "subscription { deliveryStateChanged { deliveryId state } }",
-    )
-    .await;
+    let mut stream = subscribed_in_process(&app, EVERY_CHANGE).await;
     let burst = 4 * 2_300;
     assert!(burst < courier::bus::CHANGE_BUFFER);
     publish_changes(&app, burst);
