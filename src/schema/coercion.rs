@@ -80,6 +80,10 @@ impl<'a> Walk<'a> {
         for selection in &set.items {
             self.directives(selection.node.directives())?;
             match &selection.node {
+                // A leaf without arguments: nothing to check, nothing to look up.
+                Selection::Field(field)
+                    if field.node.arguments.is_empty()
+                        && field.node.selection_set.node.items.is_empty() => {}
                 Selection::Field(field) => {
                     let Some(meta) = self
                         .registry

@@ -1,13 +1,15 @@
 //! Parsed documents kept by their text: clients send the same few operations over and over,
 //! so a document that parsed and passed the limits once is not parsed (nor scanned and
-//! counted) again. Bounded by count, by each text's length and by the texts' total length
-//! (a parsed document takes many times its text: a run of one-letter fields costs over a
-//! hundred bytes each), least recently used out first.
+//! counted) again, and one that also passed validation is not validated whole again (see
+//! [`KnownDocument::verdict`]). Bounded by count, by each text's length and by the texts'
+//! total length (a parsed document takes many times its text: a run of one-letter fields
+//! costs over a hundred bytes each), least recently used out first.
 
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_graphql::parser::types::ExecutableDocument;
+use async_graphql::ValidationResult;
 use lru::LruCache;
 
 /// Documents kept.
@@ -25,6 +27,30 @@ pub const MAX_TOTAL_BYTES: usize = 64 * 1024;
 /// `schema::field_order`).
 pub struct ParsedDocument(pub Arc<ExecutableDocument>);
 
+/// A document kept by its text.
+pub struct KnownDocument {
+    /// The document as parsed.
+    pub document: Arc<ExecutableDocument>,
+    /// What validation measured, once a request passed it and when no request's variables
+    /// can change the outcome (see `schema::limits`).
+    verdict: OnceLock<ValidationResult>,
+}
+
+impl KnownDocument {
+    /// What validation measured when a request of this document passed it, if one did and
+    /// the verdict was kept: then only the arguments given through variables are left to
+    /// check (see `schema::argument_values`).
+    pub fn verdict(&self) -> Option<&ValidationResult> {
+        self.verdict.get()
+    }
+
+    /// Keeps `measured`, what validation found for a request of this document that passed.
+    pub fn keep_verdict(&self, measured: ValidationResult) {
+        // Every request of the document measures the same: the first one kept stands.
+        let _ = self.verdict.set(measured);
+    }
+}
+
 /// Parsed documents by their text, shared by every request of the process.
 pub struct DocumentCache {
     entries: Mutex<Entries>,
@@ -32,7 +58,7 @@ pub struct DocumentCache {
 
 /// The documents, and the length of their texts together.
 struct Entries {
-    documents: LruCache<Arc<str>, Arc<ExecutableDocument>>,
+    documents: LruCache<Arc<str>, Arc<KnownDocument>>,
     bytes: usize,
 }
 
@@ -55,7 +81,7 @@ impl DocumentCache {
     }
 
     /// The document parsed from `query` before, if it is still kept.
-    pub fn get(&self, query: &str) -> Option<Arc<ExecutableDocument>> {
+    pub fn get(&self, query: &str) -> Option<Arc<KnownDocument>> {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -67,11 +93,7 @@ impl DocumentCache {
     /// Keeps `document`, parsed from `query` and within the limits, unless `query` is too
     /// long to keep; the least recently used go until the texts fit [`MAX_TOTAL_BYTES`].
     /// Returns the document as kept.
-    pub fn insert(
-        &self,
-        query: &str,
-        document: &ExecutableDocument,
-    ) -> Option<Arc<ExecutableDocument>> {
+    pub fn insert(&self, query: &str, document: &ExecutableDocument) -> Option<Arc<KnownDocument>> {
         if query.len() > MAX_CACHED_BYTES {
             return None;
         }
@@ -86,7 +108,10 @@ impl DocumentCache {
             entries.bytes -= old.len();
         }
         entries.bytes += query.len();
-        let document = Arc::new(document.clone());
+        let document = Arc::new(KnownDocument {
+            document: Arc::new(document.clone()),
+            verdict: OnceLock::new(),
+        });
         if let Some((old, _)) = entries.documents.push(Arc::from(query), document.clone()) {
             // Full by count: the least recently used went.
             entries.bytes -= old.len();

@@ -1,8 +1,8 @@
 //! Bounds on a GraphQL document, checked before anything recurses on it or expands it:
 //! size and nesting by a flat scan of the text, then fragment expansion and root fields
-//! counted once per fragment. A hostile document costs a scan, never a stack or a stall.
+//! counted once per fragment ([`super::expansion`]). A hostile document costs a scan, never
+//! a stack or a stall.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -11,11 +11,12 @@ use tokio::runtime::RuntimeFlavor;
 use async_graphql::extensions::{
     Extension, ExtensionContext, ExtensionFactory, NextPrepareRequest, NextValidation,
 };
-use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
+use async_graphql::parser::types::{ExecutableDocument, Selection};
 use async_graphql::{ErrorExtensionValues, Request, ServerError, ServerResult, ValidationResult};
 
-use super::documents::{DocumentCache, ParsedDocument};
+use super::documents::{DocumentCache, KnownDocument, ParsedDocument};
 use super::single_root::selected_operation;
+use super::verdicts;
 
 /// Deepest selection a query may make.
 pub const MAX_QUERY_DEPTH: usize = 12;
@@ -150,104 +151,6 @@ pub fn scan_text(query: &str) -> Result<(), LimitError> {
     Ok(())
 }
 
-/// Counts what a parsed document selects with every fragment expanded, each fragment
-/// counted once and remembered, so exponential spreads cost linear work.
-pub fn check_document(document: &ExecutableDocument) -> Result<(), LimitError> {
-    let mut counter = ExpansionCounter {
-        document,
-        memo: HashMap::new(),
-        in_progress: Vec::new(),
-    };
-    let mut total = 0u64;
-    for (_, operation) in document.operations.iter() {
-        let counts = counter.selections(&operation.node.selection_set.node, 0)?;
-        if counts.root > MAX_ROOT_FIELDS as u64 {
-            return Err(LimitError::TooManyRootFields);
-        }
-        total = total.saturating_add(counts.expanded);
-        if total > MAX_EXPANDED_SELECTIONS {
-            return Err(LimitError::TooManySelections);
-        }
-    }
-    // Fragments no operation uses are still validated by the server: count them too.
-    for name in document.fragments.keys() {
-        counter.fragment(name.as_str(), 0)?;
-    }
-    Ok(())
-}
-
-/// What one selection set amounts to once its fragments are expanded.
-#[derive(Debug, Clone, Copy, Default)]
-struct Counts {
-    /// Fields at the set's own level (through fragments, not into sub-selections).
-    root: u64,
-    /// Fields at every level.
-    expanded: u64,
-}
-
-impl Counts {
-    fn add(&mut self, other: Counts) -> Result<(), LimitError> {
-        self.root = self.root.saturating_add(other.root);
-        self.expanded = self.expanded.saturating_add(other.expanded);
-        if self.expanded > MAX_EXPANDED_SELECTIONS {
-            return Err(LimitError::TooManySelections);
-        }
-        Ok(())
-    }
-}
-
-struct ExpansionCounter<'a> {
-    document: &'a ExecutableDocument,
-    /// Counts of each fragment already expanded.
-    memo: HashMap<&'a str, Counts>,
-    /// Fragments being expanded right now, to refuse cycles.
-    in_progress: Vec<&'a str>,
-}
-
-impl<'a> ExpansionCounter<'a> {
-    fn selections(&mut self, set: &'a SelectionSet, depth: usize) -> Result<Counts, LimitError> {
-        let mut counts = Counts::default();
-        for selection in &set.items {
-            let here = match &selection.node {
-                Selection::Field(field) => {
-                    let children = self.selections(&field.node.selection_set.node, depth)?;
-                    Counts {
-                        root: 1,
-                        expanded: children.expanded.saturating_add(1),
-                    }
-                }
-                Selection::FragmentSpread(spread) => {
-                    self.fragment(spread.node.fragment_name.node.as_str(), depth + 1)?
-                }
-                Selection::InlineFragment(inline) => {
-                    self.selections(&inline.node.selection_set.node, depth)?
-                }
-            };
-            counts.add(here)?;
-        }
-        Ok(counts)
-    }
-
-    fn fragment(&mut self, name: &'a str, depth: usize) -> Result<Counts, LimitError> {
-        if let Some(counts) = self.memo.get(name) {
-            return Ok(*counts);
-        }
-        if depth > MAX_FRAGMENT_DEPTH || self.in_progress.contains(&name) {
-            return Err(LimitError::FragmentsTooDeep);
-        }
-        // An unknown fragment is a validation error reported later; it expands to nothing.
-        let Some((key, fragment)) = self.document.fragments.get_key_value(name) else {
-            return Ok(Counts::default());
-        };
-        self.in_progress.push(key.as_str());
-        let counts = self.selections(&fragment.node.selection_set.node, depth);
-        self.in_progress.pop();
-        let counts = counts?;
-        self.memo.insert(key.as_str(), counts);
-        Ok(counts)
-    }
-}
-
 /// Checks a request's document: the text scan, then parsing (cached on the request for
 /// the executor) and the expansion count. Whether the document may be kept for next time:
 /// not one whose text alone is refused (see [`super::input_literals`]).
@@ -255,7 +158,7 @@ fn check_request(request: &mut Request) -> ServerResult<Keep> {
     scan_text(&request.query).map_err(|err| err.to_server_error())?;
     let operation_name = request.operation_name.clone();
     let document = request.parsed_query()?;
-    check_document(document).map_err(|err| err.to_server_error())?;
+    super::expansion::check_document(document).map_err(|err| err.to_server_error())?;
     let introspects = only_introspects(document, operation_name.as_deref());
     let refusal = super::single_root::refusal(document, operation_name.as_deref());
     if introspects {
@@ -279,28 +182,33 @@ enum Keep {
 
 /// [`check_request`] for a document `documents` may know: one that parsed and passed the
 /// checks before is handed to the executor as it was parsed then; one that passes now is
-/// kept for next time. The checks depend on the text alone.
-fn check_request_known(request: &mut Request, documents: &DocumentCache) -> ServerResult<()> {
-    if let Some(document) = documents.get(&request.query) {
-        if only_introspects(&document, request.operation_name.as_deref()) {
+/// kept for next time. The checks depend on the text alone. Returns the document as kept.
+fn check_request_known(
+    request: &mut Request,
+    documents: &DocumentCache,
+) -> ServerResult<Option<Arc<KnownDocument>>> {
+    if let Some(known) = documents.get(&request.query) {
+        let document = &known.document;
+        if only_introspects(document, request.operation_name.as_deref()) {
             request.data.insert(IntrospectionOnly);
         }
         if let Some(refusal) =
-            super::single_root::refusal(&document, request.operation_name.as_deref())
+            super::single_root::refusal(document, request.operation_name.as_deref())
         {
             request.data.insert(Refused(refusal));
         }
-        request.set_parsed_query(ExecutableDocument::clone(&document));
-        request.data.insert(ParsedDocument(document));
-        return Ok(());
+        request.set_parsed_query(ExecutableDocument::clone(document));
+        request.data.insert(ParsedDocument(document.clone()));
+        return Ok(Some(known));
     }
     if let Keep::Yes = check_request(request)? {
         let query = request.query.clone();
         if let Some(kept) = documents.insert(&query, request.parsed_query()?) {
-            request.data.insert(ParsedDocument(kept));
+            request.data.insert(ParsedDocument(kept.document.clone()));
+            return Ok(Some(kept));
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Marks a request whose operation only introspects (see [`MAX_INTROSPECTION_DEPTH`]).
@@ -335,6 +243,13 @@ pub struct DocumentLimits {
     documents: Arc<DocumentCache>,
 }
 
+impl DocumentLimits {
+    /// The limits, with the parsed documents kept in `documents`.
+    pub fn new(documents: Arc<DocumentCache>) -> Self {
+        Self { documents }
+    }
+}
+
 impl ExtensionFactory for DocumentLimits {
     fn create(&self) -> Arc<dyn Extension> {
         Arc::new(DocumentLimitsExtension {
@@ -362,6 +277,7 @@ impl Extension for DocumentLimitsExtension {
     ) -> ServerResult<Request> {
         let large = request.query.len() > PARSE_OFF_RUNTIME_BYTES;
         self.large.store(large, Ordering::Relaxed);
+        let mut known = None;
         if large {
             // Parsing a large document takes milliseconds: not on the threads serving everyone.
             let checked = tokio::task::spawn_blocking(move || {
@@ -374,9 +290,10 @@ impl Extension for DocumentLimitsExtension {
             })?;
             request = checked?;
         } else {
-            check_request_known(&mut request, &self.documents)?;
+            known = check_request_known(&mut request, &self.documents)?;
         }
-        if let Some(root_type) = ctx.schema_env.registry.subscription_type.as_deref() {
+        let registry = &ctx.schema_env.registry;
+        if let Some(root_type) = registry.subscription_type.as_deref() {
             let operation_name = request.operation_name.clone();
             let document = request.parsed_query()?;
             if let Some(inlined) = super::single_root::root_fields_inlined(
@@ -385,10 +302,15 @@ impl Extension for DocumentLimitsExtension {
                 root_type,
             ) {
                 request.set_parsed_query(inlined);
+                // What runs is no longer the document as kept.
+                known = None;
             }
         }
         super::variables::check_required(&mut request)?;
-        super::coercion::check_arguments(&ctx.schema_env.registry, &mut request)?;
+        super::coercion::check_arguments(registry, &mut request)?;
+        if let Some(known) = known {
+            verdicts::prepare(registry, known, &mut request);
+        }
         next.run(ctx, request).await
     }
 
@@ -403,12 +325,15 @@ impl Extension for DocumentLimitsExtension {
         let runtime = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|handle| handle.runtime_flavor() == RuntimeFlavor::MultiThread);
-        let measured = match runtime {
-            Some(runtime) if self.large.load(Ordering::Relaxed) => {
-                tokio::task::block_in_place(|| runtime.block_on(next.run(ctx)))?
+        let measured = verdicts::validate(ctx, async move {
+            match runtime {
+                Some(runtime) if self.large.load(Ordering::Relaxed) => {
+                    tokio::task::block_in_place(|| runtime.block_on(next.run(ctx)))
+                }
+                _ => next.run(ctx).await,
             }
-            _ => next.run(ctx).await?,
-        };
+        })
+        .await?;
         if let Some(Refused(refusal)) = ctx.data_opt::<Refused>() {
             return Err(vec![refusal.clone()]);
         }
@@ -437,10 +362,6 @@ impl Extension for DocumentLimitsExtension {
 mod tests {
     use super::*;
 
-    fn parsed(query: &str) -> ExecutableDocument {
-        async_graphql::parser::parse_query(query).expect("parses")
-    }
-
     #[test]
     fn deep_nesting_is_refused_without_parsing() {
         let deep = format!(
@@ -466,49 +387,6 @@ mod tests {
         assert_eq!(
             scan_text(&"x".repeat(MAX_DOCUMENT_BYTES + 1)),
             Err(LimitError::TooLarge)
-        );
-    }
-
-    /// N fragments, each spreading the previous one twice: 2^N fields if expanded.
-    fn fragment_bomb(n: usize) -> String {
-        let mut text = format!("query {{ ...F{n} }}\nfragment F1 on Query {{ __typename }}\n");
-        for i in 2..=n {
-            text.push_str(&format!(
-                "fragment F{i} on Query {{ ...F{p} ...F{p} }}\n",
-                p = i - 1
-            ));
-        }
-        text
-    }
-
-    #[test]
-    fn exponential_spreads_are_counted_in_linear_time() {
-        let started = std::time::Instant::now();
-        assert_eq!(
-            check_document(&parsed(&fragment_bomb(30))),
-            Err(LimitError::TooManySelections)
-        );
-        assert!(started.elapsed() < std::time::Duration::from_secs(1));
-        assert_eq!(check_document(&parsed(&fragment_bomb(5))), Ok(()));
-    }
-
-    #[test]
-    fn fragment_cycles_and_wide_roots_are_refused() {
-        let cycle = "query { ...A } fragment A on Query { ...B } fragment B on Query { ...A }";
-        assert_eq!(
-            check_document(&parsed(cycle)),
-            Err(LimitError::FragmentsTooDeep)
-        );
-        let wide = format!(
-            "{{ {} }}",
-            (0..=MAX_ROOT_FIELDS)
-                .map(|i| format!("a{i}: __typename"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        assert_eq!(
-            check_document(&parsed(&wide)),
-            Err(LimitError::TooManyRootFields)
         );
     }
 }

@@ -6,6 +6,7 @@
 //! connection-pool state), so one such call made every field of its root that costly to move.
 
 mod api_key;
+mod argument_values;
 mod coercion;
 mod conditions;
 mod context;
@@ -16,6 +17,7 @@ mod empty_selections;
 mod endpoint;
 mod error;
 mod event;
+mod expansion;
 mod field_order;
 pub mod in_time;
 mod input_literals;
@@ -31,6 +33,9 @@ mod subscription;
 mod tenant;
 mod typename;
 mod variables;
+mod verdicts;
+
+use std::sync::Arc;
 
 use async_graphql::{MergedObject, MergedSubscription, Schema};
 
@@ -80,13 +85,18 @@ pub type CourierSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
 /// Builds the schema with its limits; `state` is given to every resolver.
 pub fn build(state: Option<AppState>) -> CourierSchema {
+    build_with(state, Arc::default())
+}
+
+/// [`build`], keeping parsed documents in `documents`.
+fn build_with(state: Option<AppState>, documents: Arc<documents::DocumentCache>) -> CourierSchema {
     let mut builder = Schema::build(
         QueryRoot::default(),
         MutationRoot::default(),
         SubscriptionRoot::default(),
     )
     .limit_directives(MAX_DIRECTIVES_PER_FIELD)
-    .extension(limits::DocumentLimits::default())
+    .extension(limits::DocumentLimits::new(documents))
     .extension(observed::ObservedOperations(
         state.as_ref().map(|state| state.metrics.clone()),
     ))

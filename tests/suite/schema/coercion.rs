@@ -264,3 +264,47 @@ async fn a_variable_of_the_wrong_type_is_refused_before_anything_runs() {
         assert!(body["errors"].is_null(), "{query}: {body}");
     }
 }
+
+/// A document validated once keeps its verdict, and the values later requests give its
+/// variables are still refused before anything runs, as the first request's would be.
+#[tokio::test]
+async fn a_document_that_passed_once_still_refuses_bad_variables() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let (endpoint, _) = app.create_endpoint(&admin, "https://example.com/a").await;
+    let (status, body) = run(
+        &app,
+        &admin,
+        SUBMIT,
+        json!({ "input": { "endpointId": endpoint, "payload": { "n": 1 } } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["submit"]["created"], true, "{body}");
+    let before = row_counts(&app).await;
+    let refused = [
+        (
+            json!({ "input": { "payload": { "n": 2 } } }),
+            "Invalid value for argument \"input\", field \"endpointId\" of type \"ID!\" is required but not provided",
+        ),
+        (
+            json!({ "input": { "endpointId": endpoint, "payload": { "n": 2 }, "idempotencyKey": 7 } }),
+            "Invalid value for argument \"input.idempotencyKey\", expected type \"String\"",
+        ),
+        (
+            json!({ "input": { "endpointId": endpoint, "payload": { "n": 2 }, "priority": 1 } }),
+            "Invalid value for argument \"input\", unknown field \"priority\" of type \"SubmitInput\"",
+        ),
+    ];
+    for (variables, message) in refused {
+        // Its first request, under a text of its own, then the document that passed.
+        let fresh = format!("{SUBMIT}\n# {message}");
+        let (status, body) = run(&app, &admin, &fresh, variables.clone()).await;
+        refused_before_running(status, &body, message);
+        let (status, body) = run(&app, &admin, SUBMIT, variables).await;
+        refused_before_running(status, &body, message);
+    }
+    assert_eq!(row_counts(&app).await, before, "nothing was submitted");
+    app.stop().await;
+}
