@@ -1,9 +1,15 @@
-//! The one part of validation that reads a request's variables, done alone for a document
-//! whose verdict is kept (see [`super::documents::KnownDocument::verdict`]): the values of
-//! the arguments that take variables, checked against their types with the refusals
+//! The one part of validation that reads a request's variables: the values of the
+//! arguments that take variables, checked against their types with the refusals
 //! async-graphql's `ArgumentsOfCorrectType` rule words (`Invalid value for argument
-//! "input.endpointId", expected type "ID"`), so that a request is refused alike whether its
-//! document was validated whole or not. Every other rule reads the document alone.
+//! "input.endpointId", expected type "ID"`). Done alone for a document whose verdict is
+//! kept (see [`super::documents::Verdict`]), so that a request is refused alike whether its
+//! document was validated whole or not; every other rule reads the document alone.
+//!
+//! And done where validation does not: validation leaves out an argument that takes a
+//! variable the request omits, literals and all, so
+//! `replayDeliveries(filter: {endpointId: $e, eventTyp: "order.paid"})` with `$e` left out
+//! ran, its misspelt field dropped, as a replay of everything. Such an argument is checked
+//! with the omitted variable as absent (a field not given, an item `null`).
 //!
 //! Arguments written as literals alone passed when the verdict was kept. A document with
 //! `@skip` or `@include` keeps no verdict, and no other directive is allowed where a
@@ -16,21 +22,28 @@ use async_graphql::{
 };
 use async_graphql_value::Value;
 
-/// The refusals validation would make of `variables` given to `document`, run as the
-/// operation named `operation_name` (every operation when none is named, as validation
-/// does): one for each field argument that takes a variable and whose value, with every
-/// variable it takes given, does not fit the argument's type. An argument that takes a
-/// variable the request leaves out is not checked, as validation does not.
+/// What [`refusals`] found, by the arguments' variables.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    /// Of arguments whose every variable the request gives: validation's own refusals.
+    pub given: Vec<ServerError>,
+    /// Of arguments taking a variable the request omits, which validation does not check.
+    pub omitted: Vec<ServerError>,
+}
+
+/// The refusals of `variables` given to `document`, run as the operation named
+/// `operation_name` (every operation when none is named, as validation does): one for each
+/// field argument that takes a variable and whose value does not fit the argument's type.
 pub fn refusals(
     registry: &Registry,
     document: &ExecutableDocument,
     variables: &Variables,
     operation_name: Option<&str>,
-) -> Vec<ServerError> {
+) -> Refusals {
     let mut walk = Walk {
         registry,
         variables,
-        refusals: Vec::new(),
+        refusals: Refusals::default(),
     };
     // Validation visits fragments first, under no operation: with the request's variables.
     for fragment in document.fragments.values() {
@@ -88,7 +101,7 @@ enum Input<'a> {
 struct Walk<'a> {
     registry: &'a Registry,
     variables: &'a Variables,
-    refusals: Vec<ServerError>,
+    refusals: Refusals,
 }
 
 impl<'a> Walk<'a> {
@@ -111,12 +124,16 @@ impl<'a> Walk<'a> {
                         continue;
                     };
                     for (name, value) in &field.node.arguments {
-                        if !takes_variable(&value.node) || !all_given(&value.node, self.variables) {
+                        // A variable omitted as the whole argument leaves the argument out.
+                        let omitted_whole = matches!(&value.node,
+                            Value::Variable(variable) if !self.variables.contains_key(variable));
+                        if !takes_variable(&value.node) || omitted_whole {
                             continue;
                         }
                         let Some(argument) = meta.args.get(name.node.as_str()) else {
                             continue;
                         };
+                        let given = all_given(&value.node, self.variables);
                         let path = QueryPathNode {
                             parent: None,
                             segment: QueryPathSegment::Name(&argument.name),
@@ -124,10 +141,15 @@ impl<'a> Walk<'a> {
                         if let Some(reason) =
                             self.invalid(&argument.ty, Input::Literal(&value.node), &path)
                         {
-                            self.refusals.push(ServerError::new(
+                            let refusal = ServerError::new(
                                 format!("Invalid value for argument {reason}"),
                                 Some(name.pos),
-                            ));
+                            );
+                            if given {
+                                self.refusals.given.push(refusal);
+                            } else {
+                                self.refusals.omitted.push(refusal);
+                            }
                         }
                     }
                     let child = MetaTypeName::concrete_typename(&meta.ty);
@@ -146,7 +168,8 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// `input` with a variable read: every variable it holds is given (see [`all_given`]).
+    /// `input` with a variable read: an omitted one reads as `null` (in an input object, a
+    /// field given an omitted variable is left out before this).
     fn read(&self, input: Input<'a>) -> Input<'a> {
         match input {
             Input::Literal(Value::Variable(name)) => {
@@ -154,6 +177,11 @@ impl<'a> Walk<'a> {
             }
             other => other,
         }
+    }
+
+    /// Whether `value` is a variable the request omits.
+    fn omitted(&self, value: &Value) -> bool {
+        matches!(value, Value::Variable(name) if !self.variables.contains_key(name))
     }
 
     /// Why `input` does not fit type `ty` (as the registry spells it) at `path`, in
@@ -206,7 +234,8 @@ impl<'a> Walk<'a> {
                     Input::Literal(value) => value
                         .clone()
                         .into_const_with(|variable| {
-                            self.variables.get(&variable).cloned().ok_or(())
+                            let given = self.variables.get(&variable).cloned();
+                            Ok::<_, ()>(given.unwrap_or(ConstValue::Null))
                         })
                         .is_ok_and(|value| is_valid(&value)),
                 };
@@ -242,6 +271,7 @@ impl<'a> Walk<'a> {
                 let fields: Vec<(&Name, Input<'a>)> = match input {
                     Input::Literal(Value::Object(fields)) => fields
                         .iter()
+                        .filter(|(_, value)| !self.omitted(value))
                         .map(|(name, value)| (name, Input::Literal(value)))
                         .collect(),
                     Input::Given(ConstValue::Object(fields)) => fields
@@ -299,6 +329,8 @@ impl<'a> Walk<'a> {
                         None => {}
                     }
                 }
+                // Of several unknown fields, validation names one of a hash set's, at
+                // random; here the first written.
                 fields
                     .iter()
                     .find(|(name, _)| !input_fields.contains_key(name.as_str()))
@@ -331,27 +363,14 @@ fn at(path: &QueryPathNode<'_>, problem: String) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use async_graphql::{Request, Response, Variables};
+    use async_graphql::Response;
     use serde_json::{json, Value as Json};
 
-    use super::super::documents::DocumentCache;
-    use super::super::{build_with, CourierSchema};
+    use super::super::documents::{DocumentCache, Verdict};
+    use super::super::{build_with, run_request as run};
 
     const CREATE_KEY: &str =
         "mutation($input: CreateApiKeyInput!) { createApiKey(input: $input) { token } }";
-
-    async fn run(
-        schema: &CourierSchema,
-        query: &str,
-        variables: Json,
-        operation: Option<&str>,
-    ) -> Response {
-        let mut request = Request::new(query).variables(Variables::from_json(variables));
-        if let Some(operation) = operation {
-            request = request.operation_name(operation);
-        }
-        schema.execute(request).await
-    }
 
     /// A refusal's message and where it points, as `(line, column)`.
     fn refusals_of(response: &Response) -> Vec<(String, Vec<(usize, usize)>)> {
@@ -387,7 +406,10 @@ mod tests {
             passed.errors
         );
         let known = documents.get(query).expect("the document is kept");
-        assert!(known.verdict().is_some(), "its verdict is kept");
+        assert!(
+            matches!(known.verdict(), Some(Verdict::Kept(_))),
+            "its verdict is kept"
+        );
 
         let kept = run(&schema, query, bad.clone(), operation).await;
         assert_eq!(refusals_of(&kept), refusals_of(&whole), "{bad}");
@@ -449,5 +471,31 @@ mod tests {
             mutation B($input: CreateApiKeyInput!) { b: createApiKey(input: $input) { token } }";
         refused_alike(operations, json!({ "input": key }), bad.clone(), Some("A")).await;
         refused_alike(operations, json!({ "input": key }), bad, Some("B")).await;
+    }
+
+    #[tokio::test]
+    async fn literals_beside_an_omitted_variable_are_refused_as_beside_a_null() {
+        let schema = build_with(None, Arc::default());
+        let cases = [
+            "mutation($e: ID) { replayDeliveries(filter: {endpointId: $e, eventTyp: \"paid\"}) { replayed } }",
+            "mutation($e: ID) { createApiKey(input: {name: 5, role: ADMIN, tenantId: $e}) { token } }",
+            "mutation($e: ID) { createApiKey(input: {name: \"k\", role: ADMIN, endpointIds: [\"a\", $e]}) { token } }",
+        ];
+        for query in cases {
+            let omitted = run(&schema, query, json!({}), None).await;
+            let fresh = format!("{query}\n# null");
+            let null = run(&schema, &fresh, json!({ "e": null }), None).await;
+            assert!(!null.errors.is_empty(), "{query}");
+            assert!(null.errors.iter().all(|error| error.path.is_empty()));
+            assert_eq!(refusals_of(&omitted), refusals_of(&null), "{query}");
+        }
+        // A fitting value beside the omitted variable passes validation.
+        let fits = "mutation($e: ID) { replayDeliveries(filter: {endpointId: $e, eventType: \"paid\"}) { replayed } }";
+        let ran = run(&schema, fits, json!({}), None).await;
+        assert!(
+            ran.errors.iter().all(|error| !error.path.is_empty()),
+            "{:?}",
+            ran.errors
+        );
     }
 }

@@ -31,23 +31,32 @@ pub struct ParsedDocument(pub Arc<ExecutableDocument>);
 pub struct KnownDocument {
     /// The document as parsed.
     pub document: Arc<ExecutableDocument>,
-    /// What validation measured, once a request passed it and when no request's variables
-    /// can change the outcome (see `schema::limits`).
-    verdict: OnceLock<ValidationResult>,
+    /// What became of its validation's verdict, once a request of it passed validation
+    /// (see `schema::verdicts`).
+    verdict: OnceLock<Verdict>,
+}
+
+/// What became of a document's validation verdict.
+#[derive(Debug, Clone, Copy)]
+pub enum Verdict {
+    /// Kept: what validation measured when a request of the document passed it, which
+    /// holds for every request of it; only the arguments their variables fill are left to
+    /// check (see `schema::argument_values`).
+    Kept(ValidationResult),
+    /// Not kept: a request could change the outcome, so each is validated whole.
+    Withheld,
 }
 
 impl KnownDocument {
-    /// What validation measured when a request of this document passed it, if one did and
-    /// the verdict was kept: then only the arguments given through variables are left to
-    /// check (see `schema::argument_values`).
-    pub fn verdict(&self) -> Option<&ValidationResult> {
+    /// What became of the document's verdict, once decided.
+    pub fn verdict(&self) -> Option<&Verdict> {
         self.verdict.get()
     }
 
-    /// Keeps `measured`, what validation found for a request of this document that passed.
-    pub fn keep_verdict(&self, measured: ValidationResult) {
-        // Every request of the document measures the same: the first one kept stands.
-        let _ = self.verdict.set(measured);
+    /// Decides what becomes of the verdict, after a request of the document passed
+    /// validation. Every request of the document decides the same: the first one stands.
+    pub fn decide(&self, verdict: Verdict) {
+        let _ = self.verdict.set(verdict);
     }
 }
 

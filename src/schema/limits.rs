@@ -308,9 +308,7 @@ impl Extension for DocumentLimitsExtension {
         }
         super::variables::check_required(&mut request)?;
         super::coercion::check_arguments(registry, &mut request)?;
-        if let Some(known) = known {
-            verdicts::prepare(registry, known, &mut request);
-        }
+        verdicts::prepare(registry, known, &mut request)?;
         next.run(ctx, request).await
     }
 

@@ -196,3 +196,19 @@ pub fn sdl() -> String {
     // With `@specifiedBy` on the scalars that have it, as introspection shows them.
     build(None).sdl_with_options(async_graphql::SDLExportOptions::new().include_specified_by())
 }
+
+/// Runs `query` with `variables` (as the operation named `operation`, if any) on `schema`.
+#[cfg(test)]
+async fn run_request(
+    schema: &CourierSchema,
+    query: &str,
+    variables: serde_json::Value,
+    operation: Option<&str>,
+) -> async_graphql::Response {
+    let mut request = async_graphql::Request::new(query)
+        .variables(async_graphql::Variables::from_json(variables));
+    if let Some(operation) = operation {
+        request = request.operation_name(operation);
+    }
+    schema.execute(request).await
+}

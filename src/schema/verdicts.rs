@@ -13,55 +13,76 @@ use async_graphql::extensions::ExtensionContext;
 use async_graphql::indexmap::IndexMap;
 use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
 use async_graphql::registry::{MetaType, Registry};
-use async_graphql::{Request, ServerError, ValidationResult};
+use async_graphql::{Request, ServerError, ServerResult, ValidationResult};
 
-use super::argument_values::{refusals, takes_variable};
+use super::argument_values::{refusals, takes_variable, Refusals};
 use super::conditions::has_conditions;
-use super::documents::KnownDocument;
+use super::documents::{KnownDocument, Verdict};
 
-/// How validation goes for a request of a kept document, put in the request's data.
+/// How validation goes for a request, put in the request's data.
 enum Validation {
-    /// The document's verdict is kept: what validation measured, and what it refuses of
+    /// By the document's kept verdict: what validation measured, and what it refuses of
     /// this request's variables.
-    Kept(ValidationResult, Vec<ServerError>),
-    /// It runs whole; if the document passes, its verdict may be kept.
-    ToKeep(Arc<KnownDocument>),
+    Kept(ValidationResult, Refusals),
+    /// Whole; then the refusals of arguments taking a variable the request omits, which
+    /// validation does not check. If the document is kept and its verdict undecided, what
+    /// becomes of the verdict is decided once the document passes.
+    Whole(Option<Arc<KnownDocument>>, Vec<ServerError>),
 }
 
-/// Readies the validation of `request`, whose document is `known` as kept (and runs as
-/// parsed): with its verdict when there is one, the arguments' values checked now, while
-/// the variables are at hand.
-pub fn prepare(registry: &Registry, known: Arc<KnownDocument>, request: &mut Request) {
-    let validation = match known.verdict() {
-        Some(verdict) => Validation::Kept(
-            *verdict,
-            refusals(
-                registry,
-                &known.document,
-                &request.variables,
-                request.operation_name.as_deref(),
-            ),
-        ),
-        None => Validation::ToKeep(known),
+/// Readies the validation of `request`, whose document is `known` as kept when it is (and
+/// runs as parsed): the arguments' values are checked now, while the variables are at hand.
+pub fn prepare(
+    registry: &Registry,
+    known: Option<Arc<KnownDocument>>,
+    request: &mut Request,
+) -> ServerResult<()> {
+    let variables = std::mem::take(&mut request.variables);
+    let operation_name = request.operation_name.clone();
+    let found = request
+        .parsed_query()
+        .map(|document| refusals(registry, document, &variables, operation_name.as_deref()));
+    request.variables = variables;
+    let found = found?;
+    let validation = match known.as_deref().and_then(KnownDocument::verdict) {
+        Some(Verdict::Kept(verdict)) => Validation::Kept(*verdict, found),
+        // Validated whole, as ever.
+        Some(Verdict::Withheld) => Validation::Whole(None, found.omitted),
+        None => Validation::Whole(known, found.omitted),
     };
     request.data.insert(validation);
+    Ok(())
 }
 
 /// Validates the request of `ctx`: by its document's kept verdict, or by `whole` (the full
-/// validation), whose verdict is then kept if it may be.
+/// validation), after which what becomes of a kept document's verdict is decided once.
 pub async fn validate(
     ctx: &ExtensionContext<'_>,
     whole: impl Future<Output = Result<ValidationResult, Vec<ServerError>>>,
 ) -> Result<ValidationResult, Vec<ServerError>> {
     match ctx.data_opt::<Validation>() {
-        Some(Validation::Kept(_, refusals)) if !refusals.is_empty() => Err(refusals.clone()),
+        // Validation's own refusals first, as when it runs whole.
+        Some(Validation::Kept(_, refusals)) if !refusals.given.is_empty() => {
+            Err(refusals.given.clone())
+        }
+        Some(Validation::Kept(_, refusals)) if !refusals.omitted.is_empty() => {
+            Err(refusals.omitted.clone())
+        }
         Some(Validation::Kept(verdict, _)) => Ok(*verdict),
-        Some(Validation::ToKeep(known)) => {
+        Some(Validation::Whole(known, omitted)) => {
             let measured = whole.await?;
-            if may_be_kept(&ctx.schema_env.registry, &known.document) {
-                known.keep_verdict(measured);
+            if let Some(known) = known {
+                known.decide(if may_be_kept(&ctx.schema_env.registry, &known.document) {
+                    Verdict::Kept(measured)
+                } else {
+                    Verdict::Withheld
+                });
             }
-            Ok(measured)
+            if omitted.is_empty() {
+                Ok(measured)
+            } else {
+                Err(omitted.clone())
+            }
         }
         None => whole.await,
     }
@@ -116,16 +137,10 @@ fn cost_reads_variables(registry: &Registry, document: &ExecutableDocument) -> b
 mod tests {
     use std::sync::Arc;
 
-    use async_graphql::{Request, Response, Variables};
-    use serde_json::{json, Value as Json};
+    use serde_json::json;
 
-    use super::super::documents::DocumentCache;
-    use super::super::{build_with, CourierSchema};
-
-    async fn run(schema: &CourierSchema, query: &str, variables: Json) -> Response {
-        let request = Request::new(query).variables(Variables::from_json(variables));
-        schema.execute(request).await
-    }
+    use super::super::documents::{DocumentCache, Verdict};
+    use super::super::{build_with, run_request};
 
     #[tokio::test]
     async fn a_cost_read_from_variables_keeps_no_verdict() {
@@ -133,7 +148,11 @@ mod tests {
         let schema = build_with(None, documents.clone());
         let kept = |query: &str| {
             let known = documents.get(query).expect("the document is kept");
-            known.verdict().is_some()
+            match known.verdict() {
+                Some(Verdict::Kept(_)) => true,
+                Some(Verdict::Withheld) => false,
+                None => panic!("a request of {query} passed: the verdict is decided"),
+            }
         };
         let priced = "query($n: Int) {
             tenants(first: $n) { edges { node { endpoints(first: $n) { edges { cursor } } } } } }";
@@ -149,7 +168,7 @@ mod tests {
             (literal, json!({ "a": "x" })),
             (conditional, json!({ "a": "x", "b": true })),
         ] {
-            let response = run(&schema, query, variables).await;
+            let response = run_request(&schema, query, variables, None).await;
             assert!(response.errors.iter().all(|error| !error.path.is_empty()));
         }
         assert!(!kept(priced), "the budget reads `first` from the variables");
@@ -161,7 +180,7 @@ mod tests {
         assert!(!kept(conditional), "`@include` changes what runs");
 
         // Over the budget by a variable, after a request within it.
-        let over = run(&schema, priced, json!({ "n": 100 })).await;
+        let over = run_request(&schema, priced, json!({ "n": 100 }), None).await;
         assert!(over
             .errors
             .iter()

@@ -308,3 +308,35 @@ async fn a_document_that_passed_once_still_refuses_bad_variables() {
     assert_eq!(row_counts(&app).await, before, "nothing was submitted");
     app.stop().await;
 }
+
+/// Validation skips an argument that takes a variable the request leaves out, literals and
+/// all: a misspelt filter field beside one ran as a replay of everything, an unknown input
+/// field was dropped and the endpoint created. Such an argument is refused as it is when
+/// the variable is given as `null`.
+#[tokio::test]
+async fn literals_beside_an_omitted_variable_are_refused_before_anything_runs() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let refused = [
+        (
+            "mutation($e: ID) { replayDeliveries(filter: {endpointId: $e, eventTyp: \"paid\"}) { replayed } }",
+            "Invalid value for argument \"filter\", unknown field \"eventTyp\" of type \"ReplayFilter\"",
+        ),
+        (
+            "mutation($t: ID) { createEndpoint(input: {name: \"x\", url: \"https://example.com/x\", tenantId: $t, bogus: 1}) { endpoint { id } } }",
+            "Invalid value for argument \"input\", unknown field \"bogus\" of type \"CreateEndpointInput\"",
+        ),
+    ];
+    let endpoints = endpoint_count(&app).await;
+    for (query, message) in refused {
+        let (status, body) = run(&app, &admin, query, json!({})).await;
+        refused_before_running(status, &body, message);
+    }
+    assert_eq!(
+        endpoint_count(&app).await,
+        endpoints,
+        "no endpoint was created"
+    );
+    app.stop().await;
+}
