@@ -11,9 +11,8 @@
 //! ran, its misspelt field dropped, as a replay of everything. Such an argument is checked
 //! with the omitted variable as absent (a field not given, an item `null`).
 //!
-//! Arguments written as literals alone passed when the verdict was kept. A document with
-//! `@skip` or `@include` keeps no verdict, and no other directive is allowed where a
-//! document runs, so no directive's argument is left to check.
+//! Literals alone passed when the verdict was kept; a document with `@skip` or `@include`
+//! keeps none, and no other directive runs, so no directive's argument is left to check.
 
 use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection, SelectionSet};
 use async_graphql::registry::{MetaType, MetaTypeName, Registry};
