@@ -21,6 +21,8 @@ use async_graphql::{
 };
 use async_graphql_value::Value;
 
+use super::coercion::{field_to_look_at, inline_type};
+
 /// What [`refusals`] found, by the arguments' variables.
 #[derive(Debug, Clone, Default)]
 pub struct Refusals {
@@ -109,17 +111,8 @@ impl<'a> Walk<'a> {
     fn selection_set(&mut self, parent: &str, set: &'a SelectionSet) {
         for selection in &set.items {
             match &selection.node {
-                // A leaf without arguments takes no variable, and needs no looking up.
-                Selection::Field(field)
-                    if field.node.arguments.is_empty()
-                        && field.node.selection_set.node.items.is_empty() => {}
                 Selection::Field(field) => {
-                    let Some(meta) = self
-                        .registry
-                        .types
-                        .get(parent)
-                        .and_then(|ty| ty.field_by_name(&field.node.name.node))
-                    else {
+                    let Some(meta) = field_to_look_at(self.registry, parent, &field.node) else {
                         continue;
                     };
                     for (name, value) in &field.node.arguments {
@@ -155,11 +148,7 @@ impl<'a> Walk<'a> {
                     self.selection_set(child, &field.node.selection_set.node);
                 }
                 Selection::InlineFragment(inline) => {
-                    let on = inline
-                        .node
-                        .type_condition
-                        .as_ref()
-                        .map_or(parent, |condition| condition.node.on.node.as_str());
+                    let on = inline_type(parent, &inline.node);
                     self.selection_set(on, &inline.node.selection_set.node);
                 }
                 Selection::FragmentSpread(_) => {}

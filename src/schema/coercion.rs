@@ -7,10 +7,11 @@
 //! field error after other fields (and, in a mutation, other mutations) may have run.
 
 use async_graphql::parser::types::{
-    Directive, ExecutableDocument, OperationType, Selection, SelectionSet, VariableDefinition,
+    Directive, ExecutableDocument, Field, InlineFragment, OperationType, Selection, SelectionSet,
+    VariableDefinition,
 };
 use async_graphql::parser::Positioned;
-use async_graphql::registry::{MetaInputValue, MetaType, MetaTypeName, Registry};
+use async_graphql::registry::{MetaField, MetaInputValue, MetaType, MetaTypeName, Registry};
 use async_graphql::{
     Name, Number, Pos, Request, ServerError, ServerResult, Value as ConstValue, Variables,
 };
@@ -63,6 +64,31 @@ pub fn check_arguments(registry: &Registry, request: &mut Request) -> ServerResu
     checked?
 }
 
+/// The schema's definition of `field`, selected on type `parent`, when there is anything
+/// to look at: not for a leaf without arguments (nor for a field the schema does not have,
+/// which is validation's to refuse).
+pub(super) fn field_to_look_at<'r>(
+    registry: &'r Registry,
+    parent: &str,
+    field: &Field,
+) -> Option<&'r MetaField> {
+    if field.arguments.is_empty() && field.selection_set.node.items.is_empty() {
+        return None;
+    }
+    registry
+        .types
+        .get(parent)
+        .and_then(|ty| ty.field_by_name(&field.name.node))
+}
+
+/// The type an inline fragment's selections are on, within type `parent`.
+pub(super) fn inline_type<'a>(parent: &'a str, inline: &'a InlineFragment) -> &'a str {
+    inline
+        .type_condition
+        .as_ref()
+        .map_or(parent, |condition| condition.node.on.node.as_str())
+}
+
 /// What a walk over one operation's selections reads.
 struct Walk<'a> {
     registry: &'a Registry,
@@ -80,17 +106,8 @@ impl<'a> Walk<'a> {
         for selection in &set.items {
             self.directives(selection.node.directives())?;
             match &selection.node {
-                // A leaf without arguments: nothing to check, nothing to look up.
-                Selection::Field(field)
-                    if field.node.arguments.is_empty()
-                        && field.node.selection_set.node.items.is_empty() => {}
                 Selection::Field(field) => {
-                    let Some(meta) = self
-                        .registry
-                        .types
-                        .get(parent)
-                        .and_then(|ty| ty.field_by_name(&field.node.name.node))
-                    else {
+                    let Some(meta) = field_to_look_at(self.registry, parent, &field.node) else {
                         continue;
                     };
                     for (name, value) in &field.node.arguments {
@@ -110,11 +127,7 @@ impl<'a> Walk<'a> {
                     }
                 }
                 Selection::InlineFragment(inline) => {
-                    let on = inline
-                        .node
-                        .type_condition
-                        .as_ref()
-                        .map_or(parent, |condition| condition.node.on.node.as_str());
+                    let on = inline_type(parent, &inline.node);
                     self.selection_set(on, &inline.node.selection_set.node, depth + 1)?;
                 }
             }
