@@ -13,7 +13,7 @@
 //! their connections with their whole wait ahead of them.
 
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,8 @@ const PROBE_EVERY: Duration = Duration::from_millis(250);
 #[derive(Debug)]
 pub(super) struct Availability {
     unreachable: AtomicBool,
+    /// How many times the database has been found out of reach (see [`Availability::outages`]).
+    outages: AtomicU64,
     /// Counts the times the database was found back after being out of reach, and tells
     /// each (see [`Availability::returns`]).
     returned: watch::Sender<Option<Instant>>,
@@ -42,6 +44,7 @@ impl Default for Availability {
     fn default() -> Self {
         Availability {
             unreachable: AtomicBool::new(false),
+            outages: AtomicU64::new(0),
             returned: watch::Sender::new(None),
         }
     }
@@ -51,6 +54,12 @@ impl Availability {
     /// Whether database work should be turned away now.
     pub(super) fn unreachable(&self) -> bool {
         self.unreachable.load(Ordering::Relaxed)
+    }
+
+    /// How many times the probe has found the database out of reach: work that reads a
+    /// different count at its end than at its start has spanned an outage.
+    pub(super) fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Acquire)
     }
 
     /// When the database was last found back after being out of reach, and a receiver
@@ -63,11 +72,14 @@ impl Availability {
     fn found(&self, reachable: bool, why: &str) {
         let was_unreachable = self.unreachable.swap(!reachable, Ordering::Relaxed);
         match (was_unreachable, reachable) {
-            (false, false) => tracing::warn!(
-                reason = why,
-                "the database is out of reach: database work is answered unavailable at once \
-                 until it is back"
-            ),
+            (false, false) => {
+                self.outages.fetch_add(1, Ordering::AcqRel);
+                tracing::warn!(
+                    reason = why,
+                    "the database is out of reach: database work is answered unavailable at \
+                     once until it is back"
+                );
+            }
             (true, true) => {
                 tracing::info!("the database is reachable again");
                 self.returned.send_replace(Some(Instant::now()));
@@ -183,5 +195,27 @@ async fn probe(
         if look.is_break() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_outage_is_counted_once_and_each_return_told() {
+        let availability = Availability::default();
+        let returns = availability.returns();
+        assert_eq!(availability.outages(), 0);
+        availability.found(true, "");
+        assert_eq!(availability.outages(), 0, "reachable all along");
+        availability.found(false, "silent");
+        availability.found(false, "still silent");
+        assert_eq!(availability.outages(), 1, "one outage, looked at twice");
+        assert!(availability.unreachable());
+        availability.found(true, "");
+        assert!(returns.borrow().is_some(), "the return is told");
+        availability.found(false, "silent again");
+        assert_eq!(availability.outages(), 2);
     }
 }

@@ -359,6 +359,24 @@ impl Db {
         self.availability.unreachable()
     }
 
+    /// A count of the times this process's probe has found the database out of reach, to
+    /// pass to [`Db::no_outage_since`] at the end of work that must not span an outage.
+    pub fn outages(&self) -> u64 {
+        self.availability.outages()
+    }
+
+    /// Unavailable (and certainly not committed, as work turned away is) when this process's
+    /// probe has found the database out of reach since it counted `outages` (see
+    /// [`Db::outages`]): a transaction that checks this before it commits has not waited
+    /// through an outage, for a connection or on a statement the network held back.
+    pub fn no_outage_since(&self, outages: u64) -> Result<(), DbErr> {
+        if self.availability.outages() == outages {
+            Ok(())
+        } else {
+            Err(availability::turned_away())
+        }
+    }
+
     /// When this process's probe last found the database back after finding it out of
     /// reach (`None`: never), as a receiver whose `changed()` resolves each time it does.
     pub fn returns(&self) -> tokio::sync::watch::Receiver<Option<std::time::Instant>> {

@@ -10,7 +10,10 @@
 //! time while its answer waited to be written. This process waits for exactly what it
 //! holds; another process cannot know what this one holds, and waits [`SETTLE`], time
 //! enough for the holder to be told and write it (a write that takes longer, on a database
-//! slow to recover, can still lose that race: delivery stays at least once). A process
+//! slow to recover, can still lose that race: delivery stays at least once). A claim
+//! decided before the outage that waited through it, for a connection or on a statement
+//! the network held back, would slip past these waits: it rolls back instead of committing
+//! (see [`crate::db::Db::no_outage_since`], checked by [`super::claim::claim`]). A process
 //! whose probe saw no outage (only another process lost the database) claims as usual: the
 //! other process may be gone for good, and its deliveries are retaken after their lease as
 //! always.

@@ -265,10 +265,18 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
         return Ok(Claimed::default());
     }
     let request = &request;
+    let outages = db.outages();
     let (claimed, staged) = db
         .transaction(|txn| async move {
             let (mut claimed, changes) = claim_in(&txn, db, request, Commit::Relaxed).await?;
             let staged = settle(&txn, db, bus, &mut claimed, changes).await?;
+            // A claim that waited through an outage (for a connection, or on a statement
+            // the network held back) commits nothing: it was decided before the outage, so
+            // it would retake leases whose answers are held through it, before they are
+            // written (see [`super::recovery`]).
+            db.no_outage_since(outages).inspect_err(|_| {
+                tracing::info!("a claim that waited through an outage was rolled back");
+            })?;
             Ok((claimed, staged))
         })
         .await?;

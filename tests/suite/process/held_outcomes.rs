@@ -1,13 +1,21 @@
 //! An outage longer than a delivery's lease, with the webhook's answer in hand: the
 //! process that sent it writes that answer once the database is back, before any process
-//! (itself or another beside it) retakes the expired lease and sends the webhook again.
+//! (itself or another beside it) retakes the expired lease and sends the webhook again; and
+//! a claim decided before the outage, left waiting through it, takes nothing once it ends.
 
 use std::time::{Duration, Instant};
 
 use courier::config::ServeArgs;
 use serde_json::json;
 
-use crate::support::fixtures::{endpoint_on, eventually, quick_worker, submit, wait_for_state};
+use courier::db::is_unavailable;
+use courier::worker::claim::claim_due;
+use uuid::Uuid;
+
+use crate::support::fixtures::{
+    delivery as stored_delivery, endpoint_on, events_for, eventually, quick_worker, submit,
+    wait_for_state,
+};
 use crate::support::receiver::answering_after;
 use crate::support::{Backend, PartitionProxy, Receiver, TestApp, TestDb};
 
@@ -74,4 +82,55 @@ async fn an_answer_held_through_an_outage_is_recorded_before_its_lease_is_retake
     assert_eq!(received.len(), 1, "sent again: {received:?}");
     let attempts = delivered["attempts"].as_array().map_or(0, Vec::len);
     assert_eq!(attempts, 1, "{delivered}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_held_up_through_an_outage_takes_nothing() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let proxy = PartitionProxy::start(&db.url).await;
+    let receiver = Receiver::start(answering_after(Duration::ZERO)).await;
+    // No worker: the claim below is the only one.
+    let app = TestApp::spawn_through(&db, &proxy, |_| {}).await;
+    let admin = app.admin_token().await;
+    let endpoint = endpoint_on(&app, &admin, &receiver, "held").await;
+    let submitted = submit(&app, &admin, &endpoint, json!({ "n": 1 }), None).await;
+    let delivery: Uuid = submitted["data"]["submit"]["delivery"]["id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("{submitted}"));
+
+    // Every pooled connection used a moment ago (and back in the pool, which pings it on
+    // its way), so the claim takes one without a ping and its statement is what the
+    // network holds back.
+    let pings: Vec<_> = (0..5).map(|_| app.state.db.ping()).collect();
+    for ping in futures_util::future::join_all(pings).await {
+        ping.expect("ping");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.partition();
+    let claiming = {
+        let (pool, events) = (app.state.db.clone(), events_for(&app.state.db));
+        tokio::spawn(async move { claim_due(&pool, &events, 10, Duration::from_secs(60)).await })
+    };
+    eventually(
+        "the process sees the outage",
+        Duration::from_secs(30),
+        || async { app.state.db.out_of_reach() },
+    )
+    .await;
+    assert!(
+        !claiming.is_finished(),
+        "the claim was to wait through the outage: {:?}",
+        claiming.await
+    );
+    proxy.heal();
+
+    let claimed = claiming.await.expect("the claim's task");
+    match claimed {
+        Err(err) => assert!(is_unavailable(&err), "{err}"),
+        Ok(claims) => panic!("a claim decided before the outage took {claims:?}"),
+    }
+    let direct = db.connect(1).await;
+    let row = stored_delivery(&direct, delivery).await;
+    assert!(row.claim_token.is_none(), "{row:?}");
 }
