@@ -410,7 +410,10 @@ async fn new_hanging_neighbours_leave_slots_to_an_endpoint_known_quick() {
 async fn a_quick_backlog_beside_a_hanging_neighbour_takes_half_the_heavy_share() {
     let db = TestDb::new(Backend::Postgres).await;
     let hanging = answering_after(Duration::from_secs(30)).await;
-    let fast = answering_after(Duration::from_millis(200)).await;
+    // Quick, yet slow enough that its backlog still waits after the slowest submits of a
+    // busy machine (300 submits took 10 s on two starved cores): seven slots at 600 ms
+    // take 25 s over it.
+    let fast = answering_after(Duration::from_millis(600)).await;
     // Sixteen slots: the heavy endpoints hold fourteen together, light ones one each.
     let app = beside_hanging(&db, 16, 1_500).await;
     let admin = app.admin_token().await;
@@ -433,6 +436,10 @@ async fn a_quick_backlog_beside_a_hanging_neighbour_takes_half_the_heavy_share()
         most_quick = most_quick.max(fast.in_flight("quick"));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert!(
+        fast.received().len() < 300,
+        "the quick backlog was to be still waiting while the slots were counted"
+    );
     assert!(
         most_stuck <= 7,
         "the hanging endpoint took back {most_stuck} of 14 heavy slots while the quick one waited"
