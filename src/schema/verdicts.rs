@@ -60,10 +60,11 @@ pub async fn validate(
     ctx: &ExtensionContext<'_>,
     whole: impl Future<Output = Result<ValidationResult, Vec<ServerError>>>,
 ) -> Result<ValidationResult, Vec<ServerError>> {
+    let whole = async { whole.await.map_err(in_document_order) };
     match ctx.data_opt::<Validation>() {
         // Validation's own refusals first, as when it runs whole.
         Some(Validation::Kept(_, refusals)) if !refusals.given.is_empty() => {
-            Err(refusals.given.clone())
+            Err(in_document_order(refusals.given.clone()))
         }
         Some(Validation::Kept(_, refusals)) if !refusals.omitted.is_empty() => {
             Err(refusals.omitted.clone())
@@ -86,6 +87,20 @@ pub async fn validate(
         }
         None => whole.await,
     }
+}
+
+/// `errors` in the order of their places in the document (by line, then column; any
+/// without a place last, as they came). Validation visits a document's fragments and
+/// operations in no fixed order (the parser keeps them in hash maps), so the same
+/// request's errors were listed in another order each time its document was parsed.
+fn in_document_order(mut errors: Vec<ServerError>) -> Vec<ServerError> {
+    errors.sort_by_key(|error| {
+        error
+            .locations
+            .first()
+            .map_or((usize::MAX, usize::MAX), |at| (at.line, at.column))
+    });
+    errors
 }
 
 /// Whether a verdict on `document` holds for every request of it: validation runs on the
@@ -141,6 +156,25 @@ mod tests {
 
     use super::super::documents::{DocumentCache, Verdict};
     use super::super::{build_with, run_request};
+
+    #[tokio::test]
+    async fn errors_come_in_the_order_of_their_places_in_the_document() {
+        let query = "query { ...A ...B ...C }
+            fragment C on Query { third }
+            fragment A on Query { first }
+            fragment B on Query { second }";
+        for _ in 0..12 {
+            // A schema of its own each time: the document is parsed afresh.
+            let schema = build_with(None, Arc::new(DocumentCache::default()));
+            let response = run_request(&schema, query, json!({}), None).await;
+            let lines: Vec<usize> = response
+                .errors
+                .iter()
+                .map(|error| error.locations.first().map_or(0, |at| at.line))
+                .collect();
+            assert_eq!(lines, [2, 3, 4], "{:?}", response.errors);
+        }
+    }
 
     #[tokio::test]
     async fn a_cost_read_from_variables_keeps_no_verdict() {
