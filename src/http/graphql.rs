@@ -68,7 +68,28 @@ impl WireRequest {
 }
 
 /// `POST /graphql`.
-pub async fn post(
+pub async fn post(state: State<HttpState>, headers: HeaderMap, body: axum::body::Body) -> Response {
+    varies_by_accept(answer_post(state, headers, body).await)
+}
+
+/// `GET /graphql`: GraphiQL for a browser or a bare GET; otherwise a query from the URL (a
+/// client that asks for JSON and sends none gets `BAD_USER_INPUT`, not the page).
+pub async fn get(state: State<HttpState>, headers: HeaderMap, query: RawQuery) -> Response {
+    varies_by_accept(answer_get(state, headers, query).await)
+}
+
+/// `response`, saying that what `/graphql` answers depends on `Accept` (the page or a
+/// query's result; which media type, and so which status): a cache must not hand one
+/// client's answer to a client that asked for another.
+fn varies_by_accept(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .append(header::VARY, HeaderValue::from_static("accept"));
+    response
+}
+
+/// [`post`]'s answer.
+async fn answer_post(
     State(state): State<HttpState>,
     headers: HeaderMap,
     body: axum::body::Body,
@@ -150,9 +171,8 @@ pub async fn post(
     execute(&state, media, traced(request.data(identity), &headers)).await
 }
 
-/// `GET /graphql`: GraphiQL for a browser or a bare GET; otherwise a query from the URL (a
-/// client that asks for JSON and sends none gets `BAD_USER_INPUT`, not the page).
-pub async fn get(
+/// [`get`]'s answer.
+async fn answer_get(
     State(state): State<HttpState>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,

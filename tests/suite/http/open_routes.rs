@@ -9,6 +9,17 @@ use serde_json::json;
 use crate::support::fixtures::{eventually, submit};
 use crate::support::{Backend, TestApp, TestDb};
 
+/// Whether `response` says it varies by `Accept`.
+fn varies_by_accept(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get_all("vary")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|name| name.trim().eq_ignore_ascii_case("accept"))
+}
+
 #[tokio::test]
 async fn graphiql_health_readiness_and_metrics_answer_without_a_key() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -20,6 +31,8 @@ async fn graphiql_health_readiness_and_metrics_answer_without_a_key() {
         .await
         .expect("answered");
     assert_eq!(graphiql.status(), StatusCode::OK);
+    // The same address answers the page or a query's result by `Accept`: caches are told.
+    assert!(varies_by_accept(&graphiql), "{:?}", graphiql.headers());
     assert!(graphiql
         .text()
         .await
@@ -42,12 +55,30 @@ async fn graphiql_health_readiness_and_metrics_answer_without_a_key() {
             .await
             .expect("answered");
         assert_eq!(no_query.status(), StatusCode::BAD_REQUEST, "{accept}");
+        assert!(
+            varies_by_accept(&no_query),
+            "{accept}: {:?}",
+            no_query.headers()
+        );
         let body: serde_json::Value = no_query.json().await.unwrap_or_default();
         assert_eq!(
             body["errors"][0]["extensions"]["code"], "BAD_USER_INPUT",
             "{accept}: {body}"
         );
     }
+    // A POST's answer too, a refusal included.
+    let without_key = app
+        .request(Method::POST, "/graphql")
+        .json(&json!({ "query": "{ __typename }" }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(without_key.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        varies_by_accept(&without_key),
+        "{:?}",
+        without_key.headers()
+    );
 
     for path in ["/healthz", "/readyz"] {
         let response = app
