@@ -143,3 +143,32 @@ async fn an_upgrade_without_a_known_protocol_is_told_which_to_send() {
         );
     }
 }
+
+/// A method the WebSocket's address does not take is a 405 that names the one it does
+/// (RFC 9110): `HEAD`, which reaches the upgrade as a `GET` route's does, and any other.
+#[tokio::test]
+async fn other_methods_are_told_the_socket_takes_get() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    for method in [
+        reqwest::Method::HEAD,
+        reqwest::Method::POST,
+        reqwest::Method::PUT,
+    ] {
+        let refused = app
+            .request(method.clone(), "/graphql/ws")
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(refused.status(), 405, "{method}");
+        let allow = refused
+            .headers()
+            .get("allow")
+            .and_then(|allow| allow.to_str().ok())
+            .unwrap_or_default();
+        assert!(
+            allow.split(',').any(|name| name.trim() == "GET"),
+            "{method}: Allow: {allow:?}"
+        );
+    }
+}
