@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use futures_util::StreamExt as _;
 
 /// Why a body could not be read.
@@ -82,8 +82,14 @@ const DISCARD_WITHIN: Duration = Duration::from_secs(1);
 /// Reads and throws away what arrives of `body` (at most `limit` bytes, for at most a
 /// second), before answering a request refused without reading it: a connection closed
 /// with unread bytes is reset, and a client still sending a large body would see the reset
-/// instead of the answer.
-pub async fn discard(body: Body, limit: usize) {
+/// instead of the answer. A client that waits to be asked (`Expect: 100-continue`, per
+/// `headers`) is not: reading would ask it (the server's `100 Continue` goes out as the
+/// body is first read) for a body only to throw it away, so it gets the refusal at once
+/// and sends nothing, and the connection closes after the answer.
+pub async fn discard(body: Body, limit: usize, headers: &HeaderMap) {
+    if waits_to_be_asked(headers) {
+        return;
+    }
     let mut chunks = body.into_data_stream();
     let draining = async {
         let mut read = 0;
@@ -95,6 +101,15 @@ pub async fn discard(body: Body, limit: usize) {
         }
     };
     let _ = tokio::time::timeout(DISCARD_WITHIN, draining).await;
+}
+
+/// Whether the request waits for a `100 Continue` before it sends its body (RFC 9110,
+/// section 10.1.1).
+fn waits_to_be_asked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::EXPECT)
+        .iter()
+        .any(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Whether `err`, or what caused it, is the body's stall timeout (see

@@ -104,12 +104,12 @@ async fn answer_post(
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,
         Err(err) => {
-            super::body::discard(body, limit).await;
+            super::body::discard(body, limit, &headers).await;
             return auth_error(media, err);
         }
     };
     if !negotiate::is_json_request(&headers) {
-        super::body::discard(body, limit).await;
+        super::body::discard(body, limit, &headers).await;
         return request_error(
             media,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -118,7 +118,7 @@ async fn answer_post(
         );
     }
     if !negotiate::is_unencoded(&headers) {
-        super::body::discard(body, limit).await;
+        super::body::discard(body, limit, &headers).await;
         let mut refused = request_error(
             media,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -7,6 +7,7 @@
 mod connections;
 mod control_characters;
 mod cors;
+mod expect_continue;
 mod graphiql;
 mod hostile_documents;
 mod http_hardening;

@@ -1,0 +1,55 @@
+//! A request refused before its body is read: a client that waits for `100 Continue` is
+//! not asked for a body that would be thrown away.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::support::{Backend, TestApp, TestDb};
+
+/// A client that waits for `100 Continue` before its body, refused before the body would be
+/// read (no key, or a media type Courier does not take), gets the refusal at once: it is
+/// not asked for a body only for it to be thrown away. One that sends its body anyway gets
+/// the same refusal.
+#[tokio::test]
+async fn a_refusal_asks_no_body_of_a_client_that_waits_to_be_asked() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    for (authorization, content_type, refusal) in [
+        (String::new(), "application/json", "HTTP/1.1 401"),
+        (
+            format!("authorization: Bearer {admin}\r\n"),
+            "text/plain",
+            "HTTP/1.1 415",
+        ),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(app.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /graphql HTTP/1.1\r\nhost: courier\r\n{authorization}\
+             content-type: {content_type}\r\ncontent-length: 100000\r\n\
+             expect: 100-continue\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = vec![0u8; 2048];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut answer))
+            .await
+            .expect("answered without a body")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer[..read]);
+        assert!(answer.starts_with(refusal), "{refusal}: {answer}");
+    }
+    // Without the header, the body is read past and the same refusal comes.
+    let body = "x".repeat(100_000);
+    let refused = app
+        .request(Method::POST, "/graphql")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+}
