@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
 use futures_util::StreamExt as _;
 
 /// Why a body could not be read.
@@ -79,16 +80,24 @@ pub async fn read(body: Body, limit: usize, within: Duration) -> Result<Bytes, U
 /// How long a body is read and thrown away before a request refused unread is answered.
 const DISCARD_WITHIN: Duration = Duration::from_secs(1);
 
-/// Reads and throws away what arrives of `body` (at most `limit` bytes, for at most a
-/// second), before answering a request refused without reading it: a connection closed
-/// with unread bytes is reset, and a client still sending a large body would see the reset
-/// instead of the answer. A client that waits to be asked (`Expect: 100-continue`, per
-/// `headers`) is not: reading would ask it (the server's `100 Continue` goes out as the
-/// body is first read) for a body only to throw it away, so it gets the refusal at once
-/// and sends nothing, and the connection closes after the answer.
-pub async fn discard(body: Body, limit: usize, headers: &HeaderMap) {
+/// `refusal`, the answer to a request refused before its body was read. What arrives of
+/// `body` is read and thrown away first (at most `limit` bytes, for at most a second): a
+/// connection closed with unread bytes is reset, and a client still sending a large body
+/// would see the reset instead of the answer. A client that waits to be asked (`Expect:
+/// 100-continue`, per `headers`) is not asked (the server's `100 Continue` goes out as the
+/// body is first read) for a body only to have it thrown away: it gets the refusal at
+/// once, sends nothing, and is told that the connection closes after the answer.
+pub async fn refuse_unread(
+    mut refusal: Response,
+    body: Body,
+    limit: usize,
+    headers: &HeaderMap,
+) -> Response {
     if waits_to_be_asked(headers) {
-        return;
+        refusal
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return refusal;
     }
     let mut chunks = body.into_data_stream();
     let draining = async {
@@ -101,6 +110,7 @@ pub async fn discard(body: Body, limit: usize, headers: &HeaderMap) {
         }
     };
     let _ = tokio::time::timeout(DISCARD_WITHIN, draining).await;
+    refusal
 }
 
 /// Whether the request waits for a `100 Continue` before it sends its body (RFC 9110,

@@ -104,21 +104,20 @@ async fn answer_post(
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,
         Err(err) => {
-            super::body::discard(body, limit, &headers).await;
-            return auth_error(media, err);
+            let refused = auth_error(media, err);
+            return super::body::refuse_unread(refused, body, limit, &headers).await;
         }
     };
     if !negotiate::is_json_request(&headers) {
-        super::body::discard(body, limit, &headers).await;
-        return request_error(
+        let refused = request_error(
             media,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "BAD_USER_INPUT",
             "content-type must be application/json, in UTF-8",
         );
+        return super::body::refuse_unread(refused, body, limit, &headers).await;
     }
     if !negotiate::is_unencoded(&headers) {
-        super::body::discard(body, limit, &headers).await;
         let mut refused = request_error(
             media,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -130,7 +129,7 @@ async fn answer_post(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
-        return refused;
+        return super::body::refuse_unread(refused, body, limit, &headers).await;
     }
     let within = std::time::Duration::from_millis(state.app.config.body_timeout_ms);
     let body = match super::body::read(body, limit, within).await {

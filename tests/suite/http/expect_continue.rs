@@ -10,8 +10,8 @@ use crate::support::{Backend, TestApp, TestDb};
 
 /// A client that waits for `100 Continue` before its body, refused before the body would be
 /// read (no key, or a media type Courier does not take), gets the refusal at once: it is
-/// not asked for a body only for it to be thrown away. One that sends its body anyway gets
-/// the same refusal.
+/// not asked for a body only for it to be thrown away, and is told the connection closes
+/// after the answer. One that sends its body without waiting gets the same refusal.
 #[tokio::test]
 async fn a_refusal_asks_no_body_of_a_client_that_waits_to_be_asked() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -41,6 +41,10 @@ async fn a_refusal_asks_no_body_of_a_client_that_waits_to_be_asked() {
             .expect("read");
         let answer = String::from_utf8_lossy(&answer[..read]);
         assert!(answer.starts_with(refusal), "{refusal}: {answer}");
+        assert!(
+            answer.to_lowercase().contains("\r\nconnection: close\r\n"),
+            "the connection closes after the answer, and says so: {answer}"
+        );
     }
     // Without the header, the body is read past and the same refusal comes.
     let body = "x".repeat(100_000);
