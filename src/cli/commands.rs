@@ -180,6 +180,9 @@ const CLOSE_POOLS_WITHIN: std::time::Duration = std::time::Duration::from_secs(2
 
 async fn serve(database: &DatabaseArgs, mut config: ServeArgs) -> Result<(), CommandError> {
     config.check().map_err(CommandError::Settings)?;
+    for doubt in config.doubts() {
+        tracing::warn!("{doubt}");
+    }
     // Listening for SIGTERM from the first moment (before saying it starts): one during
     // start-up stops it, exit 0.
     let shutdown = CancellationToken::new();

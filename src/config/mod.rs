@@ -348,6 +348,22 @@ impl ServeArgs {
         Ok(())
     }
 
+    /// Combinations that work but are likely mistakes, each a sentence naming the settings
+    /// to change: for `serve` to log at start.
+    pub fn doubts(&self) -> Vec<String> {
+        let mut doubts = Vec::new();
+        if self.lease_secs.saturating_mul(1_000) <= self.request_timeout_ms {
+            doubts.push(format!(
+                "COURIER_LEASE_SECS ({} s) is not above COURIER_REQUEST_TIMEOUT_MS ({} ms): a \
+                 webhook request still running when its lease runs out may be retaken and sent \
+                 again by another worker, past the endpoint's maxInFlight; raise \
+                 COURIER_LEASE_SECS well above the request timeout",
+                self.lease_secs, self.request_timeout_ms
+            ));
+        }
+        doubts
+    }
+
     /// Where users reach this Courier, without a trailing slash: COURIER_PUBLIC_URL, or
     /// `http://` + COURIER_BIND.
     pub fn public_url(&self) -> String {

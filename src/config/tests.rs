@@ -87,6 +87,20 @@ fn the_base_above_the_cap_is_refused_only_when_doubling() {
 }
 
 #[test]
+fn a_lease_no_longer_than_a_request_is_doubted() {
+    assert_eq!(parse(&[]).unwrap().doubts(), Vec::<String>::new());
+    for (lease, timeout) in [("10", "10000"), ("5", "30000")] {
+        let doubts = parse(&["--lease-secs", lease, "--request-timeout-ms", timeout])
+            .unwrap()
+            .doubts();
+        assert_eq!(doubts.len(), 1, "{lease} s, {timeout} ms");
+        assert!(doubts[0].contains("COURIER_LEASE_SECS"), "{doubts:?}");
+    }
+    let above = parse(&["--lease-secs", "11", "--request-timeout-ms", "10000"]).unwrap();
+    assert_eq!(above.doubts(), Vec::<String>::new());
+}
+
+#[test]
 fn the_default_public_url_is_one_a_browser_can_open() {
     let settled = |bind: &str, listening: &str| {
         let mut config = parse(&["--bind", bind]).unwrap();
