@@ -11,6 +11,9 @@
 //! load stopped. With work turned away at once while the probe finds the database out of
 //! reach, no such queue forms, and once the probe connects again the next requests open
 //! their connections with their whole wait ahead of them.
+//!
+//! Each outage found is counted, and each return told: the worker's claims wait after an
+//! outage, and a claim that waited through one rolls back.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

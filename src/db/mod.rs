@@ -367,8 +367,10 @@ impl Db {
 
     /// Unavailable (and certainly not committed, as work turned away is) when this process's
     /// probe has found the database out of reach since it counted `outages` (see
-    /// [`Db::outages`]): a transaction that checks this before it commits has not waited
-    /// through an outage, for a connection or on a statement the network held back.
+    /// [`Db::outages`]): a transaction that checks this before its `COMMIT` has not waited
+    /// (for a connection, or on a statement the network held back) through an outage the
+    /// probe found. One too short for the probe to notice, or one that holds the `COMMIT`
+    /// itself, goes unseen.
     pub fn no_outage_since(&self, outages: u64) -> Result<(), DbErr> {
         if self.availability.outages() == outages {
             Ok(())

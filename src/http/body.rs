@@ -2,12 +2,13 @@
 //! `COURIER_BODY_TIMEOUT_MS` of when reading began, so that a client sending a large body a
 //! byte at a time (each byte soon enough after the last to pass the stall timeout of
 //! [`super::connections`]) cannot hold a connection, and the cap on connections, for days;
-//! and a body refused unread is read and thrown away for a moment first.
+//! and a body refused unread is read and thrown away for a moment first (unless its client
+//! waits to be asked for it).
 
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Version};
 use axum::response::Response;
 use futures_util::StreamExt as _;
 
@@ -83,17 +84,17 @@ const DISCARD_WITHIN: Duration = Duration::from_secs(1);
 /// `refusal`, the answer to a request refused before its body was read. What arrives of
 /// `body` is read and thrown away first (at most `limit` bytes, for at most a second): a
 /// connection closed with unread bytes is reset, and a client still sending a large body
-/// would see the reset instead of the answer. A client that waits to be asked (`Expect:
-/// 100-continue`, per `headers`) is not asked (the server's `100 Continue` goes out as the
-/// body is first read) for a body only to have it thrown away: it gets the refusal at
-/// once, sends nothing, and is told that the connection closes after the answer.
+/// would see the reset instead of the answer. A client that `waits` to be asked (see
+/// [`waits_to_be_asked`]) is not asked (the server's `100 Continue` goes out as the body
+/// is first read) for a body only to have it thrown away: it gets the refusal at once,
+/// sends nothing, and is told that the connection closes after the answer.
 pub async fn refuse_unread(
     mut refusal: Response,
     body: Body,
     limit: usize,
-    headers: &HeaderMap,
+    waits: bool,
 ) -> Response {
-    if waits_to_be_asked(headers) {
+    if waits {
         refusal
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -113,13 +114,24 @@ pub async fn refuse_unread(
     refusal
 }
 
-/// Whether the request waits for a `100 Continue` before it sends its body (RFC 9110,
-/// section 10.1.1).
-fn waits_to_be_asked(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::EXPECT)
-        .iter()
-        .any(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+/// Whether a request (over HTTP `version`, with `headers`) waits for a `100 Continue`
+/// before it sends its body, as the HTTP server reads it: HTTP/1.1, a body announced (a
+/// length above zero, or chunks), and `Expect: 100-continue` (RFC 9110, section 10.1.1;
+/// an HTTP/1.0 client's `Expect` is ignored).
+pub fn waits_to_be_asked(version: Version, headers: &HeaderMap) -> bool {
+    let announced = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|length| length.to_str().ok())
+            .and_then(|length| length.trim().parse::<u64>().ok())
+            .is_some_and(|length| length > 0);
+    version == Version::HTTP_11
+        && announced
+        && headers
+            .get_all(header::EXPECT)
+            .iter()
+            .last()
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Whether `err`, or what caused it, is the body's stall timeout (see
@@ -133,6 +145,40 @@ fn stalled(err: &axum::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        headers
+    }
+
+    #[test]
+    fn a_client_waits_to_be_asked_as_the_server_reads_it() {
+        let asks = [("content-length", "10"), ("expect", "100-Continue")];
+        assert!(waits_to_be_asked(Version::HTTP_11, &headers(&asks)));
+        let chunked = [("transfer-encoding", "chunked"), ("expect", "100-continue")];
+        assert!(waits_to_be_asked(Version::HTTP_11, &headers(&chunked)));
+        // HTTP/1.0 ignores `Expect`; no body, nothing to wait with.
+        assert!(!waits_to_be_asked(Version::HTTP_10, &headers(&asks)));
+        let empty = [("content-length", "0"), ("expect", "100-continue")];
+        assert!(!waits_to_be_asked(Version::HTTP_11, &headers(&empty)));
+        let nothing = [("expect", "100-continue")];
+        assert!(!waits_to_be_asked(Version::HTTP_11, &headers(&nothing)));
+        // The last `Expect` counts, and only this expectation.
+        let overruled = [
+            ("content-length", "10"),
+            ("expect", "100-continue"),
+            ("expect", "something-else"),
+        ];
+        assert!(!waits_to_be_asked(Version::HTTP_11, &headers(&overruled)));
+        let other = [("content-length", "10"), ("expect", "foo")];
+        assert!(!waits_to_be_asked(Version::HTTP_11, &headers(&other)));
+    }
 
     const LIMIT: usize = 8;
     const WITHIN: Duration = Duration::from_secs(5);

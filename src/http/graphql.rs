@@ -4,7 +4,7 @@
 use async_graphql::parser::types::OperationType;
 use async_graphql::{ServerError, Value, Variables};
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -68,8 +68,13 @@ impl WireRequest {
 }
 
 /// `POST /graphql`.
-pub async fn post(state: State<HttpState>, headers: HeaderMap, body: axum::body::Body) -> Response {
-    varies_by_accept(answer_post(state, headers, body).await)
+pub async fn post(
+    state: State<HttpState>,
+    version: Version,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    varies_by_accept(answer_post(state, version, headers, body).await)
 }
 
 /// `GET /graphql`: GraphiQL for a browser or a bare GET; otherwise a query from the URL (a
@@ -81,7 +86,7 @@ pub async fn get(state: State<HttpState>, headers: HeaderMap, query: RawQuery) -
 /// `response`, saying that what `/graphql` answers depends on `Accept` (the page or a
 /// query's result; which media type, and so which status): a cache must not hand one
 /// client's answer to a client that asked for another.
-fn varies_by_accept(mut response: Response) -> Response {
+pub(super) fn varies_by_accept(mut response: Response) -> Response {
     response
         .headers_mut()
         .append(header::VARY, HeaderValue::from_static("accept"));
@@ -91,21 +96,23 @@ fn varies_by_accept(mut response: Response) -> Response {
 /// [`post`]'s answer.
 async fn answer_post(
     State(state): State<HttpState>,
+    version: Version,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
+    let limit = state.app.config.max_body_bytes;
+    let waits = super::body::waits_to_be_asked(version, &headers);
     let Some(media) = negotiate::response_media_type(&headers) else {
-        return not_acceptable();
+        return super::body::refuse_unread(not_acceptable(), body, limit, waits).await;
     };
     // A missing or wrong key is 401 whatever else is wrong with the request (but for a
     // declared length over the limit, 413 at once), before its body is read: a caller
     // without a key holds no connection while a body arrives.
-    let limit = state.app.config.max_body_bytes;
     let identity = match authenticate(&state, &headers).await {
         Ok(identity) => identity,
         Err(err) => {
             let refused = auth_error(media, err);
-            return super::body::refuse_unread(refused, body, limit, &headers).await;
+            return super::body::refuse_unread(refused, body, limit, waits).await;
         }
     };
     if !negotiate::is_json_request(&headers) {
@@ -115,7 +122,7 @@ async fn answer_post(
             "BAD_USER_INPUT",
             "content-type must be application/json, in UTF-8",
         );
-        return super::body::refuse_unread(refused, body, limit, &headers).await;
+        return super::body::refuse_unread(refused, body, limit, waits).await;
     }
     if !negotiate::is_unencoded(&headers) {
         let mut refused = request_error(
@@ -129,7 +136,7 @@ async fn answer_post(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
-        return super::body::refuse_unread(refused, body, limit, &headers).await;
+        return super::body::refuse_unread(refused, body, limit, waits).await;
     }
     let within = std::time::Duration::from_millis(state.app.config.body_timeout_ms);
     let body = match super::body::read(body, limit, within).await {

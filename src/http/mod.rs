@@ -125,7 +125,7 @@ async fn refuse_declared_oversize(
             refused
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            refused
+            graphql::varies_by_accept(refused)
         }
         _ => next.run(request).await,
     }

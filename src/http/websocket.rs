@@ -13,7 +13,7 @@ use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket};
 use axum::extract::{State, WebSocketUpgrade};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse as _, Response};
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::sync::{mpsc, oneshot};
@@ -57,14 +57,15 @@ pub async fn upgrade(
 ) -> Response {
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
-        // `HEAD`, which the `GET` route takes too: a 405 names the methods it allows
-        // (RFC 9110, section 15.5.6).
-        Err(rejection @ WebSocketUpgradeRejection::MethodNotGet(_)) => {
-            let mut refused = rejection.into_response();
-            refused
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("GET"));
-            return refused;
+        // `HEAD`, which the `GET` route takes too, is answered as a `GET` that asks for no
+        // upgrade is (RFC 9110, section 9.3.2), not refused as a method the route does not
+        // allow: its `405`s name `GET` and `HEAD`.
+        Err(WebSocketUpgradeRejection::MethodNotGet(_)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "Connection header did not include 'upgrade'",
+            )
+                .into_response();
         }
         Err(rejection) => return rejection.into_response(),
     };

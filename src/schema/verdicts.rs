@@ -67,7 +67,7 @@ pub async fn validate(
             Err(in_document_order(refusals.given.clone()))
         }
         Some(Validation::Kept(_, refusals)) if !refusals.omitted.is_empty() => {
-            Err(refusals.omitted.clone())
+            Err(in_document_order(refusals.omitted.clone()))
         }
         Some(Validation::Kept(verdict, _)) => Ok(*verdict),
         Some(Validation::Whole(known, omitted)) => {
@@ -82,7 +82,7 @@ pub async fn validate(
             if omitted.is_empty() {
                 Ok(measured)
             } else {
-                Err(omitted.clone())
+                Err(in_document_order(omitted.clone()))
             }
         }
         None => whole.await,

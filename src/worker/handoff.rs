@@ -17,7 +17,7 @@ use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
-use super::claim::{claim_in, settle, ClaimRequest, Claimed};
+use super::claim::{claim_in, no_outage_since, settle, ClaimRequest, Claimed};
 use super::share::{Reserved, Snapshot};
 use super::targets::Targets;
 use super::turns::Commit;
@@ -64,6 +64,9 @@ pub(crate) struct Slot {
     pub shares: Snapshot,
     /// The reservation counted in its endpoint's share.
     pub held: Reserved,
+    /// This process's count of outages when the slot was found free to claim with (see
+    /// [`ClaimRequest::outages`]).
+    pub outages: u64,
 }
 
 /// Where this process's worker, while it runs, takes claims made at submit. Without a
@@ -91,11 +94,17 @@ impl Handoff {
     /// it has one to spare.
     pub fn reserve(&self, endpoint_id: Uuid) -> Option<Reservation> {
         let starter = self.starter()?;
-        let Slot { slot, shares, held } = starter.reserve(endpoint_id)?;
+        let Slot {
+            slot,
+            shares,
+            held,
+            outages,
+        } = starter.reserve(endpoint_id)?;
         Some(Reservation {
             slot: Some(slot),
             shares,
             held: Some(held),
+            outages,
             starter,
         })
     }
@@ -119,6 +128,8 @@ pub struct Reservation {
     /// Counted in its endpoint's share until the claim's request has started (it then
     /// counts as a request under way) or the reservation is dropped.
     held: Option<Reserved>,
+    /// See [`Slot::outages`].
+    outages: u64,
     starter: Arc<dyn Starter>,
 }
 
@@ -129,9 +140,13 @@ impl std::fmt::Debug for Reservation {
 }
 
 impl Reservation {
-    /// What to claim for a submission to `endpoint_id`.
+    /// What to claim for a submission to `endpoint_id`: a claim that waits through an
+    /// outage from the reservation on rolls back (see [`ClaimRequest::outages`]).
     pub fn request(&self, endpoint_id: Uuid) -> ClaimRequest {
-        self.starter.request(endpoint_id, self.shares.clone())
+        ClaimRequest {
+            outages: Some(self.outages),
+            ..self.starter.request(endpoint_id, self.shares.clone())
+        }
     }
 
     /// The keys that open the endpoints' secrets.
@@ -214,6 +229,9 @@ pub(crate) async fn claim_at_submit(
         all.push(created);
         all.extend(changes);
         let staged = settle(txn, db, bus, &mut claimed, all).await?;
+        if let Some(outages) = request.outages {
+            no_outage_since(db, outages)?;
+        }
         Ok((claimed, staged))
     };
     claimed.await.inspect_err(|err| {

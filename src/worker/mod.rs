@@ -164,7 +164,9 @@ impl Worker {
             if shutdown.is_cancelled() {
                 break;
             }
-            // After an outage, outcomes held through it are written first (see [`recovery`]).
+            // After an outage, outcomes held through it are written first (see [`recovery`]);
+            // a claim that waits through another from here on rolls back.
+            let outages = this.state.db.outages();
             if let Some(wait) = this
                 .recovery
                 .wait_before_claiming(this.state.config.lease())
@@ -209,7 +211,7 @@ impl Worker {
             // A claim waiting on a silent database does not hold up a shutdown: what it
             // took, if it committed, is reclaimed after its lease like anything unfinished.
             let claimed = tokio::select! {
-                claimed = this.claim(free) => claimed,
+                claimed = this.claim(free, outages) => claimed,
                 () = shutdown.cancelled() => break,
             };
             match claimed {
@@ -232,6 +234,15 @@ impl Worker {
                 }
                 // A database out of reach is an outage, a warning like every other failure
                 // it causes; anything else is a fault.
+                // Rolled back (see [`ClaimRequest::outages`]): what it found is claimed once
+                // what was held through the outage is written, not at the next poll.
+                Err(_) if this.state.db.outages() != outages => {
+                    tracing::info!(
+                        "a claim that waited through an outage was rolled back; \
+                        claiming again once outcomes held through it are written"
+                    );
+                    backlog = true;
+                }
                 Err(err) if crate::db::is_unavailable(&err) => {
                     tracing::warn!(error = %error_chain(&err),
                         "claiming deliveries failed: the database is unavailable")
@@ -312,7 +323,9 @@ impl Worker {
     /// Claims up to `limit` due deliveries with what to send for each. A claim the database
     /// does not confirm within the deadline is given up; if it did happen, its rows are
     /// reclaimed after their lease. Claims whose targets could not be read are released.
-    async fn claim(&self, limit: usize) -> Result<(Claimed, Targets), DbErr> {
+    /// `outages`: this process's count when the claim was found free to go (see
+    /// [`ClaimRequest::outages`]).
+    async fn claim(&self, limit: usize, outages: u64) -> Result<(Claimed, Targets), DbErr> {
         let db = &self.state.db;
         let keys = self.state.config.secret_keys();
         let request = ClaimRequest {
@@ -324,6 +337,7 @@ impl Worker {
             shares: self.shares.snapshot(),
             left_alone: [self.unopened.snapshot(), self.state.held.snapshot()].concat(),
             attempts_per_cycle: Some(self.policy.attempts_per_cycle()),
+            outages: Some(outages),
         };
         let began = std::time::Instant::now();
         let claiming = claimer::claim(self.claimer.as_ref(), db, &self.state.bus, keys, request);

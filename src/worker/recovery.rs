@@ -11,9 +11,10 @@
 //! holds; another process cannot know what this one holds, and waits [`SETTLE`], time
 //! enough for the holder to be told and write it (a write that takes longer, on a database
 //! slow to recover, can still lose that race: delivery stays at least once). A claim
-//! decided before the outage that waited through it, for a connection or on a statement
-//! the network held back, would slip past these waits: it rolls back instead of committing
-//! (see [`crate::db::Db::no_outage_since`], checked by [`super::claim::claim`]). A process
+//! that began before the outage was found and waited through it, for a connection or on a
+//! statement the network held back, would slip past these waits: it rolls back instead of
+//! committing (see [`super::claim::ClaimRequest::outages`], for the claiming loop's claims
+//! and those at submit alike). A process
 //! whose probe saw no outage (only another process lost the database) claims as usual: the
 //! other process may be gone for good, and its deliveries are retaken after their lease as
 //! always.

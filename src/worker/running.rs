@@ -142,6 +142,8 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 impl Starter for Running {
     fn reserve(&self, endpoint_id: Uuid) -> Option<Slot> {
         let worker = &self.worker;
+        // Counted before the wait after an outage is looked at (see [`ClaimRequest::outages`]).
+        let outages = worker.state.db.outages();
         if !worker.state.config.claim_at_submit
             || worker.state.shutdown.is_cancelled()
             || self.backlogged.load(Ordering::Relaxed)
@@ -181,6 +183,7 @@ impl Starter for Running {
             slot,
             shares,
             held: worker.shares.reserved(endpoint_id),
+            outages,
         })
     }
 
@@ -197,6 +200,7 @@ impl Starter for Running {
             shares,
             left_alone: Vec::new(),
             attempts_per_cycle: Some(self.worker.policy.attempts_per_cycle()),
+            outages: None,
         }
     }
 

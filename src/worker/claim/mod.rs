@@ -129,6 +129,11 @@ pub struct ClaimRequest {
     /// it, when its outcome was not recorded within its own lease, adds none. `None`: no
     /// bound.
     pub attempts_per_cycle: Option<u32>,
+    /// This process's count of outages (see [`Db::outages`]) when the claim was found free
+    /// to go (see [`super::recovery`]): a claim that has waited through an outage since,
+    /// for a connection or on a statement the network held back, rolls back rather than
+    /// commit. `None`: counted as the claim begins.
+    pub outages: Option<u64>,
 }
 
 /// What a claim did.
@@ -207,6 +212,7 @@ pub async fn claim_due(
         shares: share::Snapshot::default(),
         left_alone: Vec::new(),
         attempts_per_cycle: None,
+        outages: None,
     };
     let mut claimed = claim(db, bus, request).await?;
     claimed.follow_up().run(db, bus).await?;
@@ -265,23 +271,28 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
         return Ok(Claimed::default());
     }
     let request = &request;
-    let outages = db.outages();
+    let outages = request.outages.unwrap_or_else(|| db.outages());
     let (claimed, staged) = db
         .transaction(|txn| async move {
             let (mut claimed, changes) = claim_in(&txn, db, request, Commit::Relaxed).await?;
             let staged = settle(&txn, db, bus, &mut claimed, changes).await?;
-            // A claim that waited through an outage (for a connection, or on a statement
-            // the network held back) commits nothing: it was decided before the outage, so
-            // it would retake leases whose answers are held through it, before they are
-            // written (see [`super::recovery`]).
-            db.no_outage_since(outages).inspect_err(|_| {
-                tracing::info!("a claim that waited through an outage was rolled back");
-            })?;
+            no_outage_since(db, outages)?;
             Ok((claimed, staged))
         })
         .await?;
     staged.committed();
     Ok(claimed)
+}
+
+/// Refuses to commit a claim (as unavailable: the caller rolls it back) when this process
+/// has found the database out of reach since `outages` were counted, when the claim was
+/// found free to go. Such a claim began before the wait after an outage (see
+/// [`super::recovery`]), so it would retake leases whose answers are held through the
+/// outage before they are written.
+pub(crate) fn no_outage_since(db: &Db, outages: u64) -> Result<(), DbErr> {
+    db.no_outage_since(outages).inspect_err(|_| {
+        tracing::debug!("a claim that waited through an outage is rolled back");
+    })
 }
 
 /// A claim the statement that stored its delivery made (see

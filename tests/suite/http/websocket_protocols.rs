@@ -144,30 +144,32 @@ async fn an_upgrade_without_a_known_protocol_is_told_which_to_send() {
     }
 }
 
-/// A method the WebSocket's address does not take is a 405 that names the one it does
-/// (RFC 9110): `HEAD`, which reaches the upgrade as a `GET` route's does, and any other.
+/// A method the WebSocket's address does not take is a 405 that names the ones it does
+/// (RFC 9110); `HEAD` is answered as a `GET` that asks for no upgrade is.
 #[tokio::test]
 async fn other_methods_are_told_the_socket_takes_get() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
-    for method in [
-        reqwest::Method::HEAD,
-        reqwest::Method::POST,
-        reqwest::Method::PUT,
-    ] {
-        let refused = app
-            .request(method.clone(), "/graphql/ws")
-            .send()
-            .await
-            .expect("answered");
+    let status = |method: reqwest::Method| {
+        let request = app.request(method, "/graphql/ws");
+        async move { request.send().await.expect("answered") }
+    };
+    let get = status(reqwest::Method::GET).await;
+    let head = status(reqwest::Method::HEAD).await;
+    assert_eq!(get.status(), 400);
+    assert_eq!(head.status(), get.status(), "HEAD as GET");
+    for method in [reqwest::Method::POST, reqwest::Method::PUT] {
+        let refused = status(method.clone()).await;
         assert_eq!(refused.status(), 405, "{method}");
         let allow = refused
             .headers()
             .get("allow")
             .and_then(|allow| allow.to_str().ok())
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .to_owned();
+        let allowed: Vec<&str> = allow.split(',').map(str::trim).collect();
         assert!(
-            allow.split(',').any(|name| name.trim() == "GET"),
+            allowed.contains(&"GET") && allowed.contains(&"HEAD"),
             "{method}: Allow: {allow:?}"
         );
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use courier::config::ServeArgs;
 use serde_json::json;
 
-use courier::db::is_unavailable;
+use courier::db::{classify, Failure};
 use courier::worker::claim::claim_due;
 use uuid::Uuid;
 
@@ -89,7 +89,8 @@ async fn a_claim_held_up_through_an_outage_takes_nothing() {
     let db = TestDb::new(Backend::Postgres).await;
     let proxy = PartitionProxy::start(&db.url).await;
     let receiver = Receiver::start(answering_after(Duration::ZERO)).await;
-    // No worker: the claim below is the only one.
+    // No worker: the claim below (the claiming loop's, without its deadline and thread)
+    // is the only one.
     let app = TestApp::spawn_through(&db, &proxy, |_| {}).await;
     let admin = app.admin_token().await;
     let endpoint = endpoint_on(&app, &admin, &receiver, "held").await;
@@ -127,7 +128,8 @@ async fn a_claim_held_up_through_an_outage_takes_nothing() {
 
     let claimed = claiming.await.expect("the claim's task");
     match claimed {
-        Err(err) => assert!(is_unavailable(&err), "{err}"),
+        // Turned away, certainly not committed: not a connection broken mid-way.
+        Err(err) => assert_eq!(classify(&err), Failure::Unavailable, "{err}"),
         Ok(claims) => panic!("a claim decided before the outage took {claims:?}"),
     }
     let direct = db.connect(1).await;

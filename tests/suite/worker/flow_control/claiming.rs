@@ -104,6 +104,7 @@ async fn an_ended_request_frees_its_slot_for_its_own_process(backend: Backend) {
         shares: Default::default(),
         left_alone: Vec::new(),
         attempts_per_cycle: None,
+        outages: None,
     };
     let events = events_for(pool);
     let refilled = claim_with(pool, &events, request(vec![held[0].delivery_id]))

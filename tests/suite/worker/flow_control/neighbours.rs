@@ -437,7 +437,7 @@ async fn a_quick_backlog_beside_a_hanging_neighbour_takes_half_the_heavy_share()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
-        fast.received().len() < 300,
+        fast.received().len() + 7 < 300,
         "the quick backlog was to be still waiting while the slots were counted"
     );
     assert!(
