@@ -130,7 +130,7 @@ pub fn waits_to_be_asked(version: Version, headers: &HeaderMap) -> bool {
         && headers
             .get_all(header::EXPECT)
             .iter()
-            .last()
+            .next_back()
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
