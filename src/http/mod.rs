@@ -10,6 +10,7 @@ mod exposition;
 mod graphql;
 mod negotiate;
 mod unique_members;
+mod unrouted;
 mod websocket;
 mod ws_auth;
 mod ws_close;
@@ -95,6 +96,8 @@ pub fn router(schema: CourierSchema, app: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .method_not_allowed_fallback(unrouted::method_not_allowed)
+        .fallback(unrouted::not_found)
         .layer(layers)
         .with_state(state)
 }

@@ -1,5 +1,6 @@
-//! A request refused before its body is read: a client that waits for `100 Continue` is
-//! not asked for a body that would be thrown away.
+//! A request refused before its body is read (no key, a media type Courier does not take,
+//! no route for it): a client that waits for `100 Continue` is not asked for a body that
+//! would be thrown away, and one that sends it at once gets the answer, not a reset.
 
 use std::time::Duration;
 
@@ -56,4 +57,53 @@ async fn a_refusal_asks_no_body_of_a_client_that_waits_to_be_asked() {
         .await
         .expect("answered");
     assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// Requests no route takes (a method the path does not allow, an unknown path) are refused
+/// the same way: a client that waits is not asked for its body and is told the connection
+/// closes; one that sends a large body at once gets the answer, not a reset.
+#[tokio::test]
+async fn unrouted_requests_are_refused_as_the_others_are() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    for (method, path, status) in [
+        ("PUT", "/graphql", "405"),
+        ("POST", "/graphql/ws", "405"),
+        ("POST", "/no-such-path", "404"),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(app.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: courier\r\ncontent-type: application/json\r\n\
+             content-length: 100000\r\nexpect: 100-continue\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = vec![0u8; 2048];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut answer))
+            .await
+            .expect("answered without a body")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer[..read]).to_lowercase();
+        assert!(
+            answer.starts_with(&format!("http/1.1 {status}")),
+            "{method} {path}: {answer}"
+        );
+        assert!(
+            answer.contains("\r\nconnection: close\r\n"),
+            "{method} {path}: {answer}"
+        );
+
+        let sent = app
+            .request(method.parse().expect("a method"), path)
+            .header("content-type", "application/json")
+            .body("x".repeat(900_000))
+            .send()
+            .await
+            .expect("answered, not reset");
+        assert_eq!(sent.status().as_str(), status, "{method} {path}");
+        if status == "405" {
+            assert!(sent.headers().contains_key("allow"), "{method} {path}");
+        }
+    }
 }
