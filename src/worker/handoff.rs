@@ -17,7 +17,8 @@ use sea_orm::{DatabaseTransaction, DbErr};
 use tokio::sync::OwnedSemaphorePermit;
 use uuid::Uuid;
 
-use super::claim::{claim_in, no_outage_since, settle, ClaimRequest, Claimed};
+use super::claim::{claim_in, settle, ClaimRequest, Claimed};
+use super::recovery::no_outage_since;
 use super::share::{Reserved, Snapshot};
 use super::targets::Targets;
 use super::turns::Commit;

@@ -23,7 +23,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use sea_orm::DbErr;
 use tokio::sync::watch;
+
+use crate::db::Db;
 
 /// How long claims wait once the probe finds the database back after finding it out of
 /// reach: time for every process that holds outcomes to be told at once and write them.
@@ -107,6 +110,17 @@ impl Drop for Holding<'_> {
             *since = None;
         }
     }
+}
+
+/// Refuses to commit a claim (as unavailable: the caller rolls it back) when this process
+/// has found the database out of reach since `outages` were counted, when the claim was
+/// found free to go (see [`super::claim::ClaimRequest::outages`]). Such a claim began
+/// before the wait after that outage, so it would retake leases whose answers are held
+/// through it before they are written.
+pub(crate) fn no_outage_since(db: &Db, outages: u64) -> Result<(), DbErr> {
+    db.no_outage_since(outages).inspect_err(|_| {
+        tracing::debug!("a claim that waited through an outage is rolled back");
+    })
 }
 
 #[cfg(test)]

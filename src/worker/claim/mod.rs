@@ -22,10 +22,13 @@ use entity::webhook_delivery::DeliveryState;
 use sea_orm::{DatabaseTransaction, DbBackend, DbErr, QueryResult};
 use uuid::Uuid;
 
+mod at_submit;
 mod postgres;
 mod release;
 mod sqlite;
 mod warm;
+
+pub(crate) use self::at_submit::{claimed_in_store, left_full};
 
 pub use self::release::{release, release_in_background};
 pub use self::warm::{warm_claiming_loop, warm_statements};
@@ -276,58 +279,12 @@ pub async fn claim(db: &Db, bus: &ChangeBus, request: ClaimRequest) -> Result<Cl
         .transaction(|txn| async move {
             let (mut claimed, changes) = claim_in(&txn, db, request, Commit::Relaxed).await?;
             let staged = settle(&txn, db, bus, &mut claimed, changes).await?;
-            no_outage_since(db, outages)?;
+            super::recovery::no_outage_since(db, outages)?;
             Ok((claimed, staged))
         })
         .await?;
     staged.committed();
     Ok(claimed)
-}
-
-/// Refuses to commit a claim (as unavailable: the caller rolls it back) when this process
-/// has found the database out of reach since `outages` were counted, when the claim was
-/// found free to go. Such a claim began before the wait after an outage (see
-/// [`super::recovery`]), so it would retake leases whose answers are held through the
-/// outage before they are written.
-pub(crate) fn no_outage_since(db: &Db, outages: u64) -> Result<(), DbErr> {
-    db.no_outage_since(outages).inspect_err(|_| {
-        tracing::debug!("a claim that waited through an outage is rolled back");
-    })
-}
-
-/// A claim the statement that stored its delivery made (see
-/// [`crate::service::submissions::claiming`]): `row` holds the claimed row's columns, with
-/// what to send; `full`, the endpoint's cap if the claim left it full (it is looked at again
-/// when enough of its requests end, see [`super::ended`]).
-pub(crate) fn claimed_in_store(
-    row: QueryResult,
-    full: Option<u32>,
-    request: &ClaimRequest,
-) -> Result<Claimed, DbErr> {
-    let (claim, _) = claim_from(&row, DeliveryState::Pending)?;
-    let mut claimed = at_submit(claim.endpoint_id, full.map(|cap| (cap, 1)), request);
-    claimed.claims = vec![claim];
-    claimed.rows = vec![row];
-    Ok(claimed)
-}
-
-/// What a claim at submit that found `endpoint_id` full (at `cap`) leaves the worker: no
-/// claim, and the endpoint to look at again once enough of its requests end (see
-/// [`super::ended`]), as a claim that found it full leaves it.
-pub(crate) fn left_full(endpoint_id: Uuid, cap: u32, request: &ClaimRequest) -> Claimed {
-    at_submit(endpoint_id, Some((cap, 0)), request)
-}
-
-/// A claim at submit of `endpoint_id` under `request`, holding nothing yet, that visited
-/// the endpoint (`full`: its cap and the requests started, if it left it full).
-fn at_submit(endpoint_id: Uuid, full: Option<(u32, u32)>, request: &ClaimRequest) -> Claimed {
-    let mut claimed = Claimed {
-        seen: request.ended.ended.clone(),
-        visited: vec![(endpoint_id, full)],
-        ..Claimed::default()
-    };
-    claimed.follow_up.default_max_in_flight = request.default_max_in_flight;
-    claimed
 }
 
 /// A claimed row and when the claim changed it.
