@@ -232,17 +232,17 @@ impl Worker {
                     this.start(claimed.claims, targets, &running, Some(held));
                     this.follow_up(follow_up);
                 }
-                // A database out of reach is an outage, a warning like every other failure
-                // it causes; anything else is a fault.
-                // Rolled back (see [`ClaimRequest::outages`]): what it found is claimed once
-                // what was held through the outage is written, not at the next poll.
-                Err(_) if this.state.db.outages() != outages => {
-                    tracing::info!(
-                        "a claim that waited through an outage was rolled back; \
-                        claiming again once outcomes held through it are written"
-                    );
+                // Rolled back, or failed, as an outage began (see [`ClaimRequest::outages`]):
+                // what it found is claimed once what was held through the outage is
+                // written, not at the next poll.
+                Err(err) if this.state.db.outages() != outages => {
+                    tracing::info!(error = %error_chain(&err),
+                        "a claim that waited through an outage took nothing; claiming again \
+                         once outcomes held through it are written");
                     backlog = true;
                 }
+                // A database out of reach is an outage, a warning like every other failure
+                // it causes; anything else is a fault.
                 Err(err) if crate::db::is_unavailable(&err) => {
                     tracing::warn!(error = %error_chain(&err),
                         "claiming deliveries failed: the database is unavailable")
