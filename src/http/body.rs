@@ -84,17 +84,19 @@ const DISCARD_WITHIN: Duration = Duration::from_secs(1);
 /// `refusal`, the answer to a request refused before its body was read. What arrives of
 /// `body` is read and thrown away first (at most `limit` bytes, for at most a second): a
 /// connection closed with unread bytes is reset, and a client still sending a large body
-/// would see the reset instead of the answer. A client that `waits` to be asked (see
-/// [`waits_to_be_asked`]) is not asked (the server's `100 Continue` goes out as the body
-/// is first read) for a body only to have it thrown away: it gets the refusal at once,
-/// sends nothing, and is told that the connection closes after the answer.
+/// would see the reset instead of the answer. A client that waits to be asked (by the
+/// request's `version` and `headers`, see [`waits_to_be_asked`]) is not asked (the
+/// server's `100 Continue` goes out as the body is first read) for a body only to have it
+/// thrown away: it gets the refusal at once, sends nothing, and is told that the
+/// connection closes after the answer.
 pub async fn refuse_unread(
     mut refusal: Response,
     body: Body,
     limit: usize,
-    waits: bool,
+    version: Version,
+    headers: &HeaderMap,
 ) -> Response {
-    if waits {
+    if waits_to_be_asked(version, headers) {
         refusal
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -118,7 +120,7 @@ pub async fn refuse_unread(
 /// before it sends its body, as the HTTP server reads it: HTTP/1.1, a body announced (a
 /// length above zero, or chunks), and `Expect: 100-continue` (RFC 9110, section 10.1.1;
 /// an HTTP/1.0 client's `Expect` is ignored).
-pub fn waits_to_be_asked(version: Version, headers: &HeaderMap) -> bool {
+fn waits_to_be_asked(version: Version, headers: &HeaderMap) -> bool {
     let announced = headers.contains_key(header::TRANSFER_ENCODING)
         || headers
             .get(header::CONTENT_LENGTH)

@@ -101,9 +101,8 @@ async fn answer_post(
     body: axum::body::Body,
 ) -> Response {
     let limit = state.app.config.max_body_bytes;
-    let waits = super::body::waits_to_be_asked(version, &headers);
     let Some(media) = negotiate::response_media_type(&headers) else {
-        return super::body::refuse_unread(not_acceptable(), body, limit, waits).await;
+        return super::body::refuse_unread(not_acceptable(), body, limit, version, &headers).await;
     };
     // A missing or wrong key is 401 whatever else is wrong with the request (but for a
     // declared length over the limit, 413 at once), before its body is read: a caller
@@ -112,7 +111,7 @@ async fn answer_post(
         Ok(identity) => identity,
         Err(err) => {
             let refused = auth_error(media, err);
-            return super::body::refuse_unread(refused, body, limit, waits).await;
+            return super::body::refuse_unread(refused, body, limit, version, &headers).await;
         }
     };
     if !negotiate::is_json_request(&headers) {
@@ -122,7 +121,7 @@ async fn answer_post(
             "BAD_USER_INPUT",
             "content-type must be application/json, in UTF-8",
         );
-        return super::body::refuse_unread(refused, body, limit, waits).await;
+        return super::body::refuse_unread(refused, body, limit, version, &headers).await;
     }
     if !negotiate::is_unencoded(&headers) {
         let mut refused = request_error(
@@ -136,7 +135,7 @@ async fn answer_post(
             header::ACCEPT_ENCODING,
             HeaderValue::from_static("identity"),
         );
-        return super::body::refuse_unread(refused, body, limit, waits).await;
+        return super::body::refuse_unread(refused, body, limit, version, &headers).await;
     }
     let within = std::time::Duration::from_millis(state.app.config.body_timeout_ms);
     let body = match super::body::read(body, limit, within).await {

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Version};
 use axum::response::{IntoResponse as _, Response};
 
-use super::body::{refuse_unread, waits_to_be_asked};
+use super::body::refuse_unread;
 use super::HttpState;
 
 /// `404` for a path no route serves.
@@ -46,6 +46,5 @@ async fn refuse(
     body: Body,
 ) -> Response {
     let limit = state.app.config.max_body_bytes;
-    let waits = waits_to_be_asked(version, headers);
-    refuse_unread(status.into_response(), body, limit, waits).await
+    refuse_unread(status.into_response(), body, limit, version, headers).await
 }
