@@ -169,7 +169,10 @@ mod tests {
             ("COURIER_LOG", "RUST_LOG"),
             ("COURIER_DATABASE_POOL_SIZE", "COURIER_DB_POOL_SIZE"),
             ("COURIER_DATABASE_TIMEOUT_MS", "COURIER_DB_TIMEOUT_MS"),
-            ("COURIER_DATABASE_ACQUIRE_TIMEOUT", "COURIER_DB_ACQUIRE_TIMEOUT_MS"),
+            (
+                "COURIER_DATABASE_ACQUIRE_TIMEOUT",
+                "COURIER_DB_ACQUIRE_TIMEOUT_MS",
+            ),
             ("COURIER_DB_POOLSIZE", "COURIER_DB_POOL_SIZE"),
             ("COURIER_DATABASE_HOST", "DATABASE_URL"),
         ] {
