@@ -2,6 +2,8 @@
 //! `deliveries`, and the mutations that start a cycle again: `replayDelivery`,
 //! `replayDeliveries`, `resendDelivery`, and `sendTestEvent`.
 
+use std::sync::Arc;
+
 use async_graphql::connection::Connection;
 use async_graphql::{Context, Enum, InputObject, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
@@ -12,7 +14,7 @@ use super::context::{caller, loaders, missing, parse_id, relay_page, state};
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::json::Json;
-use super::loaders::Selected;
+use super::loaders::{Loaders, Selected};
 use super::submission::Submission;
 use crate::db::Progress;
 use crate::service::deliveries::{DeliveryFilter as Filter, ReplayFilter as Replay};
@@ -33,74 +35,113 @@ pub enum DeliveryState {
 }
 
 /// The delivery of one submission to its endpoint (wraps the stored row).
-pub struct Delivery(pub webhook_delivery::Model);
+pub struct Delivery {
+    row: webhook_delivery::Model,
+    /// Loaders a subscription primed for the nested fields of the changes it read ahead
+    /// (see [`super::subscription`]); `None`: the request's own.
+    read_ahead: Option<Arc<Loaders>>,
+}
+
+impl From<webhook_delivery::Model> for Delivery {
+    fn from(row: webhook_delivery::Model) -> Self {
+        Delivery {
+            row,
+            read_ahead: None,
+        }
+    }
+}
+
+impl Delivery {
+    /// `row`, whose nested fields read what `loaders` hold (primed ahead of time), or the
+    /// request's own loaders when `None`.
+    pub fn read_ahead(row: webhook_delivery::Model, loaders: Option<Arc<Loaders>>) -> Self {
+        Delivery {
+            row,
+            read_ahead: loaders,
+        }
+    }
+
+    /// The loaders its nested fields read.
+    fn loaders<'a>(&'a self, ctx: &Context<'a>) -> Result<&'a Loaders, crate::error::Error> {
+        match &self.read_ahead {
+            Some(primed) => Ok(primed),
+            None => loaders(ctx),
+        }
+    }
+}
 
 /// The delivery of one submission to its endpoint: its state, schedule and every attempt.
 #[Object]
 impl Delivery {
     /// Stable identifier; also the `webhook-id` header of every attempt.
     async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+        ID(self.row.id.to_string())
     }
     /// Current state.
     async fn state(&self) -> DeliveryState {
-        self.0.state.into()
+        self.row.state.into()
     }
     /// Attempts made in the current cycle (a replay starts a new cycle).
     async fn cycle_attempts(&self) -> i32 {
-        self.0.cycle_attempts
+        self.row.cycle_attempts
     }
     /// When the next attempt is due; null unless the delivery is pending.
     async fn next_attempt_at(&self) -> Option<DateTime<Utc>> {
-        match self.0.state {
-            StoredState::Pending => self.0.next_attempt_at,
+        match self.row.state {
+            StoredState::Pending => self.row.next_attempt_at,
             _ => None,
         }
     }
     /// Why the last attempt failed, if it did.
     async fn last_error(&self) -> Option<&str> {
-        self.0.last_error.as_deref()
+        self.row.last_error.as_deref()
     }
     /// When the delivery was created.
     async fn created_at(&self) -> DateTime<Utc> {
-        self.0.created_at
+        self.row.created_at
     }
     /// When the delivery last changed.
     async fn updated_at(&self) -> DateTime<Utc> {
-        self.0.updated_at
+        self.row.updated_at
     }
     /// The endpoint delivered to.
     async fn endpoint(&self, ctx: &Context<'_>) -> ApiResult<Endpoint> {
-        let found = loaders(ctx)?.endpoints.load_one(self.0.endpoint_id).await?;
+        let found = self
+            .loaders(ctx)?
+            .endpoints
+            .load_one(self.row.endpoint_id)
+            .await?;
         Ok(Endpoint(found.ok_or_else(|| missing("endpoint"))?))
     }
     /// The submission delivered.
     async fn submission(&self, ctx: &Context<'_>) -> ApiResult<Submission> {
-        let found = loaders(ctx)?
+        let found = self
+            .loaders(ctx)?
             .submissions
-            .load_one(self.0.submission_id)
+            .load_one(self.row.submission_id)
             .await?;
         Ok(Submission(found.ok_or_else(|| missing("submission"))?))
     }
     /// Its submission's ordering key: deliveries to one endpoint with the same key are
     /// attempted one at a time, in the order their submissions committed.
     async fn ordering_key(&self) -> Option<&str> {
-        self.0.ordering_key.as_deref()
+        self.row.ordering_key.as_deref()
     }
     /// For a delivery waiting in its ordering line, the line's head it waits behind (the
     /// earliest unsettled delivery with its key to its endpoint); null otherwise.
     async fn waiting_behind(&self, ctx: &Context<'_>) -> ApiResult<Option<Delivery>> {
-        if !self.0.waiting || self.0.state != StoredState::Pending {
+        if !self.row.waiting || self.row.state != StoredState::Pending {
             return Ok(None);
         }
-        let head = state(ctx)?.deliveries.waiting_behind(&self.0).await?;
-        Ok(head.map(Delivery))
+        let head = state(ctx)?.deliveries.waiting_behind(&self.row).await?;
+        Ok(head.map(Delivery::from))
     }
     /// Every attempt, by lifetime number (numbers continue across replays).
     async fn attempts(&self, ctx: &Context<'_>) -> ApiResult<Vec<DeliveryAttempt>> {
-        let attempts = loaders(ctx)?
+        let attempts = self
+            .loaders(ctx)?
             .attempts
-            .load_one(self.0.id)
+            .load_one(self.row.id)
             .await?
             .unwrap_or_default();
         Ok(attempts.into_iter().map(DeliveryAttempt).collect())
@@ -214,7 +255,7 @@ pub async fn delivery_page(
             id: row.id,
             at: Some(row.created_at),
         },
-        Delivery,
+        Delivery::from,
     ))
 }
 
@@ -230,7 +271,7 @@ impl DeliveryQuery {
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Delivery>> {
         let id = parse_id(&id, "id")?;
         let found = Box::pin(state(ctx)?.deliveries.get(caller(ctx)?, id)).await?;
-        Ok(found.map(Delivery))
+        Ok(found.map(Delivery::from))
     }
 
     /// Deliveries the caller may see, newest first, optionally by endpoint and state.
@@ -277,7 +318,7 @@ impl DeliveryMutation {
     async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Delivery> {
         let id = parse_id(&id, "id")?;
         let replayed = Box::pin(state(ctx)?.deliveries.replay(caller(ctx)?, id)).await?;
-        Ok(Delivery(replayed))
+        Ok(Delivery::from(replayed))
     }
 
     /// Replays every `FAILED` delivery the filter matches that the caller may see, at once,
@@ -314,7 +355,7 @@ impl DeliveryMutation {
     async fn resend_delivery(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Delivery> {
         let id = parse_id(&id, "id")?;
         let resent = Box::pin(state(ctx)?.deliveries.resend(caller(ctx)?, id)).await?;
-        Ok(Delivery(resent))
+        Ok(Delivery::from(resent))
     }
 
     /// Sends the endpoint a signed test webhook, `{"type": "courier.test", ...}` with event
@@ -327,6 +368,6 @@ impl DeliveryMutation {
                 .send_test_event(caller(ctx)?, endpoint_id),
         )
         .await?;
-        Ok(Delivery(sent.delivery))
+        Ok(Delivery::from(sent.delivery))
     }
 }

@@ -122,13 +122,44 @@ impl Selected {
         let look = ctx.look_ahead();
         let mut selected = Selected::default();
         for node in [look.field("edges").field("node"), look.field("nodes")] {
-            selected.endpoints |= node.field("endpoint").exists()
-                || node.field("submission").field("endpoint").exists();
-            selected.counts |= node.field("endpoint").field("deliveryCounts").exists();
-            selected.submissions |= node.field("submission").exists();
-            selected.attempts |= node.field("attempts").exists();
+            selected.add(Self::under_delivery(&node));
         }
         selected
+    }
+
+    /// What `delivery`, a selection of a `Delivery`, selects under it.
+    fn under_delivery(delivery: &async_graphql::Lookahead<'_>) -> Self {
+        Selected {
+            endpoints: delivery.field("endpoint").exists()
+                || delivery.field("submission").field("endpoint").exists(),
+            counts: delivery.field("endpoint").field("deliveryCounts").exists(),
+            submissions: delivery.field("submission").exists(),
+            attempts: delivery.field("attempts").exists(),
+        }
+    }
+
+    /// What `delivery`, a selection of a `Delivery`, selects of the delivery's own fields
+    /// that read loaders: those a [`super::delivery::Delivery`] carrying primed loaders
+    /// reads through them (what lies deeper reads the request's).
+    pub fn of_delivery_fields(delivery: &async_graphql::Lookahead<'_>) -> Self {
+        Selected {
+            endpoints: delivery.field("endpoint").exists(),
+            counts: false,
+            submissions: delivery.field("submission").exists(),
+            attempts: delivery.field("attempts").exists(),
+        }
+    }
+
+    /// Whether anything is selected.
+    pub fn any(&self) -> bool {
+        self.endpoints || self.counts || self.submissions || self.attempts
+    }
+
+    fn add(&mut self, other: Selected) {
+        self.endpoints |= other.endpoints;
+        self.counts |= other.counts;
+        self.submissions |= other.submissions;
+        self.attempts |= other.attempts;
     }
 
     /// Whether the nodes of an endpoint connection select `deliveryCounts`.

@@ -46,7 +46,7 @@ impl Submission {
             .deliveries_by_submission
             .load_one(self.0.id)
             .await?;
-        Ok(Delivery(found.ok_or_else(|| missing("delivery"))?))
+        Ok(Delivery::from(found.ok_or_else(|| missing("delivery"))?))
     }
     /// When it was stored.
     async fn created_at(&self) -> DateTime<Utc> {
@@ -140,7 +140,7 @@ impl SubmissionMutation {
             Ok(outcome) => Ok(SubmitResult {
                 created: outcome.created,
                 submission: Submission(outcome.submission),
-                delivery: Delivery(outcome.delivery),
+                delivery: Delivery::from(outcome.delivery),
             }),
             Err(err) => Err(err.into()),
         }

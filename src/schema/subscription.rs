@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::context::{caller, missing, parse_id, state};
 use super::delivery::{Delivery, DeliveryState};
 use super::error::{ApiError, ApiResult};
+use super::loaders::{Loaders, Selected};
 use crate::auth::revocation::KeyInUse;
 use crate::auth::Identity;
 use crate::bus::{ChangeMessage, StateChange};
@@ -20,6 +21,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::service::access::Access;
 use crate::service::deliveries::Deliveries;
+use crate::state::AppState;
 use entity::webhook_delivery;
 
 /// How long a new subscription waits for this process to be listening for changes.
@@ -31,8 +33,8 @@ const READ_TRIES: u32 = 3;
 const READ_RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Most changes a subscriber that selects `delivery` takes from the broadcast at once when
-/// several wait, to read their deliveries in one statement: one read per change could not
-/// keep up with a thousand changes a second.
+/// several wait, to read their deliveries (and what it selects under them) in one
+/// statement each: one read per change could not keep up with a thousand changes a second.
 const READ_AHEAD: usize = 256;
 
 /// Most subscriptions one WebSocket connection may run at once: room for a dashboard that
@@ -90,10 +92,12 @@ impl Drop for OperationPlace {
 }
 
 /// One committed change of a delivery's state, with its delivery when the subscription
-/// selects it (read before the change is sent: see [`Watch::next`]).
+/// selects it (read before the change is sent: see [`Watch::next`]), and the loaders primed
+/// for what it selects under the delivery, read with the changes around it.
 pub struct DeliveryStateChange {
     change: Arc<StateChange>,
     delivery: Option<Option<webhook_delivery::Model>>,
+    read_ahead: Option<Arc<Loaders>>,
 }
 
 /// One committed change of a delivery's state.
@@ -120,13 +124,17 @@ impl DeliveryStateChange {
         self.change.at
     }
     /// The delivery as it is now (it may have moved on since this change; read once for
-    /// every subscriber of the change).
+    /// every subscriber of the change; its endpoint, submission and attempts as they were
+    /// when this change and those waiting with it were read).
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
         let found = match &self.delivery {
             Some(read) => read.clone(),
             None => state(ctx)?.deliveries.load_after(&self.change).await?,
         };
-        Ok(Delivery(found.ok_or_else(|| missing("delivery"))?))
+        Ok(Delivery::read_ahead(
+            found.ok_or_else(|| missing("delivery"))?,
+            self.read_ahead.clone(),
+        ))
     }
 }
 
@@ -167,12 +175,12 @@ impl DeliverySubscription {
         if !app.bus.wait_live(LIVE_WAIT).await {
             return Err(ApiError::from(Error::Lagged));
         }
+        let delivery = ctx.look_ahead().field("delivery");
+        let nested = Selected::of_delivery_fields(&delivery);
         let watch = Watch {
-            deliveries: ctx
-                .look_ahead()
-                .field("delivery")
-                .exists()
-                .then(|| app.deliveries.clone()),
+            deliveries: delivery.exists().then(|| app.deliveries.clone()),
+            nested: nested.any().then(|| (app.clone(), nested)),
+            read_ahead: None,
             receiver,
             ahead: VecDeque::new(),
             key: app.revocations.register(caller.key_id, caller.expires_at),
@@ -200,6 +208,12 @@ struct Watch {
     metrics: Arc<Metrics>,
     /// Where each change's delivery is read, when the subscription selects it.
     deliveries: Option<Deliveries>,
+    /// What the subscription selects under `delivery` (its endpoint, submission or
+    /// attempts), if anything: read for the changes waiting together (see
+    /// [`Watch::read_ahead`]).
+    nested: Option<(AppState, Selected)>,
+    /// The loaders primed for the changes read ahead last.
+    read_ahead: Option<Arc<Loaders>>,
     finished: bool,
     _open: OpenSubscription,
 }
@@ -243,6 +257,7 @@ impl Watch {
                     return Ok(Some(DeliveryStateChange {
                         change: change.clone(),
                         delivery,
+                        read_ahead: self.read_ahead.clone(),
                     }))
                 }
                 Err(err) if tries >= READ_TRIES => return Err(err),
@@ -257,8 +272,12 @@ impl Watch {
 
     /// When the subscription selects `delivery` and more changes wait behind `first`: takes
     /// up to [`READ_AHEAD`] of them, in order, and reads the deliveries of those of the
-    /// endpoint asked for in one statement. A read that fails is left to each change's own.
+    /// endpoint asked for in one statement; when it selects fields under the delivery,
+    /// reads those for every delivery of the changes at hand (`first` alone included) in
+    /// one statement per field, into loaders their changes carry. A read that fails is left
+    /// to each change's own.
     async fn read_ahead(&mut self, first: Arc<StateChange>) {
+        self.read_ahead = None;
         let Some(deliveries) = &self.deliveries else {
             return;
         };
@@ -272,7 +291,7 @@ impl Watch {
                 Err(TryRecvError::Empty | TryRecvError::Closed) => break,
             }
         }
-        if self.ahead.is_empty() {
+        if self.ahead.is_empty() && self.nested.is_none() {
             return;
         }
         // Only changes the subscriber may be told: of the endpoint asked for, and not known
@@ -289,8 +308,22 @@ impl Watch {
             }))
             .filter(|change| asked(change))
             .collect();
-        if let Err(err) = deliveries.read_changes_ahead(&changes).await {
-            tracing::debug!(error = %err, "reading changes ahead failed; each is read alone");
+        let rows = match deliveries.read_changes_ahead(&changes).await {
+            Ok(rows) => rows,
+            Err(err) => {
+                tracing::debug!(error = %err, "reading changes ahead failed; each is read alone");
+                return;
+            }
+        };
+        let Some((app, nested)) = &self.nested else {
+            return;
+        };
+        let loaders = Loaders::new(app, true);
+        match loaders.prime_deliveries(&rows, nested).await {
+            Ok(()) => self.read_ahead = Some(Arc::new(loaders)),
+            Err(err) => {
+                tracing::debug!(error = ?err, "reading what changes ahead select failed; each is read alone");
+            }
         }
     }
 
