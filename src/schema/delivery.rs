@@ -2,8 +2,6 @@
 //! `deliveries`, and the mutations that start a cycle again: `replayDelivery`,
 //! `replayDeliveries`, `resendDelivery`, and `sendTestEvent`.
 
-use std::sync::Arc;
-
 use async_graphql::connection::Connection;
 use async_graphql::{Context, Enum, InputObject, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
@@ -14,7 +12,7 @@ use super::context::{caller, loaders, missing, parse_id, relay_page, state};
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::json::Json;
-use super::loaders::{Loaders, Selected};
+use super::loaders::{ReadAhead, Selected};
 use super::submission::Submission;
 use crate::db::Progress;
 use crate::service::deliveries::{DeliveryFilter as Filter, ReplayFilter as Replay};
@@ -37,36 +35,20 @@ pub enum DeliveryState {
 /// The delivery of one submission to its endpoint (wraps the stored row).
 pub struct Delivery {
     row: webhook_delivery::Model,
-    /// Loaders a subscription primed for the nested fields of the changes it read ahead
-    /// (see [`super::subscription`]); `None`: the request's own.
-    read_ahead: Option<Arc<Loaders>>,
+    /// What its nested fields read (see [`ReadAhead`]).
+    read_ahead: ReadAhead,
 }
 
 impl From<webhook_delivery::Model> for Delivery {
     fn from(row: webhook_delivery::Model) -> Self {
-        Delivery {
-            row,
-            read_ahead: None,
-        }
+        Delivery::read_ahead(row, ReadAhead::default())
     }
 }
 
 impl Delivery {
-    /// `row`, whose nested fields read what `loaders` hold (primed ahead of time), or the
-    /// request's own loaders when `None`.
-    pub fn read_ahead(row: webhook_delivery::Model, loaders: Option<Arc<Loaders>>) -> Self {
-        Delivery {
-            row,
-            read_ahead: loaders,
-        }
-    }
-
-    /// The loaders its nested fields read.
-    fn loaders<'a>(&'a self, ctx: &Context<'a>) -> Result<&'a Loaders, crate::error::Error> {
-        match &self.read_ahead {
-            Some(primed) => Ok(primed),
-            None => loaders(ctx),
-        }
+    /// `row`, whose nested fields read what `read_ahead` primed.
+    pub fn read_ahead(row: webhook_delivery::Model, read_ahead: ReadAhead) -> Self {
+        Delivery { row, read_ahead }
     }
 }
 
@@ -107,6 +89,7 @@ impl Delivery {
     /// The endpoint delivered to.
     async fn endpoint(&self, ctx: &Context<'_>) -> ApiResult<Endpoint> {
         let found = self
+            .read_ahead
             .loaders(ctx)?
             .endpoints
             .load_one(self.row.endpoint_id)
@@ -116,11 +99,15 @@ impl Delivery {
     /// The submission delivered.
     async fn submission(&self, ctx: &Context<'_>) -> ApiResult<Submission> {
         let found = self
+            .read_ahead
             .loaders(ctx)?
             .submissions
             .load_one(self.row.submission_id)
             .await?;
-        Ok(Submission(found.ok_or_else(|| missing("submission"))?))
+        Ok(Submission::read_ahead(
+            found.ok_or_else(|| missing("submission"))?,
+            self.read_ahead.clone(),
+        ))
     }
     /// Its submission's ordering key: deliveries to one endpoint with the same key are
     /// attempted one at a time, in the order their submissions committed.
@@ -139,6 +126,7 @@ impl Delivery {
     /// Every attempt, by lifetime number (numbers continue across replays).
     async fn attempts(&self, ctx: &Context<'_>) -> ApiResult<Vec<DeliveryAttempt>> {
         let attempts = self
+            .read_ahead
             .loaders(ctx)?
             .attempts
             .load_one(self.row.id)

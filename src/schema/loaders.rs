@@ -6,13 +6,16 @@
 //! WebSocket operations, does not cache, so subscribers always read current state.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
+use async_graphql::Context;
 use entity::{delivery_attempt, endpoint, event, submission, webhook_delivery};
 use uuid::Uuid;
 
 use super::error::ApiError;
+use crate::error::Error;
 use crate::service::deliveries::StateCounts;
 use crate::service::recent_health::RecentHealth;
 use crate::state::AppState;
@@ -31,6 +34,26 @@ impl RequestLoaders {
     /// The loaders, built on first use.
     pub fn get(&self, state: &AppState) -> &Loaders {
         self.0.get_or_init(|| Loaders::new(state, true))
+    }
+}
+
+/// Loaders primed ahead of time for the nested fields of one object (a subscription's
+/// changes read ahead, see [`super::subscription`]), or none: the request's own.
+#[derive(Clone, Default)]
+pub struct ReadAhead(Option<Arc<Loaders>>);
+
+impl ReadAhead {
+    /// Nested fields read what `loaders` hold.
+    pub fn primed(loaders: Option<Arc<Loaders>>) -> Self {
+        ReadAhead(loaders)
+    }
+
+    /// The loaders nested fields read: the primed ones, else the request's.
+    pub fn loaders<'a>(&'a self, ctx: &Context<'a>) -> Result<&'a Loaders, Error> {
+        match &self.0 {
+            Some(primed) => Ok(primed),
+            None => super::context::loaders(ctx),
+        }
     }
 }
 
@@ -87,12 +110,19 @@ impl Loaders {
             self.counts.load_many(endpoints.iter().copied()).await?;
         }
         if selected.submissions {
-            self.submissions
+            let submissions = self
+                .submissions
                 .load_many(rows.iter().map(|row| row.submission_id))
                 .await?;
             self.deliveries_by_submission
                 .feed_many(rows.iter().map(|row| (row.submission_id, row.clone())))
                 .await;
+            if selected.events {
+                let events: Vec<Uuid> = submissions.values().filter_map(|s| s.event_id).collect();
+                if !events.is_empty() {
+                    self.events.load_many(events).await?;
+                }
+            }
         }
         if selected.attempts {
             self.attempts
@@ -114,6 +144,8 @@ pub struct Selected {
     pub submissions: bool,
     /// `attempts`.
     pub attempts: bool,
+    /// `submission.payload` or `submission.event` (a published submission's event).
+    pub events: bool,
 }
 
 impl Selected {
@@ -130,29 +162,29 @@ impl Selected {
     /// What `delivery`, a selection of a `Delivery`, selects under it.
     fn under_delivery(delivery: &async_graphql::Lookahead<'_>) -> Self {
         Selected {
-            endpoints: delivery.field("endpoint").exists()
-                || delivery.field("submission").field("endpoint").exists(),
             counts: delivery.field("endpoint").field("deliveryCounts").exists(),
-            submissions: delivery.field("submission").exists(),
-            attempts: delivery.field("attempts").exists(),
+            ..Self::of_delivery_fields(delivery)
         }
     }
 
-    /// What `delivery`, a selection of a `Delivery`, selects of the delivery's own fields
-    /// that read loaders: those a [`super::delivery::Delivery`] carrying primed loaders
-    /// reads through them (what lies deeper reads the request's).
+    /// What `delivery`, a selection of a `Delivery`, selects that a delivery carrying
+    /// primed loaders ([`ReadAhead`]) reads through them: its endpoint, submission and
+    /// attempts, and its submission's endpoint and event (what lies deeper, such as an
+    /// endpoint's counts, reads the request's).
     pub fn of_delivery_fields(delivery: &async_graphql::Lookahead<'_>) -> Self {
+        let submission = delivery.field("submission");
         Selected {
-            endpoints: delivery.field("endpoint").exists(),
+            endpoints: delivery.field("endpoint").exists() || submission.field("endpoint").exists(),
             counts: false,
-            submissions: delivery.field("submission").exists(),
+            submissions: submission.exists(),
             attempts: delivery.field("attempts").exists(),
+            events: submission.field("payload").exists() || submission.field("event").exists(),
         }
     }
 
     /// Whether anything is selected.
     pub fn any(&self) -> bool {
-        self.endpoints || self.counts || self.submissions || self.attempts
+        self.endpoints || self.counts || self.submissions || self.attempts || self.events
     }
 
     fn add(&mut self, other: Selected) {
@@ -160,6 +192,7 @@ impl Selected {
         self.counts |= other.counts;
         self.submissions |= other.submissions;
         self.attempts |= other.attempts;
+        self.events |= other.events;
     }
 
     /// Whether the nodes of an endpoint connection select `deliveryCounts`.

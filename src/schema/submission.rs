@@ -4,68 +4,106 @@ use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 use entity::submission;
 
-use super::context::{caller, loaders, missing, parse_id, state};
+use super::context::{caller, missing, parse_id, state};
 use super::delivery::Delivery;
 use super::endpoint::Endpoint;
 use super::error::ApiResult;
 use super::event::Event;
 use super::json::Json;
+use super::loaders::ReadAhead;
 use crate::service::submissions::NewSubmission;
 
 /// A stored submission (wraps the stored row).
-pub struct Submission(pub submission::Model);
+pub struct Submission {
+    row: submission::Model,
+    /// What its nested fields read (see [`ReadAhead`]).
+    read_ahead: ReadAhead,
+}
+
+impl From<submission::Model> for Submission {
+    fn from(row: submission::Model) -> Self {
+        Submission::read_ahead(row, ReadAhead::default())
+    }
+}
+
+impl Submission {
+    /// `row`, whose nested fields read what `read_ahead` primed.
+    pub fn read_ahead(row: submission::Model, read_ahead: ReadAhead) -> Self {
+        Submission { row, read_ahead }
+    }
+}
 
 /// A payload a partner submitted for an endpoint.
 #[Object]
 impl Submission {
     /// Stable identifier.
     async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+        ID(self.row.id.to_string())
     }
     /// The endpoint it is for.
     async fn endpoint(&self, ctx: &Context<'_>) -> ApiResult<Endpoint> {
-        let found = loaders(ctx)?.endpoints.load_one(self.0.endpoint_id).await?;
+        let found = self
+            .read_ahead
+            .loaders(ctx)?
+            .endpoints
+            .load_one(self.row.endpoint_id)
+            .await?;
         Ok(Endpoint(found.ok_or_else(|| missing("endpoint"))?))
     }
     /// The key that makes retries of this submission safe, if one was given.
     async fn idempotency_key(&self) -> Option<&str> {
-        self.0.idempotency_key.as_deref()
+        self.row.idempotency_key.as_deref()
     }
     /// The submitted JSON, delivered as the webhook body (a published event's payload,
     /// stored once on the event).
     async fn payload(&self, ctx: &Context<'_>) -> ApiResult<Json> {
-        let Some(event_id) = self.0.event_id else {
-            return Ok(Json(self.0.payload.clone()));
+        let Some(event_id) = self.row.event_id else {
+            return Ok(Json(self.row.payload.clone()));
         };
-        let found = loaders(ctx)?.events.load_one(event_id).await?;
+        let found = self
+            .read_ahead
+            .loaders(ctx)?
+            .events
+            .load_one(event_id)
+            .await?;
         Ok(Json(found.ok_or_else(|| missing("event"))?.payload))
     }
     /// Its delivery.
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
-        let found = loaders(ctx)?
+        let found = self
+            .read_ahead
+            .loaders(ctx)?
             .deliveries_by_submission
-            .load_one(self.0.id)
+            .load_one(self.row.id)
             .await?;
-        Ok(Delivery::from(found.ok_or_else(|| missing("delivery"))?))
+        Ok(Delivery::read_ahead(
+            found.ok_or_else(|| missing("delivery"))?,
+            self.read_ahead.clone(),
+        ))
     }
     /// When it was stored.
     async fn created_at(&self) -> DateTime<Utc> {
-        self.0.created_at
+        self.row.created_at
     }
     /// Its event type: the published event's, or the label given to `submit`.
     async fn event_type(&self) -> Option<&str> {
-        self.0.event_type.as_deref()
+        self.row.event_type.as_deref()
     }
     /// Its ordering key, if it was given one.
     async fn ordering_key(&self) -> Option<&str> {
-        self.0.ordering_key.as_deref()
+        self.row.ordering_key.as_deref()
     }
     /// The event it delivers, when `publish` made it.
     async fn event(&self, ctx: &Context<'_>) -> ApiResult<Option<Event>> {
-        let Some(event_id) = self.0.event_id else {
+        let Some(event_id) = self.row.event_id else {
             return Ok(None);
         };
-        let found = loaders(ctx)?.events.load_one(event_id).await?;
+        let found = self
+            .read_ahead
+            .loaders(ctx)?
+            .events
+            .load_one(event_id)
+            .await?;
         Ok(Some(Event(found.ok_or_else(|| missing("event"))?)))
     }
 }
@@ -113,7 +151,7 @@ impl SubmissionQuery {
     async fn submission(&self, ctx: &Context<'_>, id: ID) -> ApiResult<Option<Submission>> {
         let id = parse_id(&id, "id")?;
         let found = state(ctx)?.submissions.get(caller(ctx)?, id).await?;
-        Ok(found.map(Submission))
+        Ok(found.map(Submission::from))
     }
 }
 
@@ -139,7 +177,7 @@ impl SubmissionMutation {
         match Box::pin(state(ctx)?.submissions.submit(caller(ctx)?, input)).await {
             Ok(outcome) => Ok(SubmitResult {
                 created: outcome.created,
-                submission: Submission(outcome.submission),
+                submission: Submission::from(outcome.submission),
                 delivery: Delivery::from(outcome.delivery),
             }),
             Err(err) => Err(err.into()),

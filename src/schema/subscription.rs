@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::context::{caller, missing, parse_id, state};
 use super::delivery::{Delivery, DeliveryState};
 use super::error::{ApiError, ApiResult};
-use super::loaders::{Loaders, Selected};
+use super::loaders::{Loaders, ReadAhead, Selected};
 use crate::auth::revocation::KeyInUse;
 use crate::auth::Identity;
 use crate::bus::{ChangeMessage, StateChange};
@@ -133,7 +133,7 @@ impl DeliveryStateChange {
         };
         Ok(Delivery::read_ahead(
             found.ok_or_else(|| missing("delivery"))?,
-            self.read_ahead.clone(),
+            ReadAhead::primed(self.read_ahead.clone()),
         ))
     }
 }

@@ -317,6 +317,59 @@ async fn what_lies_under_a_changes_delivery_is_read_afresh_for_each_change() {
     assert_eq!(told, ["before", "after"]);
 }
 
+/// A published delivery's payload, stored once on its event, is read with the changes at
+/// hand like the rest of what lies under the delivery, and is the event's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_deliverys_payload_is_told_with_its_change() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    crate::support::endpoints::endpoint_with_types(
+        &app,
+        &admin,
+        "https://example.com/hook",
+        Some(vec!["order.created"]),
+    )
+    .await;
+    let mut stream = subscribed_in_process(
+        &app,
+        "subscription { deliveryStateChanged { previousState delivery { submission { \
+         payload event { eventType payload } } } } }",
+    )
+    .await;
+    let published = app
+        .graphql(
+            &admin,
+            crate::support::fixtures::PUBLISH,
+            serde_json::json!({ "input": { "eventType": "order.created", "payload": { "n": 7 } } }),
+        )
+        .await;
+    assert!(published["errors"].is_null(), "{published}");
+    let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("answered in time")
+        .expect("an item");
+    assert!(response.errors.is_empty(), "{response:?}");
+    let data = response.data.into_json().expect("json");
+    let change = &data["deliveryStateChanged"];
+    assert!(
+        change["previousState"].is_null(),
+        "the creation first: {data}"
+    );
+    let submission = &change["delivery"]["submission"];
+    assert_eq!(
+        submission["payload"],
+        serde_json::json!({ "n": 7 }),
+        "{data}"
+    );
+    assert_eq!(submission["event"]["eventType"], "order.created", "{data}");
+    assert_eq!(
+        submission["event"]["payload"],
+        serde_json::json!({ "n": 7 }),
+        "{data}"
+    );
+}
+
 /// The endpoint of delivery `id`.
 async fn endpoint_of(app: &TestApp, id: uuid::Uuid) -> String {
     app.state
