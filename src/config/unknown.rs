@@ -50,9 +50,9 @@ fn settings_of(command: &clap::Command, known: &mut HashSet<String>) {
 }
 
 /// The setting `name` most likely meant: the known one spelt the same in another case;
-/// itself without the prefix if that is one (`COURIER_DATABASE_URL`); the `COURIER_DB_*`
-/// setting a name spells with the word in full (`COURIER_DATABASE_POOL_SIZE`), else
-/// `DATABASE_URL` for a name about the database; `RUST_LOG` for one about log levels; the one known name it is
+/// itself without the prefix if that is one (`COURIER_DATABASE_URL`); what a name with the
+/// word in full would mean as `DB` (`COURIER_DATABASE_POOL_SIZE`), else `DATABASE_URL` for
+/// a name about the database; `RUST_LOG` for one about log levels; the one known name it is
 /// but for a unit (`COURIER_PRUNE_INTERVAL`), or whose words, read without underscores,
 /// end with it and are mostly it (`COURIER_MAX_INFLIGHT`); else the known one whose name
 /// after the prefix is closest by spelling, if close.
@@ -65,28 +65,10 @@ fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
         return Some(bare.to_owned());
     }
     let upper = bare.to_ascii_uppercase();
-    // Each known name after the prefix (a name without it, such as `DATABASE_URL`, as is).
-    let bare_known = || {
-        known.iter().map(|candidate| {
-            (
-                candidate.strip_prefix(PREFIX).unwrap_or(candidate),
-                candidate,
-            )
-        })
-    };
-    // The known name closest to `typed` (after the prefix) by spelling, if close.
-    let closest = |typed: &str| {
-        bare_known()
-            .filter_map(|(candidate, full)| {
-                let likeness = strsim::normalized_damerau_levenshtein(typed, candidate);
-                (likeness >= 0.8).then_some((likeness, full))
-            })
-            .max_by(|(a, _), (b, _)| a.total_cmp(b))
-            .map(|(_, candidate)| candidate.clone())
-    };
+    // A database setting named with the word in full: whatever its `DB` form would mean.
     let short = upper.replace("DATABASE", "DB");
     if short != upper {
-        if let Some(setting) = closest(&short) {
+        if let Some(setting) = meant(&format!("{PREFIX}{short}"), known) {
             return Some(setting);
         }
     }
@@ -97,6 +79,15 @@ fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
     if about(&["RUST_LOG", "LOG_LEVEL", "VERBOSITY"]) || upper == "LOG" || upper == "LOGS" {
         return Some("RUST_LOG".to_owned());
     }
+    // Each known name after the prefix (a name without it, such as `DATABASE_URL`, as is).
+    let bare_known = || {
+        known.iter().map(|candidate| {
+            (
+                candidate.strip_prefix(PREFIX).unwrap_or(candidate),
+                candidate,
+            )
+        })
+    };
     let letters = |text: &str| text.replace('_', "");
     let held = letters(&upper);
     let but_a_unit = |candidate: &str| {
@@ -117,7 +108,13 @@ fn meant(name: &str, known: &HashSet<String>) -> Option<String> {
     if let [only] = holding.as_slice() {
         return Some((*only).clone());
     }
-    closest(&upper)
+    bare_known()
+        .filter_map(|(candidate, full)| {
+            let likeness = strsim::normalized_damerau_levenshtein(&upper, candidate);
+            (likeness >= 0.8).then_some((likeness, full))
+        })
+        .max_by(|(a, _), (b, _)| a.total_cmp(b))
+        .map(|(_, candidate)| candidate.clone())
 }
 
 #[cfg(test)]
@@ -173,7 +170,8 @@ mod tests {
                 "COURIER_DATABASE_ACQUIRE_TIMEOUT",
                 "COURIER_DB_ACQUIRE_TIMEOUT_MS",
             ),
-            ("COURIER_DB_POOLSIZE", "COURIER_DB_POOL_SIZE"),
+            ("COURIER_DATABASE_POOLSIZE", "COURIER_DB_POOL_SIZE"),
+            ("COURIER_DATABASE_TIMEOUT", "COURIER_DB_TIMEOUT_MS"),
             ("COURIER_DATABASE_HOST", "DATABASE_URL"),
         ] {
             assert_eq!(meant_for(typed).as_deref(), Some(setting), "{typed}");

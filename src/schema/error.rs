@@ -8,7 +8,7 @@ use crate::error::{error_chain, Error};
 /// What resolvers return on failure. It deliberately has no `Display`, so `?` can
 /// only reach a GraphQL error through the mapping below, never through
 /// async-graphql's message-only blanket conversion.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ApiError(async_graphql::Error);
 
 /// Result of a resolver.

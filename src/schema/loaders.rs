@@ -3,7 +3,9 @@
 //!
 //! Each HTTP request gets its own caching set, which list resolvers prime in bulk (so the
 //! page's nested fields never depend on batch timing). The schema-wide fallback, used by
-//! WebSocket operations, does not cache, so subscribers always read current state.
+//! WebSocket operations, does not cache, so subscribers always read current state; a
+//! subscription primes a caching set of its own for the changes it reads together, which
+//! their deliveries carry ([`ReadAhead`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -73,6 +75,8 @@ pub struct Loaders {
     pub events: Cached<EventLoader>,
     /// The last hour's health by endpoint id.
     pub health: Cached<HealthLoader>,
+    /// Whether they keep what they read (only then is priming worth its reads).
+    cached: bool,
 }
 
 impl Loaders {
@@ -92,48 +96,75 @@ impl Loaders {
             counts: loader(CountsLoader(state.clone()), cached),
             events: loader(EventLoader(state.clone()), cached),
             health: loader(HealthLoader(state.clone()), cached),
+            cached,
         }
     }
 
-    /// Loads, in one statement per kind, what a list's nested fields will ask for, so
-    /// those fields read this request's cache. `selected` says which fields the query uses.
+    /// Reads, in one statement per kind (at once, without the loaders' wait to gather
+    /// keys), what the nested fields of `rows` will ask for, into these loaders' caches, so
+    /// those fields read no more. `selected` says which fields the query uses. Loaders
+    /// that keep nothing are left alone: what they read would be read again.
     pub async fn prime_deliveries(
         &self,
         rows: &[webhook_delivery::Model],
         selected: &Selected,
-    ) -> Result<(), ApiError> {
-        let endpoints: Vec<Uuid> = rows.iter().map(|row| row.endpoint_id).collect();
-        if selected.endpoints {
-            self.endpoints.load_many(endpoints.iter().copied()).await?;
+    ) -> Result<(), Error> {
+        if !self.cached {
+            return Ok(());
         }
-        if selected.counts {
-            self.counts.load_many(endpoints.iter().copied()).await?;
-        }
-        if selected.submissions {
-            let submissions = self
-                .submissions
-                .load_many(rows.iter().map(|row| row.submission_id))
-                .await?;
-            self.deliveries_by_submission
-                .feed_many(rows.iter().map(|row| (row.submission_id, row.clone())))
-                .await;
-            if selected.events {
-                let events: Vec<Uuid> = submissions.values().filter_map(|s| s.event_id).collect();
-                if !events.is_empty() {
-                    self.events.load_many(events).await?;
+        let keys = |key: fn(&webhook_delivery::Model) -> Uuid| {
+            let mut keys: Vec<Uuid> = rows.iter().map(key).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            keys
+        };
+        let endpoints = keys(|row| row.endpoint_id);
+        let endpoints = async {
+            if selected.endpoints {
+                let found = self.endpoints.loader().read(&endpoints).await?;
+                self.endpoints.feed_many(found).await;
+            }
+            if selected.counts {
+                let found = self.counts.loader().read(&endpoints).await?;
+                self.counts.feed_many(found).await;
+            }
+            Ok::<_, Error>(())
+        };
+        let submissions = async {
+            if selected.submissions {
+                let found = self
+                    .submissions
+                    .loader()
+                    .read(&keys(|row| row.submission_id))
+                    .await?;
+                let mut events: Vec<Uuid> = found.values().filter_map(|s| s.event_id).collect();
+                self.submissions.feed_many(found).await;
+                self.deliveries_by_submission
+                    .feed_many(rows.iter().map(|row| (row.submission_id, row.clone())))
+                    .await;
+                if selected.events && !events.is_empty() {
+                    events.sort_unstable();
+                    events.dedup();
+                    let found = self.events.loader().read(&events).await?;
+                    self.events.feed_many(found).await;
                 }
             }
-        }
-        if selected.attempts {
-            self.attempts
-                .load_many(rows.iter().map(|row| row.id))
-                .await?;
-        }
+            Ok(())
+        };
+        let attempts = async {
+            if selected.attempts {
+                let found = self.attempts.loader().read(&keys(|row| row.id)).await?;
+                self.attempts.feed_many(found).await;
+            }
+            Ok(())
+        };
+        tokio::try_join!(endpoints, submissions, attempts)?;
         Ok(())
     }
 }
 
-/// Which nested fields of a list's nodes a query selects.
+/// Which nested fields of deliveries (a list's nodes, a subscription's changes) a query
+/// selects.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Selected {
     /// `endpoint` (or, for endpoint lists, the nodes themselves).
@@ -221,31 +252,28 @@ pub struct EventLoader(AppState);
 /// Loads the last hour's health by endpoint id.
 pub struct HealthLoader(AppState);
 
-impl Loader<Uuid> for EndpointLoader {
-    type Value = endpoint::Model;
-    type Error = ApiError;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+impl EndpointLoader {
+    /// The endpoints of `keys` that exist.
+    pub async fn read(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, endpoint::Model>, Error> {
         let rows = self.0.endpoints.load_many(keys).await?;
         Ok(rows.into_iter().map(|row| (row.id, row)).collect())
     }
 }
 
-impl Loader<Uuid> for SubmissionLoader {
-    type Value = submission::Model;
-    type Error = ApiError;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+impl SubmissionLoader {
+    /// The submissions of `keys` that exist.
+    pub async fn read(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, submission::Model>, Error> {
         let rows = self.0.submissions.load_many(keys).await?;
         Ok(rows.into_iter().map(|row| (row.id, row)).collect())
     }
 }
 
-impl Loader<Uuid> for DeliveryBySubmissionLoader {
-    type Value = webhook_delivery::Model;
-    type Error = ApiError;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+impl DeliveryBySubmissionLoader {
+    /// The delivery of each submission of `keys`, by submission.
+    pub async fn read(
+        &self,
+        keys: &[Uuid],
+    ) -> Result<HashMap<Uuid, webhook_delivery::Model>, Error> {
         let rows = self.0.deliveries.load_for_submissions(keys).await?;
         Ok(rows
             .into_iter()
@@ -254,12 +282,13 @@ impl Loader<Uuid> for DeliveryBySubmissionLoader {
     }
 }
 
-impl Loader<Uuid> for AttemptsLoader {
-    type Value = Vec<delivery_attempt::Model>;
-    type Error = ApiError;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
-        let mut by_delivery: HashMap<Uuid, Self::Value> =
+impl AttemptsLoader {
+    /// The attempts of each delivery of `keys` (none for one without any), by delivery.
+    pub async fn read(
+        &self,
+        keys: &[Uuid],
+    ) -> Result<HashMap<Uuid, Vec<delivery_attempt::Model>>, Error> {
+        let mut by_delivery: HashMap<Uuid, Vec<delivery_attempt::Model>> =
             keys.iter().map(|key| (*key, Vec::new())).collect();
         for attempt in self.0.deliveries.attempts_of(keys).await? {
             by_delivery
@@ -271,30 +300,51 @@ impl Loader<Uuid> for AttemptsLoader {
     }
 }
 
-impl Loader<Uuid> for CountsLoader {
-    type Value = StateCounts;
-    type Error = ApiError;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
-        Ok(self.0.deliveries.counts(keys).await?)
+impl CountsLoader {
+    /// The per-state counts of each endpoint of `keys`.
+    pub async fn read(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, StateCounts>, Error> {
+        self.0.deliveries.counts(keys).await
     }
 }
 
-impl Loader<Uuid> for HealthLoader {
-    type Value = RecentHealth;
-    type Error = ApiError;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
-        Ok(self.0.endpoints.recent_health(keys).await?)
+impl HealthLoader {
+    /// The last hour's health of each endpoint of `keys`.
+    pub async fn read(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, RecentHealth>, Error> {
+        self.0.endpoints.recent_health(keys).await
     }
 }
 
-impl Loader<Uuid> for EventLoader {
-    type Value = event::Model;
-    type Error = ApiError;
-
-    async fn load(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+impl EventLoader {
+    /// The events of `keys` that exist.
+    pub async fn read(&self, keys: &[Uuid]) -> Result<HashMap<Uuid, event::Model>, Error> {
         let events = self.0.fanout.load_many(keys).await?;
         Ok(events.into_iter().map(|event| (event.id, event)).collect())
     }
+}
+
+/// Each loader reads through its `read`.
+macro_rules! loads_through_read {
+    ($($loader:ty => $value:ty),* $(,)?) => {$(
+        impl Loader<Uuid> for $loader {
+            type Value = $value;
+            type Error = ApiError;
+
+            async fn load(
+                &self,
+                keys: &[Uuid],
+            ) -> Result<HashMap<Uuid, Self::Value>, Self::Error> {
+                Ok(self.read(keys).await?)
+            }
+        }
+    )*};
+}
+
+loads_through_read! {
+    EndpointLoader => endpoint::Model,
+    SubmissionLoader => submission::Model,
+    DeliveryBySubmissionLoader => webhook_delivery::Model,
+    AttemptsLoader => Vec<delivery_attempt::Model>,
+    CountsLoader => StateCounts,
+    HealthLoader => RecentHealth,
+    EventLoader => event::Model,
 }

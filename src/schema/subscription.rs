@@ -17,7 +17,7 @@ use super::loaders::{Loaders, ReadAhead, Selected};
 use crate::auth::revocation::KeyInUse;
 use crate::auth::Identity;
 use crate::bus::{ChangeMessage, StateChange};
-use crate::error::Error;
+use crate::error::{error_chain, Error};
 use crate::metrics::Metrics;
 use crate::service::access::Access;
 use crate::service::deliveries::Deliveries;
@@ -212,7 +212,7 @@ struct Watch {
     /// attempts), if anything: read for the changes waiting together (see
     /// [`Watch::read_ahead`]).
     nested: Option<(AppState, Selected)>,
-    /// The loaders primed for the changes read ahead last.
+    /// The loaders primed for the changes read ahead last, until they are all told.
     read_ahead: Option<Arc<Loaders>>,
     finished: bool,
     _open: OpenSubscription,
@@ -277,7 +277,6 @@ impl Watch {
     /// one statement per field, into loaders their changes carry. A read that fails is left
     /// to each change's own.
     async fn read_ahead(&mut self, first: Arc<StateChange>) {
-        self.read_ahead = None;
         let Some(deliveries) = &self.deliveries else {
             return;
         };
@@ -308,22 +307,19 @@ impl Watch {
             }))
             .filter(|change| asked(change))
             .collect();
-        let rows = match deliveries.read_changes_ahead(&changes).await {
-            Ok(rows) => rows,
-            Err(err) => {
-                tracing::debug!(error = %err, "reading changes ahead failed; each is read alone");
-                return;
-            }
-        };
+        if let Err(err) = deliveries.read_changes_ahead(&changes).await {
+            tracing::debug!(error = %err, "reading changes ahead failed; each is read alone");
+            return;
+        }
         let Some((app, nested)) = &self.nested else {
             return;
         };
         let loaders = Loaders::new(app, true);
+        let rows = deliveries.changes_read(&changes);
         match loaders.prime_deliveries(&rows, nested).await {
             Ok(()) => self.read_ahead = Some(Arc::new(loaders)),
-            Err(err) => {
-                tracing::debug!(error = ?err, "reading what changes ahead select failed; each is read alone");
-            }
+            Err(err) => tracing::debug!(error = %error_chain(&err),
+                "reading what lies under changes ahead failed; each change reads its own"),
         }
     }
 
@@ -337,6 +333,9 @@ impl Watch {
                 Some(_) if self.key.is_revoked() => None,
                 Some(received) => Some(received),
                 None => {
+                    // What was read for the changes told so far goes with them: nothing of
+                    // it is held while waiting.
+                    self.read_ahead = None;
                     let received = tokio::select! {
                         biased;
                         () = self.key.revoked() => None,

@@ -100,41 +100,42 @@ impl Deliveries {
 
     /// Reads the deliveries of `changes` not yet read for their subscribers in one
     /// statement, so that a subscriber with a run of changes waiting reads them together
-    /// rather than one round trip each (see [`ChangeReads`]), and returns the deliveries of
-    /// all of them that exist, in the order of the changes (a delivery once for each of its
-    /// changes); what this does not read, a subscriber reads alone.
-    pub async fn read_changes_ahead(
-        &self,
-        changes: &[&StateChange],
-    ) -> Result<Vec<webhook_delivery::Model>> {
-        let reads: Vec<_> = changes
+    /// rather than one round trip each (see [`ChangeReads`]); what this does not read, a
+    /// subscriber reads alone.
+    pub async fn read_changes_ahead(&self, changes: &[&StateChange]) -> Result<()> {
+        let unread: Vec<_> = changes
             .iter()
             .map(|change| (change.delivery_id, self.change_reads.read_of(change)))
-            .collect();
-        let mut ids: Vec<Uuid> = reads
-            .iter()
             .filter(|(_, read)| !read.initialized())
-            .map(|(id, _)| *id)
             .collect();
-        if !ids.is_empty() {
-            ids.sort();
-            ids.dedup();
-            let found: HashMap<Uuid, webhook_delivery::Model> = webhook_delivery::Entity::find()
-                .filter(webhook_delivery::Column::Id.is_in(ids))
-                .all(self.db.conn())
-                .await?
-                .into_iter()
-                .map(|row| (row.id, row))
-                .collect();
-            for (id, read) in &reads {
-                // Another subscriber reading it meanwhile sets it first: either read stands.
-                let _ = read.set(found.get(id).cloned());
-            }
+        if unread.is_empty() {
+            return Ok(());
         }
-        Ok(reads
+        let mut ids: Vec<Uuid> = unread.iter().map(|(id, _)| *id).collect();
+        ids.sort();
+        ids.dedup();
+        let found: HashMap<Uuid, webhook_delivery::Model> = webhook_delivery::Entity::find()
+            .filter(webhook_delivery::Column::Id.is_in(ids))
+            .all(self.db.conn())
+            .await?
+            .into_iter()
+            .map(|row| (row.id, row))
+            .collect();
+        for (id, read) in unread {
+            // Another subscriber reading it meanwhile sets it first: either read stands.
+            let _ = read.set(found.get(&id).cloned());
+        }
+        Ok(())
+    }
+
+    /// The deliveries of `changes` as read for their subscribers so far (see
+    /// [`Deliveries::read_changes_ahead`]), one for each change whose delivery was read
+    /// and exists, in the order of the changes.
+    pub fn changes_read(&self, changes: &[&StateChange]) -> Vec<webhook_delivery::Model> {
+        changes
             .iter()
-            .filter_map(|(_, read)| read.get().cloned().flatten())
-            .collect())
+            .filter_map(|change| self.change_reads.read_of(change).get().cloned().flatten())
+            .collect()
     }
 
     /// One delivery, if it exists; `FORBIDDEN` outside a partner's scope.

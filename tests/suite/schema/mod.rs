@@ -9,6 +9,7 @@ mod exact_numbers;
 mod field_errors;
 mod field_order;
 mod literals;
+mod nested_reads;
 mod pace;
 mod root_fragments;
 mod schema_drift;

@@ -1,7 +1,8 @@
 //! Subscribers at the pace of the changes, in process: one that falls behind is told so
 //! and ended, a burst of thousands at once reaches one whole, one that reads each change's
-//! delivery (and what lies under it) keeps up with thousands a second, and a tenant's
-//! passes over its neighbours' changes without reading anything.
+//! delivery keeps up with thousands a second (and one that reads what lies under it, see
+//! `nested_reads`), and a tenant's passes over its neighbours' changes without reading
+//! anything.
 
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ const EVERY_CHANGE: &str = "subscription { deliveryStateChanged { deliveryId sta
 
 /// `query` run as an admin's subscription on `app`'s schema, in process, once its first
 /// poll has subscribed (and, nothing having happened yet, told nothing).
-async fn subscribed_in_process(
+pub(super) async fn subscribed_in_process(
     app: &TestApp,
     query: &str,
 ) -> BoxStream<'static, async_graphql::Response> {
@@ -27,7 +28,7 @@ async fn subscribed_in_process(
 }
 
 /// [`subscribed_in_process`] under the key `token`.
-async fn subscribed_as(
+pub(super) async fn subscribed_as(
     app: &TestApp,
     token: &str,
     query: &str,
@@ -163,236 +164,6 @@ async fn a_subscriber_reading_each_delivery_keeps_up_with_thousands_of_changes()
     }
     producer.await.expect("produced");
     assert_eq!(app.state.metrics.lagged_subscribers.get(), 0);
-}
-
-/// A subscriber that selects what lies under each change's delivery (its endpoint,
-/// submission and attempts) keeps up with changes arriving by the thousand, as one that
-/// selects the delivery alone does: those are read for the changes waiting together, one
-/// statement each, where each change's own reads (and the loaders' batching window each
-/// waited for) let it fall minutes behind and lag. What it is told is each delivery's own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_subscriber_reading_under_each_delivery_keeps_up_with_thousands_of_changes() {
-    const DELIVERIES: usize = 500;
-    const ROUNDS: usize = 40;
-    let db = TestDb::new(Backend::Postgres).await;
-    let (app, ids) = crate::support::seeding::seed(&db, DELIVERIES).await;
-    // Every other delivery has an attempt (its number its position), the rest none.
-    app.state
-        .db
-        .conn()
-        .execute_unprepared(
-            "INSERT INTO delivery_attempts (id, delivery_id, number, claim_token, started_at, \
-             finished_at, status_code, superseded) \
-             SELECT gen_random_uuid(), d.id, n::int, gen_random_uuid(), now(), now(), 500, false \
-             FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM webhook_deliveries) d \
-             WHERE n % 2 = 0",
-        )
-        .await
-        .expect("attempts");
-    let mut stream = subscribed_in_process(
-        &app,
-        "subscription { deliveryStateChanged { deliveryId delivery { id \
-         endpoint { id } submission { id payload } attempts { number } } } }",
-    )
-    .await;
-    let (endpoint_id, attempts) = {
-        let conn = app.state.db.conn();
-        let endpoint: String = scalar(
-            conn,
-            "SELECT endpoint_id::text FROM webhook_deliveries LIMIT 1",
-        )
-        .await;
-        let rows = conn
-            .query_all_raw(sea_orm::Statement::from_string(
-                sea_orm::DbBackend::Postgres,
-                "SELECT delivery_id::text AS id, number FROM delivery_attempts",
-            ))
-            .await
-            .expect("attempts");
-        let attempts: std::collections::HashMap<String, i32> = rows
-            .iter()
-            .map(|row| {
-                (
-                    row.try_get::<String>("", "id").expect("id"),
-                    row.try_get::<i32>("", "number").expect("number"),
-                )
-            })
-            .collect();
-        (endpoint, attempts)
-    };
-    assert_eq!(attempts.len(), DELIVERIES / 2);
-    let bus = app.state.bus.clone();
-    let producer = tokio::spawn(async move {
-        for _ in 0..ROUNDS {
-            for id in &ids {
-                let change = courier::bus::StateChange {
-                    delivery_id: *id,
-                    endpoint_id: uuid::Uuid::nil(),
-                    previous_state: None,
-                    state: entity::webhook_delivery::DeliveryState::Pending,
-                    at: courier::db::now(),
-                };
-                bus.deliver(courier::bus::ChangeMessage::Change(change.into()));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    });
-    for told in 0..DELIVERIES * ROUNDS {
-        let response = tokio::time::timeout(Duration::from_secs(30), stream.next())
-            .await
-            .expect("answered in time")
-            .expect("an item");
-        assert!(
-            response.errors.is_empty(),
-            "after {told}: {:?}",
-            response.errors
-        );
-        let data = response.data.into_json().expect("json");
-        let change = &data["deliveryStateChanged"];
-        let delivery = &change["delivery"];
-        let id = change["deliveryId"].as_str().expect("id");
-        assert_eq!(delivery["id"], id, "{data}");
-        assert_eq!(delivery["endpoint"]["id"], endpoint_id.as_str(), "{data}");
-        assert!(delivery["submission"]["payload"]["n"].is_u64(), "{data}");
-        let numbers: Vec<i64> = delivery["attempts"]
-            .as_array()
-            .expect("attempts")
-            .iter()
-            .filter_map(|attempt| attempt["number"].as_i64())
-            .collect();
-        let expected: Vec<i64> = attempts
-            .get(id)
-            .map(|n| i64::from(*n))
-            .into_iter()
-            .collect();
-        assert_eq!(numbers, expected, "{data}");
-    }
-    producer.await.expect("produced");
-    assert_eq!(app.state.metrics.lagged_subscribers.get(), 0);
-}
-
-/// What a subscriber reads under a change's delivery is read for that change, never kept
-/// from an earlier one: an endpoint renamed between two changes is told by its new name.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_lies_under_a_changes_delivery_is_read_afresh_for_each_change() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let (app, ids) = crate::support::seeding::seed(&db, 1).await;
-    let mut stream = subscribed_in_process(
-        &app,
-        "subscription { deliveryStateChanged { delivery { endpoint { id name } } } }",
-    )
-    .await;
-    let admin = app.admin_token().await;
-    let mut told = Vec::new();
-    for name in ["before", "after"] {
-        let renamed = app
-            .graphql(
-                &admin,
-                "mutation($id: ID!, $name: String!) { updateEndpoint(id: $id, input: {name: $name}) { endpoint { name } } }",
-                serde_json::json!({ "id": endpoint_of(&app, ids[0]).await, "name": name }),
-            )
-            .await;
-        assert_eq!(
-            renamed["data"]["updateEndpoint"]["endpoint"]["name"], name,
-            "{renamed}"
-        );
-        let change = courier::bus::StateChange {
-            delivery_id: ids[0],
-            endpoint_id: uuid::Uuid::nil(),
-            previous_state: None,
-            state: entity::webhook_delivery::DeliveryState::Pending,
-            at: courier::db::now(),
-        };
-        app.state
-            .bus
-            .deliver(courier::bus::ChangeMessage::Change(change.into()));
-        let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
-            .await
-            .expect("answered in time")
-            .expect("an item");
-        assert!(response.errors.is_empty(), "{response:?}");
-        let data = response.data.into_json().expect("json");
-        told.push(data["deliveryStateChanged"]["delivery"]["endpoint"]["name"].clone());
-    }
-    assert_eq!(told, ["before", "after"]);
-}
-
-/// A published delivery's payload, stored once on its event, is read with the changes at
-/// hand like the rest of what lies under the delivery, and is the event's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_published_deliverys_payload_is_told_with_its_change() {
-    let db = TestDb::new(Backend::Sqlite).await;
-    let app = TestApp::spawn(&db).await;
-    let admin = app.admin_token().await;
-    crate::support::endpoints::endpoint_with_types(
-        &app,
-        &admin,
-        "https://example.com/hook",
-        Some(vec!["order.created"]),
-    )
-    .await;
-    let mut stream = subscribed_in_process(
-        &app,
-        "subscription { deliveryStateChanged { previousState delivery { submission { \
-         payload event { eventType payload } } } } }",
-    )
-    .await;
-    let published = app
-        .graphql(
-            &admin,
-            crate::support::fixtures::PUBLISH,
-            serde_json::json!({ "input": { "eventType": "order.created", "payload": { "n": 7 } } }),
-        )
-        .await;
-    assert!(published["errors"].is_null(), "{published}");
-    let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .expect("answered in time")
-        .expect("an item");
-    assert!(response.errors.is_empty(), "{response:?}");
-    let data = response.data.into_json().expect("json");
-    let change = &data["deliveryStateChanged"];
-    assert!(
-        change["previousState"].is_null(),
-        "the creation first: {data}"
-    );
-    let submission = &change["delivery"]["submission"];
-    assert_eq!(
-        submission["payload"],
-        serde_json::json!({ "n": 7 }),
-        "{data}"
-    );
-    assert_eq!(submission["event"]["eventType"], "order.created", "{data}");
-    assert_eq!(
-        submission["event"]["payload"],
-        serde_json::json!({ "n": 7 }),
-        "{data}"
-    );
-}
-
-/// The endpoint of delivery `id`.
-async fn endpoint_of(app: &TestApp, id: uuid::Uuid) -> String {
-    app.state
-        .deliveries
-        .load(id)
-        .await
-        .expect("read")
-        .expect("delivery")
-        .endpoint_id
-        .to_string()
-}
-
-/// The text of the first column of `sql`'s first row.
-async fn scalar(conn: &impl sea_orm::ConnectionTrait, sql: &str) -> String {
-    let row = conn
-        .query_one_raw(sea_orm::Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            sql,
-        ))
-        .await
-        .expect("query")
-        .expect("a row");
-    row.try_get_by_index::<String>(0).expect("text")
 }
 
 /// A change of one endpoint, as the bus carries it.
