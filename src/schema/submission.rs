@@ -2,7 +2,7 @@
 
 use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 use chrono::{DateTime, Utc};
-use entity::submission;
+use entity::{event, submission};
 
 use super::context::{caller, missing, parse_id, state};
 use super::delivery::Delivery;
@@ -31,6 +31,20 @@ impl Submission {
     pub fn read_ahead(row: submission::Model, read_ahead: ReadAhead) -> Self {
         Submission { row, read_ahead }
     }
+
+    /// The event `publish` stored it with (its payload stored once there), if it has one.
+    async fn published(&self, ctx: &Context<'_>) -> ApiResult<Option<event::Model>> {
+        let Some(event_id) = self.row.event_id else {
+            return Ok(None);
+        };
+        let found = self
+            .read_ahead
+            .loaders(ctx)?
+            .events
+            .load_one(event_id)
+            .await?;
+        Ok(Some(found.ok_or_else(|| missing("event"))?))
+    }
 }
 
 /// A payload a partner submitted for an endpoint.
@@ -57,16 +71,10 @@ impl Submission {
     /// The submitted JSON, delivered as the webhook body (a published event's payload,
     /// stored once on the event).
     async fn payload(&self, ctx: &Context<'_>) -> ApiResult<Json> {
-        let Some(event_id) = self.row.event_id else {
-            return Ok(Json(self.row.payload.clone()));
-        };
-        let found = self
-            .read_ahead
-            .loaders(ctx)?
-            .events
-            .load_one(event_id)
-            .await?;
-        Ok(Json(found.ok_or_else(|| missing("event"))?.payload))
+        Ok(Json(match self.published(ctx).await? {
+            Some(event) => event.payload,
+            None => self.row.payload.clone(),
+        }))
     }
     /// Its delivery.
     async fn delivery(&self, ctx: &Context<'_>) -> ApiResult<Delivery> {
@@ -95,16 +103,7 @@ impl Submission {
     }
     /// The event it delivers, when `publish` made it.
     async fn event(&self, ctx: &Context<'_>) -> ApiResult<Option<Event>> {
-        let Some(event_id) = self.row.event_id else {
-            return Ok(None);
-        };
-        let found = self
-            .read_ahead
-            .loaders(ctx)?
-            .events
-            .load_one(event_id)
-            .await?;
-        Ok(Some(Event(found.ok_or_else(|| missing("event"))?)))
+        Ok(self.published(ctx).await?.map(Event))
     }
 }
 

@@ -11,8 +11,8 @@ use sea_orm::ConnectionTrait as _;
 
 use serde_json::json;
 
-use super::pace::{subscribed_as, subscribed_in_process};
 use crate::support::fixtures::submit;
+use crate::support::subscribed::{subscribed_as, subscribed_in_process};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -74,14 +74,7 @@ async fn a_subscriber_reading_under_each_delivery_keeps_up_with_thousands_of_cha
     let producer = tokio::spawn(async move {
         for _ in 0..ROUNDS {
             for id in &ids {
-                let change = courier::bus::StateChange {
-                    delivery_id: *id,
-                    endpoint_id: uuid::Uuid::nil(),
-                    previous_state: None,
-                    state: entity::webhook_delivery::DeliveryState::Pending,
-                    at: courier::db::now(),
-                };
-                bus.deliver(courier::bus::ChangeMessage::Change(change.into()));
+                bus.deliver(creation_of(*id));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -148,16 +141,7 @@ async fn what_lies_under_a_changes_delivery_is_read_afresh_for_each_change() {
             renamed["data"]["updateEndpoint"]["endpoint"]["name"], name,
             "{renamed}"
         );
-        let change = courier::bus::StateChange {
-            delivery_id: ids[0],
-            endpoint_id: uuid::Uuid::nil(),
-            previous_state: None,
-            state: entity::webhook_delivery::DeliveryState::Pending,
-            at: courier::db::now(),
-        };
-        app.state
-            .bus
-            .deliver(courier::bus::ChangeMessage::Change(change.into()));
+        app.state.bus.deliver(creation_of(ids[0]));
         let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
             .await
             .expect("answered in time")
@@ -284,4 +268,17 @@ async fn endpoint_of(app: &TestApp, id: uuid::Uuid) -> String {
         .expect("delivery")
         .endpoint_id
         .to_string()
+}
+
+/// The creation of delivery `id`, as the bus carries it (of no endpoint in particular: what
+/// is told of the delivery is read from it).
+fn creation_of(id: uuid::Uuid) -> courier::bus::ChangeMessage {
+    let change = courier::bus::StateChange {
+        delivery_id: id,
+        endpoint_id: uuid::Uuid::nil(),
+        previous_state: None,
+        state: entity::webhook_delivery::DeliveryState::Pending,
+        at: courier::db::now(),
+    };
+    courier::bus::ChangeMessage::Change(change.into())
 }

@@ -6,48 +6,16 @@
 
 use std::time::Duration;
 
-use futures_util::stream::BoxStream;
 use futures_util::StreamExt as _;
 
 use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
 
+use crate::support::subscribed::{subscribed_as, subscribed_in_process};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{response_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
 /// A subscription to every endpoint's state changes.
 const EVERY_CHANGE: &str = "subscription { deliveryStateChanged { deliveryId state } }";
-
-/// `query` run as an admin's subscription on `app`'s schema, in process, once its first
-/// poll has subscribed (and, nothing having happened yet, told nothing).
-pub(super) async fn subscribed_in_process(
-    app: &TestApp,
-    query: &str,
-) -> BoxStream<'static, async_graphql::Response> {
-    let token = app.admin_token().await;
-    subscribed_as(app, &token, query).await
-}
-
-/// [`subscribed_in_process`] under the key `token`.
-pub(super) async fn subscribed_as(
-    app: &TestApp,
-    token: &str,
-    query: &str,
-) -> BoxStream<'static, async_graphql::Response> {
-    let caller = courier::auth::authenticate(&app.state.db, Some(&format!("Bearer {token}")))
-        .await
-        .expect("caller");
-    let schema = courier::schema::build(Some(app.state.clone()));
-    let mut stream = schema
-        .execute_stream(async_graphql::Request::new(query).data(caller))
-        .boxed();
-    assert!(
-        tokio::time::timeout(Duration::from_millis(200), stream.next())
-            .await
-            .is_err(),
-        "subscribed, nothing yet"
-    );
-    stream
-}
 
 /// `count` creations of made-up deliveries published on `app`'s bus at once, before any
 /// subscriber can read one.

@@ -19,6 +19,7 @@ pub mod process;
 pub mod receiver;
 pub mod seeding;
 pub mod sets;
+pub mod subscribed;
 pub mod tenants;
 pub mod websocket;
 
