@@ -6,13 +6,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
 use sea_orm::ConnectionTrait as _;
 
 use serde_json::json;
 
 use crate::support::fixtures::submit;
-use crate::support::subscribed::{subscribed_as, subscribed_in_process};
+use crate::support::subscribed::{next_told, subscribed_as, subscribed_in_process};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -80,16 +79,12 @@ async fn a_subscriber_reading_under_each_delivery_keeps_up_with_thousands_of_cha
         }
     });
     for told in 0..DELIVERIES * ROUNDS {
-        let response = tokio::time::timeout(Duration::from_secs(30), stream.next())
-            .await
-            .expect("answered in time")
-            .expect("an item");
-        assert!(
-            response.errors.is_empty(),
-            "after {told}: {:?}",
-            response.errors
-        );
-        let data = response.data.into_json().expect("json");
+        let data = next_told(
+            &mut stream,
+            Duration::from_secs(30),
+            &format!("after {told}"),
+        )
+        .await;
         let change = &data["deliveryStateChanged"];
         let delivery = &change["delivery"];
         let id = change["deliveryId"].as_str().expect("id");
@@ -142,12 +137,7 @@ async fn what_lies_under_a_changes_delivery_is_read_afresh_for_each_change() {
             "{renamed}"
         );
         app.state.bus.deliver(creation_of(ids[0]));
-        let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
-            .await
-            .expect("answered in time")
-            .expect("an item");
-        assert!(response.errors.is_empty(), "{response:?}");
-        let data = response.data.into_json().expect("json");
+        let data = next_told(&mut stream, Duration::from_secs(10), "the change").await;
         told.push(data["deliveryStateChanged"]["delivery"]["endpoint"]["name"].clone());
     }
     assert_eq!(told, ["before", "after"]);
@@ -181,12 +171,7 @@ async fn a_published_deliverys_payload_is_told_with_its_change() {
         )
         .await;
     assert!(published["errors"].is_null(), "{published}");
-    let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .expect("answered in time")
-        .expect("an item");
-    assert!(response.errors.is_empty(), "{response:?}");
-    let data = response.data.into_json().expect("json");
+    let data = next_told(&mut stream, Duration::from_secs(10), "the change").await;
     let change = &data["deliveryStateChanged"];
     assert!(
         change["previousState"].is_null(),
@@ -233,12 +218,7 @@ async fn a_tenants_subscriber_is_told_only_its_own_deliveries_and_what_lies_unde
     }
     let mut delivered = 0;
     while delivered < 5 {
-        let response = tokio::time::timeout(Duration::from_secs(10), stream.next())
-            .await
-            .expect("answered in time")
-            .expect("an item");
-        assert!(response.errors.is_empty(), "{:?}", response.errors);
-        let data = response.data.into_json().expect("json");
+        let data = next_told(&mut stream, Duration::from_secs(10), "the change").await;
         let change = &data["deliveryStateChanged"];
         assert_eq!(change["endpointId"], own.endpoints[0].as_str(), "{data}");
         assert_eq!(

@@ -10,7 +10,7 @@ use futures_util::StreamExt as _;
 
 use sea_orm::{ConnectionTrait as _, TransactionTrait as _};
 
-use crate::support::subscribed::{subscribed_as, subscribed_in_process};
+use crate::support::subscribed::{next_told, subscribed_as, subscribed_in_process};
 use crate::support::tenants::tenant_with_endpoints;
 use crate::support::{response_error_code, Backend, Receiver, Reply, TestApp, TestDb};
 
@@ -116,16 +116,12 @@ async fn a_subscriber_reading_each_delivery_keeps_up_with_thousands_of_changes()
     });
     let mut told = 0;
     while told < DELIVERIES * ROUNDS {
-        let response = tokio::time::timeout(Duration::from_secs(30), stream.next())
-            .await
-            .expect("answered in time")
-            .expect("an item");
-        assert!(
-            response.errors.is_empty(),
-            "after {told}: {:?}",
-            response.errors
-        );
-        let data = response.data.into_json().expect("json");
+        let data = next_told(
+            &mut stream,
+            Duration::from_secs(30),
+            &format!("after {told}"),
+        )
+        .await;
         let change = &data["deliveryStateChanged"];
         assert_eq!(change["delivery"]["id"], change["deliveryId"], "{data}");
         told += 1;

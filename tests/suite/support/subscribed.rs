@@ -38,3 +38,18 @@ pub async fn subscribed_as(
     );
     stream
 }
+
+/// The data of the next item `stream` tells within `within`, which must carry no error
+/// (`what` names the item in a failure's message).
+pub async fn next_told(
+    stream: &mut BoxStream<'static, async_graphql::Response>,
+    within: Duration,
+    what: &str,
+) -> serde_json::Value {
+    let response = tokio::time::timeout(within, stream.next())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not answered in time"))
+        .unwrap_or_else(|| panic!("{what}: the stream ended"));
+    assert!(response.errors.is_empty(), "{what}: {:?}", response.errors);
+    response.data.into_json().expect("json")
+}
