@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use courier::db::Db;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
-use crate::process::{admin_token, backend_cpu_seconds, cpu_seconds, Scratch, Server};
+use crate::process::{admin_token, backend_cpu_seconds, cpu_seconds, HostTicks, Scratch, Server};
 use crate::receiver;
 use crate::workloads::{create_endpoint, SUBMIT};
 
@@ -44,6 +44,8 @@ pub struct Drain {
     pub cpu_courier: f64,
     pub cpu_postgres: f64,
     pub cpu_receiver: f64,
+    /// Percent of the machine's CPU time its host took during the drain (steal).
+    pub host_steal_percent: f64,
 }
 
 /// Builds a backlog of `backlog` pending deliveries spread over `endpoints` endpoints
@@ -108,6 +110,7 @@ async fn drain_with_keys_in(
 
     let (updates_before, hot_before) = update_counts(&db).await;
     let receiver_cpu_before = cpu_seconds(std::process::id());
+    let host = HostTicks::now();
     let started = Instant::now();
     let server = Server::start(
         database_url,
@@ -131,6 +134,7 @@ async fn drain_with_keys_in(
     let cpu_courier = server.cpu_seconds();
     let cpu_postgres = backend_cpu_seconds(database_name(database_url));
     let cpu_receiver = cpu_seconds(std::process::id()) - receiver_cpu_before;
+    let host_steal_percent = host.stolen_percent();
     server.stop();
     // The statistics collector reports with a short delay.
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -162,6 +166,7 @@ async fn drain_with_keys_in(
         cpu_courier,
         cpu_postgres,
         cpu_receiver,
+        host_steal_percent,
     }
 }
 

@@ -25,7 +25,9 @@
 //! backlog drained while it prunes), `BENCH_HISTORY_SIZES` (`100000,10000000`:
 //! the histories the operator's queries are timed against). `courier serve` processes inherit the environment, so `COURIER_*`
 //! variables set for a run change their settings (the figures in the README use none).
-//! `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
+//! `BENCH_BESIDE_SECONDS` (5: pgbench again right before submit, each drain and the latency
+//! samples, each set beside its own; each also reports the share of the machine's CPU time
+//! its host took, on a virtual machine). `BENCH_KEEP=1` keeps the scratch databases (their URLs are printed) for inspection.
 //! Results are printed and written to `target/courier-bench.json`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -92,8 +94,11 @@ async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     println!("machine: {} cores, {}", num_cpus(), memory());
-    let budget = pgbench::measure(&server, Duration::from_secs(seconds)).await;
+    let pgbench = pgbench::Pgbench::open(&server).await;
+    let budget = pgbench.budget(Duration::from_secs(seconds));
     let pgbench_tps = budget.tps;
+    // The budget again right before a part, where the part is set beside it.
+    let beside = Duration::from_secs(env_or("BENCH_BESIDE_SECONDS", 5u64));
     println!("pgbench -N -c 8 -j 2 -T {seconds}: {pgbench_tps:.0} TPS");
     println!(
         "pgbench -N -c 1 -T 5: {:.2} ms a transaction (one commit and its statements)",
@@ -106,19 +111,27 @@ async fn main() {
     });
 
     if runs("submit") {
+        let tps_beside = pgbench.tps(beside);
+        let host = process::HostTicks::now();
         let submit =
             workloads::submit_throughput(&server, connections, Duration::from_secs(seconds)).await;
+        let stolen = host.stolen_percent();
         println!(
-            "submit: {:.0}/s over {connections} connections ({:.2}x pgbench), {} errors, \
-             courier CPU {:.0} us per submit",
+            "submit: {:.0}/s over {connections} connections ({:.2}x pgbench; {:.2}x the \
+             {tps_beside:.0} TPS it measured just before), {} errors, courier CPU {:.0} us per \
+             submit, {stolen:.0}% of the machine's CPU time taken by its host",
             submit.per_second,
             submit.per_second / pgbench_tps,
+            submit.per_second / tps_beside,
             submit.errors,
             submit.cpu_us_per_submit
         );
         results["submit_per_second"] = json!(submit.per_second);
         results["submit_cpu_us"] = json!(submit.cpu_us_per_submit);
         results["submit_ratio"] = json!(submit.per_second / pgbench_tps);
+        results["submit_pgbench_beside_tps"] = json!(tps_beside);
+        results["submit_ratio_beside"] = json!(submit.per_second / tps_beside);
+        results["submit_host_steal_percent"] = json!(stolen);
         results["submit_errors"] = json!(submit.errors);
     }
 
@@ -153,6 +166,7 @@ async fn main() {
             runs.push(keyed);
         }
         for (backlog, endpoints, keys) in runs {
+            let tps_beside = pgbench.tps(beside);
             let drain = drain::drain(&server, backlog, connections, endpoints, keys).await;
             let fill = &drain.fill;
             println!(
@@ -170,13 +184,15 @@ async fn main() {
                 String::new()
             };
             println!(
-                "drain of {} over {} endpoint(s){over_keys}: {:.2} s from spawn = {:.0}/s ({:.2}x pgbench), \
+                "drain of {} over {} endpoint(s){over_keys}: {:.2} s from spawn = {:.0}/s ({:.2}x pgbench; \
+                 {:.2}x the {tps_beside:.0} TPS it measured just before), \
                  per {}-slice: [{}] /s, peak RSS {:.1} MB, {} updates ({} HOT)",
                 drain.backlog,
                 drain.endpoints,
                 drain.elapsed.as_secs_f64(),
                 drain.per_second,
                 drain.per_second / pgbench_tps,
+                drain.per_second / tps_beside,
                 drain::SLICE,
                 slices.join(", "),
                 drain.peak_rss_mb,
@@ -184,8 +200,9 @@ async fn main() {
                 drain.hot_updates
             );
             println!(
-                "  CPU during the drain: courier {:.2} s, its PostgreSQL backends {:.2} s, receiver {:.2} s",
-                drain.cpu_courier, drain.cpu_postgres, drain.cpu_receiver
+                "  CPU during the drain: courier {:.2} s, its PostgreSQL backends {:.2} s, \
+                 receiver {:.2} s; {:.0}% of the machine's CPU time taken by its host",
+                drain.cpu_courier, drain.cpu_postgres, drain.cpu_receiver, drain.host_steal_percent
             );
             drains.push(json!({
                 "backlog": drain.backlog,
@@ -196,6 +213,9 @@ async fn main() {
                 "seconds": drain.elapsed.as_secs_f64(),
                 "per_second": drain.per_second,
                 "ratio": drain.per_second / pgbench_tps,
+                "pgbench_beside_tps": tps_beside,
+                "ratio_beside": drain.per_second / tps_beside,
+                "host_steal_percent": drain.host_steal_percent,
                 "slices_per_second": drain.slices,
                 "peak_rss_mb": drain.peak_rss_mb,
                 "updates": drain.updates,
@@ -207,7 +227,10 @@ async fn main() {
     }
 
     if runs("latency") {
+        let one_client_beside = pgbench.one_client_ms(beside);
+        let host = process::HostTicks::now();
         let latency = workloads::latency(&server, samples).await;
+        let stolen = host.stolen_percent();
         let first: Vec<String> = latency
             .first_ms
             .iter()
@@ -216,7 +239,9 @@ async fn main() {
         println!(
             "submit-to-arrival over {samples} submissions from ready: p50 {:.2} ms, p99 {:.2} ms, \
              max {:.2} ms (answer-to-arrival p50 {:.2} ms, p99 {:.2} ms); first five [{}] ms; \
-             {} claimed at submit; an authenticated `{{ __typename }}` between them, p50 {:.2} ms",
+             {} claimed at submit; an authenticated `{{ __typename }}` between them, p50 {:.2} ms; \
+             one client's pgbench transaction just before {one_client_beside:.2} ms; {stolen:.0}% \
+             of the machine's CPU time taken by its host",
             latency.p50_ms,
             latency.p99_ms,
             latency.max_ms,
@@ -233,6 +258,8 @@ async fn main() {
         results["latency_answered_p50_ms"] = json!(latency.answered_p50_ms);
         results["latency_answered_p99_ms"] = json!(latency.answered_p99_ms);
         results["latency_first_ms"] = json!(latency.first_ms);
+        results["latency_pgbench_one_client_beside_ms"] = json!(one_client_beside);
+        results["latency_host_steal_percent"] = json!(stolen);
     }
 
     if runs("tracing") {
@@ -490,6 +517,7 @@ async fn main() {
             .collect::<Vec<_>>());
     }
 
+    pgbench.close().await;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/courier-bench.json");
     let _ = std::fs::create_dir_all(concat!(env!("CARGO_MANIFEST_DIR"), "/target"));
     std::fs::write(path, serde_json::to_string_pretty(&results).unwrap()).unwrap();

@@ -16,15 +16,30 @@ pub struct Budget {
     pub one_client_ms: f64,
 }
 
-/// pgbench's simple-update script, eight clients for `duration`, then one for five seconds.
-pub async fn measure(server: &str, duration: Duration) -> Budget {
-    let scratch = Scratch::create(server, "pgbench").await;
-    let pgbench = find_pgbench();
-    // pgbench with `args` on the scratch database, which must succeed: its output.
-    let pgbench_with = |args: &[&str]| {
-        let run = Command::new(&pgbench)
+/// pgbench's database, initialised once and kept for the run, so that the budget can be
+/// measured again right beside each part: on a shared host it moves from one minute to
+/// the next.
+pub struct Pgbench {
+    scratch: Scratch,
+    binary: PathBuf,
+}
+
+impl Pgbench {
+    /// A scratch database initialised for pgbench (scale 10).
+    pub async fn open(server: &str) -> Pgbench {
+        let pgbench = Pgbench {
+            scratch: Scratch::create(server, "pgbench").await,
+            binary: find_pgbench(),
+        };
+        pgbench.run(&["-i", "-q", "-s", "10"]);
+        pgbench
+    }
+
+    /// pgbench with `args` on the scratch database, which must succeed: its output.
+    fn run(&self, args: &[&str]) -> String {
+        let run = Command::new(&self.binary)
             .args(args)
-            .arg(&scratch.url)
+            .arg(&self.scratch.url)
             .output()
             .expect("run pgbench");
         assert!(
@@ -33,18 +48,35 @@ pub async fn measure(server: &str, duration: Duration) -> Budget {
             String::from_utf8_lossy(&run.stderr)
         );
         String::from_utf8_lossy(&run.stdout).into_owned()
-    };
-    pgbench_with(&["-i", "-q", "-s", "10"]);
-    let run = |clients: &str, seconds: u64| {
-        let seconds = seconds.max(1).to_string();
-        pgbench_with(&["-N", "-c", clients, "-j", "2", "-T", &seconds])
-    };
-    let eight = run("8", duration.as_secs());
-    let one = run("1", 5);
-    scratch.drop_now().await;
-    Budget {
-        tps: figure(&eight, "tps = "),
-        one_client_ms: figure(&one, "latency average = "),
+    }
+
+    /// pgbench's simple-update script (`-N`) with `clients` for `duration`: its output.
+    fn simple_update(&self, clients: &str, duration: Duration) -> String {
+        let seconds = duration.as_secs().max(1).to_string();
+        self.run(&["-N", "-c", clients, "-j", "2", "-T", &seconds])
+    }
+
+    /// TPS of eight clients over `duration`.
+    pub fn tps(&self, duration: Duration) -> f64 {
+        figure(&self.simple_update("8", duration), "tps = ")
+    }
+
+    /// Milliseconds of one client's transaction, on average over `duration`.
+    pub fn one_client_ms(&self, duration: Duration) -> f64 {
+        figure(&self.simple_update("1", duration), "latency average = ")
+    }
+
+    /// Eight clients for `duration`, then one for five seconds.
+    pub fn budget(&self, duration: Duration) -> Budget {
+        Budget {
+            tps: self.tps(duration),
+            one_client_ms: self.one_client_ms(Duration::from_secs(5)),
+        }
+    }
+
+    /// Drops the scratch database.
+    pub async fn close(self) {
+        self.scratch.drop_now().await;
     }
 }
 

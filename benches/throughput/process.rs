@@ -216,3 +216,41 @@ pub fn admin_token(database_url: &str) -> String {
         .trim()
         .to_owned()
 }
+
+/// The machine's CPU time as `/proc/stat` counts it: all of it, and the share a virtual
+/// machine's host ran something else while a CPU of this machine was ready to run (steal).
+#[derive(Clone, Copy)]
+pub struct HostTicks {
+    total: u64,
+    steal: u64,
+}
+
+impl HostTicks {
+    /// The counts now (zeros where `/proc/stat` cannot be read).
+    pub fn now() -> HostTicks {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        HostTicks {
+            // user nice system idle iowait irq softirq steal: guest time is within user.
+            total: ticks.iter().take(8).sum(),
+            steal: ticks.get(7).copied().unwrap_or(0),
+        }
+    }
+
+    /// Percent of the machine's CPU time since `self` that the host took.
+    pub fn stolen_percent(&self) -> f64 {
+        let now = HostTicks::now();
+        let total = now.total.saturating_sub(self.total);
+        if total == 0 {
+            return 0.0;
+        }
+        100.0 * now.steal.saturating_sub(self.steal) as f64 / total as f64
+    }
+}
