@@ -97,6 +97,12 @@ pub fn usage(err: &clap::Error, command: &clap::Command) -> std::process::ExitCo
         message.push_str(if message.ends_with(':') { " " } else { "; " });
         message.push_str(part);
     }
+    // A boolean's parser names two of the words it takes, or none: all of them, as the
+    // help does.
+    let booleans = "expected true/false, yes/no, on/off or 1/0";
+    let message = message
+        .replace("[possible values: true, false]", booleans)
+        .replace("value was not a boolean", booleans);
     let message = format!("{}; see courier --help", one_line(&message));
     write_line(requested_format(), &message);
     std::process::ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2))

@@ -195,7 +195,7 @@ pub struct ServeArgs {
     /// Whether a submission written on its own, while this process's worker has a slot to
     /// spare, claims its delivery in the transaction that stores it, so the request leaves
     /// after that one commit; `false` leaves every delivery to the claiming loop.
-    #[arg(long, env = "COURIER_CLAIM_AT_SUBMIT", default_value_t = true, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
+    #[arg(long, env = "COURIER_CLAIM_AT_SUBMIT", default_value_t = true, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new(), hide_possible_values = true)]
     pub claim_at_submit: bool,
 
     /// How long a claim is held before another worker may reclaim the delivery.
@@ -245,8 +245,8 @@ pub struct ServeArgs {
     pub max_payload_bytes: usize,
 
     /// Allow webhook URLs that resolve to loopback, private, link-local or other non-public
-    /// addresses (`true`/`false`, `yes`/`no`, `1`/`0`).
-    #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new())]
+    /// addresses (`true`/`false`, `yes`/`no`, `on`/`off`, `1`/`0`).
+    #[arg(long, env = "COURIER_ALLOW_PRIVATE_DESTINATIONS", default_value_t = false, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new(), hide_possible_values = true)]
     pub allow_private_destinations: bool,
 
     /// Largest accepted HTTP request body, and WebSocket message, in bytes (at least 64).

@@ -182,6 +182,11 @@ pub fn parse_schedule(text: &str, longest: Duration) -> Result<Vec<Duration>, St
 /// One delay of a schedule: digits, then a unit.
 fn parse_delay(part: &str, longest: Duration) -> Result<Duration, String> {
     let expected = "expected delays such as 5s,5m,30m,2h,5h,10h,10h (units ms, s, m, h, d)";
+    if part.is_empty() {
+        return Err(format!(
+            "an empty delay (two commas in a row, or one at either end); {expected}"
+        ));
+    }
     let split = part
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("{part:?} has no unit; {expected}"))?;
@@ -357,9 +362,10 @@ mod tests {
             ]
         );
         for (text, reason) in [
-            ("", "no unit"),
+            ("", "an empty delay"),
             ("5", "no unit"),
-            ("5s,,1m", "no unit"),
+            ("5s,,1m", "an empty delay"),
+            ("5s,", "an empty delay"),
             ("s", "whole number"),
             ("-5s", "whole number"),
             ("5 s", "unknown unit"),

@@ -73,6 +73,30 @@ fn unreadable_settings_are_named_in_the_log_format() {
     }
 }
 
+/// A boolean setting left without a value, or given a word it does not take, is told every
+/// word it takes.
+#[test]
+fn a_boolean_setting_is_told_the_words_it_takes() {
+    let missing = Command::new(COURIER)
+        .args(["serve", "--allow-private-destinations"])
+        .output()
+        .expect("run courier serve");
+    let unknown = Command::new(COURIER)
+        .arg("serve")
+        .env("COURIER_ALLOW_PRIVATE_DESTINATIONS", "maybe")
+        .output()
+        .expect("run courier serve");
+    for output in [missing, unknown] {
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("COURIER_ALLOW_PRIVATE_DESTINATIONS (--allow-private-destinations)")
+                && stderr.contains("expected true/false, yes/no, on/off or 1/0"),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn help_documents_every_fixed_setting() {
     let output = Command::new(COURIER)
