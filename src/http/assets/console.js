@@ -114,6 +114,8 @@ const page = {
   countsDirty: new Set(),
   detailId: null,
   detailTimer: 0,
+  /** Signs the page out when its key expires (a portal link's). */
+  expiryTimer: 0,
   endpointTimer: 0,
   /** How many rows the feed keeps: FEED_CAP, and more once older ones are asked for. */
   cap: FEED_CAP,
@@ -312,7 +314,7 @@ function signOut(message = "") {
   if (page.live) page.live.stop();
   page.live = null;
   clearInterval(page.endpointTimer);
-  for (const timer of ["quietTimer", "busyTimer", "pauseTimer", "rereadTimer", "detailTimer"]) {
+  for (const timer of ["quietTimer", "busyTimer", "pauseTimer", "rereadTimer", "detailTimer", "expiryTimer"]) {
     clearTimeout(page[timer]);
     page[timer] = 0;
   }
@@ -339,6 +341,7 @@ function signOut(message = "") {
   $("endpoints").tBodies[0].replaceChildren();
   // The next key starts afresh: no filter, chart or half-typed form of this one's.
   page.filter = { endpointId: "", state: "", tenantId: "" };
+  renderEndpointActions();
   $("filter-state").value = "";
   $("filter-endpoint").replaceChildren();
   $("editor-form").reset();
@@ -404,6 +407,28 @@ async function readIdentity() {
   page.identity = (await gql(WHO)).currentKey;
   page.tenants = await readTenants();
   renderIdentity();
+  signOutAtExpiry();
+}
+
+/** The longest wait a browser timer takes (about 24.8 days); a later expiry is not timed. */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * A key that expires (a portal link's) signs the page out when it does, by Courier's
+ * clock, whether or not Courier can be reached then to refuse it.
+ */
+function signOutAtExpiry() {
+  clearTimeout(page.expiryTimer);
+  page.expiryTimer = 0;
+  const expiresAt = page.identity && page.identity.expiresAt;
+  if (!expiresAt) return;
+  const wait = Date.parse(expiresAt) - courierNow();
+  if (!(wait < LONGEST_TIMER_MS)) return;
+  const token = page.token;
+  // Past the expiry by a little more than refusalMessage's margin, so it says why.
+  page.expiryTimer = setTimeout(() => {
+    if (page.token === token) signOut(refusalMessage("This key has expired."));
+  }, Math.max(0, wait) + 6000);
 }
 
 /** An admin's tenants (none for other keys), id -> { id, name }, page by page (up to ENDPOINT_PAGES). */
@@ -435,7 +460,10 @@ function renderIdentity() {
   const identity = page.identity;
   const node = $("identity");
   node.hidden = !identity;
-  if (identity) {
+  if (!identity) {
+    node.replaceChildren();
+    node.title = "";
+  } else {
     if (identity.tenant) node.replaceChildren(el("bdi", { text: identity.tenant.name }), " portal");
     else node.textContent = identity.role === "ADMIN" ? "Admin" : "Partner";
     node.title = identity.expiresAt ? `Signed in until ${formatDateTime(identity.expiresAt)}` : "";
@@ -718,7 +746,15 @@ function renderEndpointActions() {
   const group = $("endpoint-actions");
   const endpoint = page.endpoints.get(page.filter.endpointId);
   group.hidden = !endpoint;
-  if (!endpoint) return;
+  if (!endpoint) {
+    // Hidden, they name no endpoint either: the next key starts afresh.
+    for (const button of group.querySelectorAll("button")) {
+      delete button.dataset.endpointId;
+      button.removeAttribute("aria-label");
+    }
+    $("endpoint-health").textContent = "";
+    return;
+  }
   const failed = endpoint.deliveryCounts.failed;
   const manage = canManage();
   for (const button of group.querySelectorAll("[data-manage]")) {
@@ -1172,10 +1208,21 @@ function openEditor(endpoint) {
   $("editor-name").focus();
 }
 
-/** A whole number from an editor field, or null when it is empty. */
+/** A whole number from an editor field, or null when it is empty; anything else is refused. */
 function numberField(id) {
-  const text = $(id).value.trim();
-  return text === "" ? null : Number.parseInt(text, 10);
+  const input = $(id);
+  const text = input.value.trim();
+  // A number input the browser could not read (`abc`) reads as empty: refused, not the default.
+  const unreadable = input.validity && input.validity.badInput;
+  if (!unreadable && text === "") return null;
+  // `1e2` is 100; `1.5` and `abc` are no whole number.
+  const number = unreadable ? NaN : Number(text);
+  if (!Number.isSafeInteger(number)) {
+    const label = document.querySelector(`label[for="${id}"]`);
+    const name = label ? label.firstChild.textContent.trim() : id;
+    throw { code: "BAD_USER_INPUT", message: `${name} must be a whole number, or empty` };
+  }
+  return number;
 }
 
 /** The ids of the editor's input fields, in the order they are read. */
@@ -1201,9 +1248,15 @@ async function saveEditor() {
     "editor-in-flight": () => ["maxInFlight", numberField("editor-in-flight")],
     "editor-rate": () => ["rateLimit", numberField("editor-rate")],
   };
-  const fields = Object.fromEntries(EDITOR_FIELDS
-    .filter((id) => !page.editing || $(id).value !== page.editorShown[id])
-    .map((id) => read[id]()));
+  let fields;
+  try {
+    fields = Object.fromEntries(EDITOR_FIELDS
+      .filter((id) => !page.editing || $(id).value !== page.editorShown[id] || $(id).validity.badInput)
+      .map((id) => read[id]()));
+  } catch (err) {
+    $("editor-error").textContent = `${err.code}: ${err.message}`;
+    return;
+  }
   if (page.editing && Object.keys(fields).length === 0) {
     $("endpoint-editor").close();
     return;

@@ -1,7 +1,8 @@
 //! The console's endpoint editor changes what was edited and nothing else: a new name
 //! leaves event types (even ones holding a comma) and a cap that follows the process-wide
 //! default as they were, and event types are read as written (commas in a type the
-//! endpoint had kept, new ones split at their commas).
+//! endpoint had kept, new ones split at their commas); numbers are read as the browser
+//! reads them, and a name as long as one may be keeps the editor within the window.
 
 use serde_json::{json, Value};
 
@@ -151,6 +152,93 @@ async fn the_editor_changes_only_what_was_edited() {
             ]),
             None
         )
+    );
+    browser.close().await;
+}
+
+/// A number the browser reads (`1e2`) is saved as that number, one that is no whole number
+/// (`1.5`) is refused in the editor without a request; and an endpoint's name as long as
+/// one may be (200 characters, unbroken) keeps the editor, its Save button included,
+/// within a phone's window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_reads_numbers_as_written_and_keeps_long_names_in_the_window() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let name = "L".repeat(200);
+    let created = app
+        .graphql(
+            &admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+            json!({ "input": { "name": name, "url": "https://hooks.example.com/long" } }),
+        )
+        .await;
+    let endpoint = created["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &admin, "").await;
+    page.resize(390, 800).await;
+    page.wait_for(
+        &format!("document.querySelector('[data-filter-endpoint=\"{endpoint}\"]')"),
+        "the endpoint's row",
+        WAIT,
+    )
+    .await;
+    edit(
+        &page,
+        &app,
+        &admin,
+        &endpoint,
+        "document.getElementById('editor-in-flight').value = '1e2'",
+        &name,
+    )
+    .await;
+    assert_eq!(stored(&app, &admin, &endpoint).await.2, Some(100));
+
+    page.click("#endpoint-actions [data-action=\"edit-endpoint\"]")
+        .await;
+    page.wait_for(
+        "document.getElementById('endpoint-editor').open",
+        "the editor",
+        WAIT,
+    )
+    .await;
+    // What the editor shows (its heading, labels and buttons) lies within the window: the
+    // long name wraps in the heading rather than pushing them aside.
+    let outside: Vec<String> = page
+        .eval(
+            "[...document.querySelectorAll('#endpoint-editor h2, #endpoint-editor label, #endpoint-editor button')] \
+               .filter((e) => !e.closest('[hidden]')) \
+               .filter((e) => { const r = e.getBoundingClientRect(); return r.left < 0 || r.right > window.innerWidth; }) \
+               .map((e) => e.id || e.textContent.slice(0, 20))",
+        )
+        .await;
+    assert!(outside.is_empty(), "outside a 390 px window: {outside:?}");
+    // The browser refuses 1.5 itself (the field takes whole steps); without its check,
+    // the editor does.
+    let valid: bool = page
+        .eval("(document.getElementById('editor-in-flight').value = '1.5', document.getElementById('editor-in-flight').validity.valid)")
+        .await;
+    assert!(!valid, "the browser reads 1.5 as no whole number");
+    page.eval::<bool>("(document.getElementById('editor-form').noValidate = true, true)")
+        .await;
+    page.click("#editor-save").await;
+    page.wait_for(
+        "document.getElementById('editor-error').textContent.includes('must be a whole number')",
+        "the editor refusing 1.5",
+        WAIT,
+    )
+    .await;
+    let open: bool = page
+        .eval("document.getElementById('endpoint-editor').open")
+        .await;
+    assert!(open, "the editor stays open with its error");
+    assert_eq!(
+        stored(&app, &admin, &endpoint).await.2,
+        Some(100),
+        "nothing saved"
     );
     browser.close().await;
 }

@@ -316,3 +316,78 @@ async fn a_portal_link_opened_in_a_signed_in_tab_signs_in_with_it() {
     assert_eq!(kept, token, "the tab keeps the link's key");
     browser.close().await;
 }
+
+/// A portal link that expires while Courier cannot be reached signs its page out all the
+/// same, when it expires by Courier's clock (the page knows when), rather than showing the
+/// tenant's data until Courier is back to refuse the key; and the signed-out page holds
+/// nothing of the tenant, hidden or shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_link_expiring_while_courier_is_down_signs_out() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (acme, endpoint) =
+        tenant_with_endpoint(&app, &admin, "Acme Unique", &receiver, "acme").await;
+    let token = portal_token(&app, &admin, &acme, 4).await;
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &token, "").await;
+    // The endpoint chosen, so its actions name it.
+    page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
+        .await;
+    page.wait_for(
+        "!document.getElementById('endpoint-actions').hidden",
+        "the chosen endpoint's actions",
+        WAIT,
+    )
+    .await;
+    app.stop().await;
+    page.wait_for(
+        "!document.getElementById('sign-in').hidden && \
+         document.getElementById('sign-in-error').textContent.includes('portal link expired at')",
+        "the sign-in form, saying the portal link expired, with Courier down",
+        WAIT,
+    )
+    .await;
+    let kept: Vec<String> = page
+        .eval(&format!(
+            "[...document.querySelectorAll('body *')].flatMap((e) => [
+                ...[...e.attributes].map((a) => a.value),
+                ...[...e.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent),
+             ]).filter((text) => text.includes('Acme Unique') || text.includes('{endpoint}'))"
+        ))
+        .await;
+    assert!(kept.is_empty(), "the signed-out page still holds {kept:?}");
+    browser.close().await;
+}
+
+/// At a phone's width (390 px) the portal's bar keeps its connection state, the tenant's
+/// name and the link's expiry whole and inside the bar and the window: it wraps rather
+/// than squeezing them (the state's pill shrank to 23 px and the expiry ran above the
+/// window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_portal_bar_fits_a_phone() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let admin = app.admin_token().await;
+    let receiver = Receiver::accepting().await;
+    let (acme, _) = tenant_with_endpoint(&app, &admin, "Acme", &receiver, "acme").await;
+    let token = portal_token(&app, &admin, &acme, 600).await;
+    let browser = TestBrowser::launch().await;
+    let page = open_console(&browser, &app, &token, "").await;
+    page.resize(390, 800).await;
+    let cramped: Vec<String> = page
+        .eval(
+            "(() => { const bar = document.querySelector('header.bar').getBoundingClientRect(); \
+               return ['connection', 'identity', 'key-expiry', 'sign-out'].filter((id) => { \
+                 const e = document.getElementById(id); const r = e.getBoundingClientRect(); \
+                 return e.hidden || e.scrollWidth > e.clientWidth + 1 || r.top < bar.top || r.bottom > bar.bottom \
+                   || r.left < 0 || r.right > window.innerWidth; }); })()",
+        )
+        .await;
+    assert!(
+        cramped.is_empty(),
+        "cramped or outside the bar: {cramped:?}"
+    );
+    browser.close().await;
+}
