@@ -46,6 +46,8 @@ pub struct Drain {
     pub cpu_receiver: f64,
     /// Percent of the machine's CPU time its host took during the drain (steal).
     pub host_steal_percent: f64,
+    /// pgbench's TPS measured once the backlog was built, right before the drain (when asked for).
+    pub pgbench_beside_tps: Option<f64>,
 }
 
 /// Builds a backlog of `backlog` pending deliveries spread over `endpoints` endpoints
@@ -58,11 +60,17 @@ pub async fn drain(
     connections: usize,
     endpoints: usize,
     keys: usize,
+    budget: &dyn Fn() -> f64,
 ) -> Drain {
     let scratch = Scratch::create(server_url, "drain").await;
     let token = admin_token(&scratch.url);
-    let drain =
-        drain_with_keys_in(&scratch.url, &token, backlog, connections, endpoints, keys).await;
+    let shape = Shape {
+        backlog,
+        connections,
+        endpoints,
+        keys,
+    };
+    let drain = drain_with_keys_in(&scratch.url, &token, shape, Some(budget)).await;
     scratch.drop_now().await;
     drain
 }
@@ -77,18 +85,38 @@ pub async fn drain_in(
     connections: usize,
     endpoints: usize,
 ) -> Drain {
-    drain_with_keys_in(database_url, token, backlog, connections, endpoints, 0).await
+    let shape = Shape {
+        backlog,
+        connections,
+        endpoints,
+        keys: 0,
+    };
+    drain_with_keys_in(database_url, token, shape, None).await
 }
 
-/// [`drain_in`] over `keys` ordering keys (0: none).
-async fn drain_with_keys_in(
-    database_url: &str,
-    token: &str,
+/// What a drain drains: `backlog` deliveries submitted over `connections`, round robin over
+/// `endpoints` endpoints and `keys` ordering keys (0: none).
+struct Shape {
     backlog: usize,
     connections: usize,
     endpoints: usize,
     keys: usize,
+}
+
+/// [`drain_in`] of `shape`, with `budget` (pgbench's TPS) measured once the backlog is
+/// built, right before the drain, when given.
+async fn drain_with_keys_in(
+    database_url: &str,
+    token: &str,
+    shape: Shape,
+    budget: Option<&dyn Fn() -> f64>,
 ) -> Drain {
+    let Shape {
+        backlog,
+        connections,
+        endpoints,
+        keys,
+    } = shape;
     let (receiver_url, arrivals) = receiver::start().await;
     let db = Db::connect(database_url, 1).await.expect("connect");
     let since = database_now(&db).await;
@@ -108,6 +136,7 @@ async fn drain_with_keys_in(
         "nothing drains while the backlog is built"
     );
 
+    let pgbench_beside_tps = budget.map(|measure| measure());
     let (updates_before, hot_before) = update_counts(&db).await;
     let receiver_cpu_before = cpu_seconds(std::process::id());
     let host = HostTicks::now();
@@ -167,6 +196,7 @@ async fn drain_with_keys_in(
         cpu_postgres,
         cpu_receiver,
         host_steal_percent,
+        pgbench_beside_tps,
     }
 }
 

@@ -166,8 +166,9 @@ async fn main() {
             runs.push(keyed);
         }
         for (backlog, endpoints, keys) in runs {
-            let tps_beside = pgbench.tps(beside);
-            let drain = drain::drain(&server, backlog, connections, endpoints, keys).await;
+            let budget = || pgbench.tps(beside);
+            let drain = drain::drain(&server, backlog, connections, endpoints, keys, &budget).await;
+            let tps_beside = drain.pgbench_beside_tps.unwrap_or(f64::NAN);
             let fill = &drain.fill;
             println!(
                 "backlog of {} built through the API over {connections} connections in {:.1} s \

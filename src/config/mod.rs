@@ -194,7 +194,8 @@ pub struct ServeArgs {
 
     /// Whether a submission written on its own, while this process's worker has a slot to
     /// spare, claims its delivery in the transaction that stores it, so the request leaves
-    /// after that one commit; `false` leaves every delivery to the claiming loop.
+    /// after that one commit; `false` leaves every delivery to the claiming loop (`true`/`false`,
+    /// `yes`/`no`, `on`/`off`, `1`/`0`).
     #[arg(long, env = "COURIER_CLAIM_AT_SUBMIT", default_value_t = true, action = clap::ArgAction::Set, value_parser = BoolishValueParser::new(), hide_possible_values = true)]
     pub claim_at_submit: bool,
 

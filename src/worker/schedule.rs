@@ -162,10 +162,17 @@ impl RetryPolicy {
     }
 }
 
+/// What a schedule looks like, as a refusal of one says.
+const EXPECTED_DELAYS: &str =
+    "expected delays such as 5s,5m,30m,2h,5h,10h,10h (units ms, s, m, h, d)";
+
 /// Parses a schedule such as `5s,5m,30m,2h,5h,10h,10h`: comma-separated delays, each a
 /// whole number with a unit (`ms`, `s`, `m`, `h` or `d`), each above zero and at most
 /// `longest`, at most [`MAX_LISTED_DELAYS`] of them.
 pub fn parse_schedule(text: &str, longest: Duration) -> Result<Vec<Duration>, String> {
+    if text.trim().is_empty() {
+        return Err(format!("no delays listed; {EXPECTED_DELAYS}"));
+    }
     let delays = text
         .split(',')
         .map(|part| parse_delay(part.trim(), longest))
@@ -181,7 +188,7 @@ pub fn parse_schedule(text: &str, longest: Duration) -> Result<Vec<Duration>, St
 
 /// One delay of a schedule: digits, then a unit.
 fn parse_delay(part: &str, longest: Duration) -> Result<Duration, String> {
-    let expected = "expected delays such as 5s,5m,30m,2h,5h,10h,10h (units ms, s, m, h, d)";
+    let expected = EXPECTED_DELAYS;
     if part.is_empty() {
         return Err(format!(
             "an empty delay (two commas in a row, or one at either end); {expected}"
@@ -362,7 +369,8 @@ mod tests {
             ]
         );
         for (text, reason) in [
-            ("", "an empty delay"),
+            ("", "no delays listed"),
+            ("  ", "no delays listed"),
             ("5", "no unit"),
             ("5s,,1m", "an empty delay"),
             ("5s,", "an empty delay"),

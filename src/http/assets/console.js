@@ -355,7 +355,7 @@ async function signIn(token) {
   page.token = token;
   try {
     await discoverOptionalFields();
-    await readIdentity();
+    await readIdentity(token);
   } catch (err) {
     if (page.token !== token) return;
     const refused = err.code === "UNAUTHENTICATED" || err.code === "FORBIDDEN";
@@ -403,38 +403,46 @@ async function discoverOptionalFields() {
 // ---------- who is signed in
 
 /** Reads the key's role and tenant; an admin's tenants too, for the tenant column and filter. */
-async function readIdentity() {
-  page.identity = (await gql(WHO)).currentKey;
-  page.tenants = await readTenants();
+/** Reads who `token` is; shown only while the page is still signed in with it. */
+async function readIdentity(token) {
+  const identity = (await gql(WHO)).currentKey;
+  const tenants = await readTenants(identity);
+  if (page.token !== token) return;
+  page.identity = identity;
+  page.tenants = tenants;
   renderIdentity();
-  signOutAtExpiry();
+  signOutAtExpiry(token);
 }
 
-/** The longest wait a browser timer takes (about 24.8 days); a later expiry is not timed. */
+/** The longest wait a browser timer takes (about 24.8 days); a later expiry is looked at again then. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
+/** How long after its expiry a key signs out: a little over refusalMessage's margin, so it says why. */
+const EXPIRY_MARGIN_MS = 6000;
 
 /**
  * A key that expires (a portal link's) signs the page out when it does, by Courier's
- * clock, whether or not Courier can be reached then to refuse it.
+ * clock, whether or not Courier can be reached then to refuse it. The timer looks again
+ * when it fires (a machine asleep, or Courier's clock read afresh, moves the expiry), and
+ * so does a tab shown again.
  */
-function signOutAtExpiry() {
+function signOutAtExpiry(token = page.token) {
   clearTimeout(page.expiryTimer);
   page.expiryTimer = 0;
-  const expiresAt = page.identity && page.identity.expiresAt;
+  const expiresAt = page.token === token && page.identity && page.identity.expiresAt;
   if (!expiresAt) return;
-  const wait = Date.parse(expiresAt) - courierNow();
-  if (!(wait < LONGEST_TIMER_MS)) return;
-  const token = page.token;
-  // Past the expiry by a little more than refusalMessage's margin, so it says why.
-  page.expiryTimer = setTimeout(() => {
-    if (page.token === token) signOut(refusalMessage("This key has expired."));
-  }, Math.max(0, wait) + 6000);
+  const wait = Date.parse(expiresAt) + EXPIRY_MARGIN_MS - courierNow();
+  if (wait <= 0) {
+    signOut(refusalMessage("This key has expired."));
+    return;
+  }
+  page.expiryTimer = setTimeout(() => signOutAtExpiry(token), Math.min(wait, LONGEST_TIMER_MS));
 }
 
 /** An admin's tenants (none for other keys), id -> { id, name }, page by page (up to ENDPOINT_PAGES). */
-async function readTenants() {
+async function readTenants(identity) {
   const tenants = new Map();
-  if (!page.identity || page.identity.role !== "ADMIN") return tenants;
+  if (!identity || identity.role !== "ADMIN") return tenants;
   let after = null;
   let more = true;
   for (let n = 0; more && n < ENDPOINT_PAGES; n++) {
@@ -522,7 +530,7 @@ async function readEndpoints() {
 
 /** The body of [readEndpoints]: the read numbered `generation`. */
 async function readEndpointPages(generation) {
-  const tenantsRead = readTenants();
+  const tenantsRead = readTenants(page.identity);
   // Awaited below; if reading the endpoints fails first, its failure is that one's.
   tenantsRead.catch(() => undefined);
   const endpoints = new Map();
@@ -1220,7 +1228,7 @@ function numberField(id) {
   if (!Number.isSafeInteger(number)) {
     const label = document.querySelector(`label[for="${id}"]`);
     const name = label ? label.firstChild.textContent.trim() : id;
-    throw { code: "BAD_USER_INPUT", message: `${name} must be a whole number, or empty` };
+    throw Object.assign(new Error(`${name} must be a whole number, or empty`), { code: "BAD_USER_INPUT" });
   }
   return number;
 }
@@ -1428,6 +1436,9 @@ function wire() {
   });
   $("sign-out").addEventListener("click", () => signOut());
   window.addEventListener("hashchange", signInFromNewFragment);
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) signOutAtExpiry();
+  });
   $("filter-endpoint").addEventListener("change", (event) => {
     page.filter.endpointId = event.target.value;
     renderEndpointActions();

@@ -205,13 +205,14 @@ async fn the_editor_reads_numbers_as_written_and_keeps_long_names_in_the_window(
         WAIT,
     )
     .await;
-    // What the editor shows (its heading, labels and buttons) lies within the window: the
-    // long name wraps in the heading rather than pushing them aside.
+    // What the editor shows (its heading, labels and buttons) lies within the window, its
+    // buttons whole: the long name wraps in the heading rather than pushing them aside.
     let outside: Vec<String> = page
         .eval(
             "[...document.querySelectorAll('#endpoint-editor h2, #endpoint-editor label, #endpoint-editor button')] \
                .filter((e) => !e.closest('[hidden]')) \
-               .filter((e) => { const r = e.getBoundingClientRect(); return r.left < 0 || r.right > window.innerWidth; }) \
+               .filter((e) => { const r = e.getBoundingClientRect(); \
+                 return r.left < 0 || r.right > window.innerWidth || (e.tagName === 'BUTTON' && e.scrollWidth > e.clientWidth + 1); }) \
                .map((e) => e.id || e.textContent.slice(0, 20))",
         )
         .await;

@@ -329,8 +329,9 @@ async fn a_portal_link_expiring_while_courier_is_down_signs_out() {
     let receiver = Receiver::accepting().await;
     let (acme, endpoint) =
         tenant_with_endpoint(&app, &admin, "Acme Unique", &receiver, "acme").await;
-    let token = portal_token(&app, &admin, &acme, 4).await;
     let browser = TestBrowser::launch().await;
+    // Long enough to open the page and choose the endpoint first, short enough to wait out.
+    let token = portal_token(&app, &admin, &acme, 8).await;
     let page = open_console(&browser, &app, &token, "").await;
     // The endpoint chosen, so its actions name it.
     page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
@@ -342,6 +343,15 @@ async fn a_portal_link_expiring_while_courier_is_down_signs_out() {
     )
     .await;
     app.stop().await;
+    // Courier is down before the link expires: the page, not Courier, signs it out.
+    page.wait_for(
+        "document.getElementById('connection').dataset.status === 'reconnecting'",
+        "the page to find Courier down",
+        WAIT,
+    )
+    .await;
+    let signed_in: bool = page.eval("document.getElementById('sign-in').hidden").await;
+    assert!(signed_in, "signed out before the link expired");
     page.wait_for(
         "!document.getElementById('sign-in').hidden && \
          document.getElementById('sign-in-error').textContent.includes('portal link expired at')",
