@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::console::{open_console, WAIT};
+use crate::support::console::{choose_endpoint, open_console, WAIT};
 use crate::support::fixtures::rows;
 use crate::support::{Backend, TestApp, TestBrowser, TestDb, TestPage};
 
@@ -39,17 +39,25 @@ async fn stored(app: &TestApp, admin: &str, id: &str) -> (Value, Value, Option<i
     )
 }
 
+/// Creates an endpoint from `input` through the API: its id.
+async fn create_endpoint(app: &TestApp, admin: &str, input: Value) -> String {
+    let created = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+            json!({ "input": input }),
+        )
+        .await;
+    created["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned()
+}
+
 /// Opens the editor on `endpoint`, runs `fill` in the page, saves, and waits until the
 /// API shows `name`.
 async fn edit(page: &TestPage, app: &TestApp, admin: &str, endpoint: &str, fill: &str, name: &str) {
-    page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
-        .await;
-    page.wait_for(
-        "!document.getElementById('endpoint-actions').hidden",
-        "the chosen endpoint's actions",
-        WAIT,
-    )
-    .await;
+    choose_endpoint(page, endpoint).await;
     page.click("#endpoint-actions [data-action=\"edit-endpoint\"]")
         .await;
     page.wait_for(
@@ -80,21 +88,16 @@ async fn the_editor_changes_only_what_was_edited() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
-    let created = app
-        .graphql(
-            &admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
-            json!({ "input": {
-                "name": "orders",
-                "url": "https://hooks.example.com/orders",
-                "eventTypes": ["invoice.created,v2", "order.paid"],
-            } }),
-        )
-        .await;
-    let endpoint = created["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{created}"))
-        .to_owned();
+    let endpoint = create_endpoint(
+        &app,
+        &admin,
+        json!({
+            "name": "orders",
+            "url": "https://hooks.example.com/orders",
+            "eventTypes": ["invoice.created,v2", "order.paid"],
+        }),
+    )
+    .await;
     let types = json!(["invoice.created,v2", "order.paid"]);
     assert_eq!(
         stored(&app, &admin, &endpoint).await,
@@ -166,17 +169,12 @@ async fn the_editor_reads_numbers_as_written_and_keeps_long_names_in_the_window(
     let app = TestApp::spawn(&db).await;
     let admin = app.admin_token().await;
     let name = "L".repeat(200);
-    let created = app
-        .graphql(
-            &admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
-            json!({ "input": { "name": name, "url": "https://hooks.example.com/long" } }),
-        )
-        .await;
-    let endpoint = created["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{created}"))
-        .to_owned();
+    let endpoint = create_endpoint(
+        &app,
+        &admin,
+        json!({ "name": name, "url": "https://hooks.example.com/long" }),
+    )
+    .await;
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &admin, "").await;
     page.resize(390, 800).await;

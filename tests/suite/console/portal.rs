@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::console::{
-    assert_only_courier, open_console, row, row_in_state, wait_live, WAIT,
+    assert_only_courier, choose_endpoint, open_console, row, row_in_state, wait_live, WAIT,
 };
 use crate::support::fixtures::{delivery_id, failing_at_once, submit, wait_for_state};
 use crate::support::tenants::tenant_with_endpoints;
@@ -334,14 +334,7 @@ async fn a_portal_link_expiring_while_courier_is_down_signs_out() {
     let token = portal_token(&app, &admin, &acme, 8).await;
     let page = open_console(&browser, &app, &token, "").await;
     // The endpoint chosen, so its actions name it.
-    page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
-        .await;
-    page.wait_for(
-        "!document.getElementById('endpoint-actions').hidden",
-        "the chosen endpoint's actions",
-        WAIT,
-    )
-    .await;
+    choose_endpoint(&page, &endpoint).await;
     app.stop().await;
     // Courier is down before the link expires: the page, not Courier, signs it out.
     page.wait_for(

@@ -1,5 +1,5 @@
 //! Checks and helpers shared by the browser tests of the console and GraphiQL: opening the
-//! console signed in, finding feed rows, and what a page may request.
+//! console signed in, finding feed rows, choosing an endpoint, and what a page may request.
 
 use crate::support::{TestApp, TestBrowser, TestPage};
 use std::time::Duration;
@@ -57,6 +57,19 @@ pub async fn wait_live(page: &TestPage) {
     page.wait_for(
         "document.getElementById('connection').dataset.status === 'live'",
         "the feed to go live",
+        WAIT,
+    )
+    .await;
+}
+
+/// Chooses `endpoint` in the endpoints table (the feed filtered to it) and waits for its
+/// actions to show.
+pub async fn choose_endpoint(page: &TestPage, endpoint: &str) {
+    page.click(&format!("[data-filter-endpoint=\"{endpoint}\"]"))
+        .await;
+    page.wait_for(
+        "!document.getElementById('endpoint-actions').hidden",
+        "the chosen endpoint's actions",
         WAIT,
     )
     .await;
