@@ -7,6 +7,7 @@
 use serde_json::{json, Value};
 
 use crate::support::console::{choose_endpoint, open_console, WAIT};
+use crate::support::endpoints::create_endpoint;
 use crate::support::fixtures::rows;
 use crate::support::{Backend, TestApp, TestBrowser, TestDb, TestPage};
 
@@ -39,19 +40,14 @@ async fn stored(app: &TestApp, admin: &str, id: &str) -> (Value, Value, Option<i
     )
 }
 
-/// Creates an endpoint from `input` through the API: its id.
-async fn create_endpoint(app: &TestApp, admin: &str, input: Value) -> String {
-    let created = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
-            json!({ "input": input }),
-        )
-        .await;
-    created["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{created}"))
-        .to_owned()
+/// Waits until the console on `page` shows `endpoint`'s row.
+async fn wait_for_row(page: &TestPage, endpoint: &str) {
+    page.wait_for(
+        &format!("document.querySelector('[data-filter-endpoint=\"{endpoint}\"]')"),
+        "the endpoint's row",
+        WAIT,
+    )
+    .await;
 }
 
 /// Opens the editor on `endpoint`, runs `fill` in the page, saves, and waits until the
@@ -106,12 +102,7 @@ async fn the_editor_changes_only_what_was_edited() {
 
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &admin, "").await;
-    page.wait_for(
-        &format!("document.querySelector('[data-filter-endpoint=\"{endpoint}\"]')"),
-        "the endpoint's row",
-        WAIT,
-    )
-    .await;
+    wait_for_row(&page, &endpoint).await;
 
     // A new name only: the types keep their comma, and the cap still follows the default
     // (the editor showed the default's value, and saving it pinned it before).
@@ -178,12 +169,7 @@ async fn the_editor_reads_numbers_as_written_and_keeps_long_names_in_the_window(
     let browser = TestBrowser::launch().await;
     let page = open_console(&browser, &app, &admin, "").await;
     page.resize(390, 800).await;
-    page.wait_for(
-        &format!("document.querySelector('[data-filter-endpoint=\"{endpoint}\"]')"),
-        "the endpoint's row",
-        WAIT,
-    )
-    .await;
+    wait_for_row(&page, &endpoint).await;
     edit(
         &page,
         &app,

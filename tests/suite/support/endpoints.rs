@@ -1,5 +1,5 @@
-//! Endpoints through the API: created with flow-control settings for a counting receiver,
-//! read, and disabled or re-enabled; and keys their secrets are sealed with.
+//! Endpoints through the API: created from an input or with flow-control settings for a
+//! counting receiver, read, and disabled or re-enabled; and keys their secrets are sealed with.
 
 use serde_json::{json, Value};
 
@@ -39,6 +39,21 @@ pub async fn endpoint_with(
     id.to_owned()
 }
 
+/// Creates an endpoint from a whole `CreateEndpointInput` and returns its id.
+pub async fn create_endpoint(app: &TestApp, admin: &str, input: Value) -> String {
+    let body = app
+        .graphql(
+            admin,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+            json!({ "input": input }),
+        )
+        .await;
+    body["data"]["createEndpoint"]["endpoint"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("created: {body}"))
+        .to_owned()
+}
+
 /// Creates an endpoint subscribed to `types` (`None`: the field omitted) and returns its id.
 pub async fn endpoint_with_types(
     app: &TestApp,
@@ -50,17 +65,7 @@ pub async fn endpoint_with_types(
     if let Some(types) = types {
         input["eventTypes"] = json!(types);
     }
-    let body = app
-        .graphql(
-            admin,
-            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id eventTypes } } }",
-            json!({ "input": input }),
-        )
-        .await;
-    body["data"]["createEndpoint"]["endpoint"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("created: {body}"))
-        .to_owned()
+    create_endpoint(app, admin, input).await
 }
 
 /// Endpoint fields the lifecycle and pause tests read.
